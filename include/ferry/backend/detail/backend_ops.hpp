@@ -1,0 +1,184 @@
+// ferry/backend/detail/backend_ops.hpp: the few primitive operations every component is built
+// from, one implementation per backend. Components call only these, so a backend is added here.
+#pragma once
+
+#include <ferry/backend/event.hpp>
+#include <ferry/backend/stats.hpp>
+#include <ferry/backend/stream.hpp>
+#include <ferry/config.hpp>
+#include <ferry/error.hpp>
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+namespace ferry::detail {
+
+template <class B>
+struct backend_ops;
+
+// ---- host -----------------------------------------------------------------------------------
+
+template <>
+struct backend_ops<backend::host> {
+  using stream_type = stream_ref<backend::host>;
+  static constexpr std::size_t alignment = 256;
+
+  static int current_device() noexcept { return 0; }
+  /// Every call on a stream checks this first (device match, not capturing).
+  static void check_stream(stream_type s, int /*device*/) {
+    if (s.get() == nullptr) throw error("ferry: the stream is empty (a moved-from stream)");
+  }
+
+  static void* alloc_pinned(std::size_t bytes) {
+    count(counters<backend::host>().pinned_allocations);
+    return aligned(bytes);
+  }
+  static void free_pinned(void* p) noexcept {
+    if (!p) return;
+    count(counters<backend::host>().pinned_frees);
+    ::operator delete(p, std::align_val_t{alignment});
+  }
+  /// The address kernels use for pinned memory: on the host backend the host address itself.
+  static void* mapped(void* host) noexcept { return host; }
+
+  static void* alloc_device(std::size_t bytes) {
+    count(counters<backend::host>().device_allocations);
+    return aligned(bytes);
+  }
+  static void free_device(void* p) noexcept {
+    if (!p) return;
+    count(counters<backend::host>().device_frees);
+    ::operator delete(p, std::align_val_t{alignment});
+  }
+  static void* alloc_device_async(std::size_t bytes, stream_type) { return alloc_device(bytes); }
+  static void free_device_async(void* p, stream_type s) {
+    s.get()->enqueue([p] { free_device(p); });
+  }
+
+  static void copy_async(void* dst, const void* src, std::size_t bytes, stream_type s) {
+    s.get()->enqueue([dst, src, bytes] { std::memcpy(dst, src, bytes); });
+  }
+  static void fill_zero_async(void* dst, std::size_t bytes, stream_type s) {
+    s.get()->enqueue([dst, bytes] { std::memset(dst, 0, bytes); });
+  }
+  /// A host-blocking copy (pin::allow_sync): counted as a synchronization.
+  static void copy_blocking(void* dst, const void* src, std::size_t bytes, stream_type s) {
+    count(counters<backend::host>().synchronizations);
+    s.get()->drain();
+    std::memcpy(dst, src, bytes);
+  }
+
+ private:
+  static void* aligned(std::size_t bytes) {
+    void* p = ::operator new(bytes ? bytes : 1, std::align_val_t{alignment});
+    std::memset(p, 0, bytes);
+    return p;
+  }
+};
+
+// ---- CUDA -----------------------------------------------------------------------------------
+
+#if FERRY_HAS_CUDA
+template <>
+struct backend_ops<backend::cuda> {
+  using stream_type = stream_ref<backend::cuda>;
+  static constexpr std::size_t alignment = 256;  // cudaHostAlloc and cudaMalloc give at least this
+
+  static int current_device() {
+    int d = 0;
+    FERRY_CUDA_CHECK(cudaGetDevice(&d));
+    return d;
+  }
+
+  /// The stream must belong to `device` (the device current when the object was made) and must
+  /// not be capturing: ferry's hot paths fence slots with events and reuse memory, which a graph
+  /// replayed later would not respect.
+  static void check_stream(stream_type s, int device) {
+    int d = 0;
+    FERRY_CUDA_CHECK(cudaStreamGetDevice(s.get(), &d));
+    if (d != device)
+      throw error("ferry: the stream belongs to device " + std::to_string(d) +
+                  " but the object was made on device " + std::to_string(device));
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    FERRY_CUDA_CHECK(cudaStreamIsCapturing(s.get(), &status));
+    if (status != cudaStreamCaptureStatusNone)
+      throw error(
+          "ferry: the stream is capturing a CUDA graph; ferry calls are eager (apply before "
+          "capture, and use growth::fixed for stable addresses that a graph may read)");
+  }
+
+  static void* alloc_pinned(std::size_t bytes) {
+    void* p = nullptr;
+    FERRY_CUDA_CHECK(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable));
+    count(counters<backend::cuda>().pinned_allocations);
+    // Fail closed: the block must really be pinned, mapped, and addressed through UVA.
+    cudaPointerAttributes attr{};
+    const cudaError_t r = cudaPointerGetAttributes(&attr, p);
+    if (r != cudaSuccess || attr.type != cudaMemoryTypeHost || attr.devicePointer != p) {
+      free_pinned(p);
+      throw error(
+          "ferry: cudaHostAlloc returned memory that is not pinned, mapped and UVA-addressed "
+          "(no unified addressing, WSL2, or confidential computing?); ferry needs kernels to "
+          "read pinned host memory in place");
+    }
+    std::memset(p, 0, bytes);
+    return p;
+  }
+  static void free_pinned(void* p) noexcept {
+    if (!p) return;
+    count(counters<backend::cuda>().pinned_frees);
+    destructor_guard([&] { FERRY_CUDA_CHECK(cudaFreeHost(p)); });
+  }
+  /// Under UVA the device address of mapped pinned memory is its host address.
+  static void* mapped(void* host) noexcept { return host; }
+
+  static void* alloc_device(std::size_t bytes) {
+    void* p = nullptr;
+    FERRY_CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1));
+    count(counters<backend::cuda>().device_allocations);
+    return p;
+  }
+  static void free_device(void* p) noexcept {
+    if (!p) return;
+    count(counters<backend::cuda>().device_frees);
+    destructor_guard([&] { FERRY_CUDA_CHECK(cudaFree(p)); });
+  }
+  static void* alloc_device_async(std::size_t bytes, stream_type s) {
+    void* p = nullptr;
+    FERRY_CUDA_CHECK(cudaMallocAsync(&p, bytes ? bytes : 1, s.get()));
+    count(counters<backend::cuda>().device_allocations);
+    return p;
+  }
+  static void free_device_async(void* p, stream_type s) {
+    count(counters<backend::cuda>().device_frees);
+    FERRY_CUDA_CHECK(cudaFreeAsync(p, s.get()));
+  }
+
+  static void copy_async(void* dst, const void* src, std::size_t bytes, stream_type s) {
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s.get()));
+  }
+  static void fill_zero_async(void* dst, std::size_t bytes, stream_type s) {
+    FERRY_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, s.get()));
+  }
+  static void copy_blocking(void* dst, const void* src, std::size_t bytes, stream_type s) {
+    count(counters<backend::cuda>().synchronizations);
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s.get()));
+    FERRY_CUDA_CHECK(cudaStreamSynchronize(s.get()));
+  }
+};
+#endif
+
+template <class B>
+inline constexpr bool backend_available = std::is_same_v<B, backend::host> || FERRY_HAS_CUDA;
+
+template <class B>
+constexpr void check_backend() {
+  static_assert(backend_available<B>,
+                "ferry: backend::cuda is not available because ferry was configured without the "
+                "CUDA toolkit; use backend::host or configure with CUDA.");
+}
+
+}  // namespace ferry::detail

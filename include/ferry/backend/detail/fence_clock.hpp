@@ -1,0 +1,152 @@
+// ferry/backend/detail/fence_clock.hpp: fences, the one mechanism by which ferry knows that a
+// stream has passed a point of use, kept cheap for hot paths.
+#pragma once
+
+#include <ferry/backend/detail/backend_ops.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <utility>
+#include <vector>
+
+namespace ferry::detail {
+
+/// A point in one stream's work. seq == 0 is "no fence": always passed.
+struct fence {
+  std::uint32_t timeline = 0;
+  std::uint64_t seq = 0;
+  [[nodiscard]] bool empty() const noexcept { return seq == 0; }
+};
+
+/// Records fences on streams and answers "has the stream passed this fence?".
+///
+/// Within one stream, fences complete in order, so each stream is a timeline with a sequence
+/// counter and a watermark `known`: every fence at or below it is known to be passed, and
+/// answering for those costs nothing. Only a fence above the watermark asks the backend, and one
+/// answer raises the watermark for all earlier fences at once. On the host backend that ask is an
+/// atomic load of the queue's completion counter; on CUDA it is cudaEventQuery (about 1.5 µs on
+/// the H200), so owners ask only when a resource comes back into use and is not already known free.
+/// Not thread-safe: its owner serializes access.
+template <class B>
+class fence_clock;
+
+template <>
+class fence_clock<backend::host> {
+ public:
+  fence record(stream_ref<backend::host> s) {
+    auto* q = s.get();
+    std::uint32_t i = 0;
+    while (i < queues_.size() && queues_[i].get() != q) ++i;
+    if (i == queues_.size()) queues_.push_back(q->shared_from_this());
+    return {i, q->enqueued()};
+  }
+  [[nodiscard]] bool passed(fence f) const noexcept {
+    return f.empty() || queues_[f.timeline]->completed() >= f.seq;
+  }
+  void wait(fence f) const {
+    if (!f.empty()) queues_[f.timeline]->wait_for(f.seq);
+  }
+
+ private:
+  std::vector<std::shared_ptr<host_queue>> queues_;
+};
+
+#if FERRY_HAS_CUDA
+template <>
+class fence_clock<backend::cuda> {
+ public:
+  fence_clock() = default;
+  fence_clock(const fence_clock&) = delete;
+  fence_clock& operator=(const fence_clock&) = delete;
+  fence_clock(fence_clock&& o) noexcept
+      : timelines_(std::move(o.timelines_)), spare_(std::move(o.spare_)) {}
+  fence_clock& operator=(fence_clock&& o) noexcept {
+    std::swap(timelines_, o.timelines_);
+    std::swap(spare_, o.spare_);
+    return *this;
+  }
+  ~fence_clock() {
+    for (auto& t : timelines_)
+      for (auto& [seq, ev] : t.pending) cudaEventDestroy(ev);
+    for (auto ev : spare_) cudaEventDestroy(ev);
+  }
+
+  fence record(stream_ref<backend::cuda> s) {
+    std::uint32_t i = 0;
+    while (i < timelines_.size() && timelines_[i].stream != s.get()) ++i;
+    if (i == timelines_.size()) timelines_.push_back(timeline{s.get(), 0, 0, {}});
+    auto& t = timelines_[i];
+    cudaEvent_t ev = nullptr;
+    if (spare_.empty()) {
+      FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    } else {
+      ev = spare_.back();
+      spare_.pop_back();
+    }
+    if (const cudaError_t r = cudaEventRecord(ev, s.get()); r != cudaSuccess) {
+      spare_.push_back(ev);
+      throw_cuda(r, "cudaEventRecord(fence)", __FILE__, __LINE__);
+    }
+    t.pending.emplace_back(++t.next, ev);
+    return {i, t.next};
+  }
+
+  [[nodiscard]] bool passed(fence f) {
+    if (f.empty()) return true;
+    auto& t = timelines_[f.timeline];
+    if (f.seq <= t.known) return true;
+    // Ask about the newest fence first: when the stream has caught up, one query retires all.
+    if (query(t.pending.back().second)) {
+      retire(t, t.pending.back().first);
+      return true;
+    }
+    if (f.seq == t.pending.back().first) return false;
+    if (query(find(t, f.seq))) {
+      retire(t, f.seq);
+      return true;
+    }
+    return false;
+  }
+
+  void wait(fence f) {
+    if (passed(f)) return;
+    auto& t = timelines_[f.timeline];
+    count(counters<backend::cuda>().synchronizations);
+    FERRY_CUDA_CHECK(cudaEventSynchronize(find(t, f.seq)));
+    retire(t, f.seq);
+  }
+
+ private:
+  struct timeline {
+    cudaStream_t stream;
+    std::uint64_t next = 0;
+    std::uint64_t known = 0;
+    std::deque<std::pair<std::uint64_t, cudaEvent_t>> pending;
+  };
+
+  static bool query(cudaEvent_t ev) {
+    const cudaError_t r = cudaEventQuery(ev);
+    if (r == cudaErrorNotReady) return false;
+    FERRY_CUDA_CHECK(r);
+    return true;
+  }
+  static cudaEvent_t find(const timeline& t, std::uint64_t seq) {
+    // pending holds consecutive sequence numbers known+1 .. next.
+    return t.pending[static_cast<std::size_t>(seq - t.pending.front().first)].second;
+  }
+  void retire(timeline& t, std::uint64_t seq) {
+    while (!t.pending.empty() && t.pending.front().first <= seq) {
+      spare_.push_back(t.pending.front().second);
+      t.pending.pop_front();
+    }
+    t.known = std::max(t.known, seq);
+  }
+
+  std::vector<timeline> timelines_;
+  std::vector<cudaEvent_t> spare_;
+};
+#endif
+
+}  // namespace ferry::detail

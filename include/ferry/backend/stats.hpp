@@ -1,0 +1,52 @@
+// ferry/backend/stats.hpp: what a backend has allocated and how often ferry made it synchronize.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace ferry {
+
+/// Counts of the backend calls ferry itself made, per backend, for the whole process. They count
+/// at the backend (every cudaHostAlloc / cudaMalloc / synchronizing call ferry issues, or the host
+/// backend's equivalents), not in a component's own bookkeeping, so a test that reads them before
+/// and after a steady-state loop sees every allocation and synchronization ferry caused.
+struct backend_stats {
+  std::uint64_t pinned_allocations = 0;
+  std::uint64_t pinned_frees = 0;
+  std::uint64_t device_allocations = 0;
+  std::uint64_t device_frees = 0;
+  std::uint64_t synchronizations = 0;  ///< host-blocking waits: stream/event sync, blocking copies
+};
+
+namespace detail {
+struct backend_counters {
+  std::atomic<std::uint64_t> pinned_allocations{0};
+  std::atomic<std::uint64_t> pinned_frees{0};
+  std::atomic<std::uint64_t> device_allocations{0};
+  std::atomic<std::uint64_t> device_frees{0};
+  std::atomic<std::uint64_t> synchronizations{0};
+
+  backend_stats snapshot() const noexcept {
+    constexpr auto r = std::memory_order_relaxed;
+    return {pinned_allocations.load(r), pinned_frees.load(r), device_allocations.load(r),
+            device_frees.load(r), synchronizations.load(r)};
+  }
+};
+
+template <class B>
+backend_counters& counters() noexcept {
+  static backend_counters c;
+  return c;
+}
+inline void count(std::atomic<std::uint64_t>& c) noexcept {
+  c.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace detail
+
+/// The counters of backend B (see backend_stats).
+template <class B>
+backend_stats backend_stats_of() noexcept {
+  return detail::counters<B>().snapshot();
+}
+
+}  // namespace ferry

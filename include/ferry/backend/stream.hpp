@@ -1,0 +1,194 @@
+// ferry/backend/stream.hpp: stream_ref (non-owning) and stream (owning), for both backends.
+#pragma once
+
+#include <ferry/backend/detail/cuda_runtime.hpp>
+#include <ferry/backend/detail/host_queue.hpp>
+#include <ferry/backend/stats.hpp>
+#include <ferry/config.hpp>
+#include <ferry/error.hpp>
+#include <ferry/policies/backend.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace ferry {
+
+template <class B>
+class event;
+
+/// A non-owning, trivially copyable reference to a stream of backend B. Never constructible from
+/// 0 or nullptr: there is no implicit "default stream" in ferry, the stream is always explicit.
+template <class B>
+class stream_ref;
+
+template <>
+class stream_ref<backend::host> {
+ public:
+  using backend_type = backend::host;
+  stream_ref(std::nullptr_t) = delete;
+  stream_ref(int) = delete;
+  /// Refers to an existing host queue (owned by a ferry::stream<backend::host>).
+  explicit stream_ref(detail::host_queue* q) noexcept : queue_(q) {}
+
+  /// The queue this reference names.
+  [[nodiscard]] detail::host_queue* get() const noexcept { return queue_; }
+  /// Blocks until all work enqueued so far has run; rethrows (once) the first error raised by
+  /// that work.
+  void synchronize() const;
+  /// Makes later work on this stream wait until `e` has completed, without blocking the host.
+  void wait(const event<backend::host>& e) const;
+
+  friend bool operator==(stream_ref a, stream_ref b) noexcept { return a.queue_ == b.queue_; }
+
+ protected:
+  detail::host_queue* queue_;
+};
+
+#if FERRY_HAS_CUDA
+template <>
+class stream_ref<backend::cuda> {
+ public:
+  using backend_type = backend::cuda;
+  stream_ref(std::nullptr_t) = delete;
+  stream_ref(int) = delete;
+  /// Refers to an existing CUDA stream (which must outlive every use through this reference).
+  explicit stream_ref(cudaStream_t s) noexcept : stream_(s) {}
+
+  [[nodiscard]] cudaStream_t get() const noexcept { return stream_; }
+  /// cudaStreamSynchronize, then rethrows (once) the first error raised by host work enqueued on
+  /// this stream with ferry::enqueue_host.
+  void synchronize() const;
+  /// cudaStreamWaitEvent: later work waits for `e` on the device; the host does not block.
+  void wait(const event<backend::cuda>& e) const;
+  /// The device the stream belongs to.
+  [[nodiscard]] int device() const {
+    int d = 0;
+    FERRY_CUDA_CHECK(cudaStreamGetDevice(stream_, &d));
+    return d;
+  }
+
+  friend bool operator==(stream_ref a, stream_ref b) noexcept { return a.stream_ == b.stream_; }
+
+ protected:
+  cudaStream_t stream_;
+};
+#endif
+
+/// An owning stream of backend B; publicly a stream_ref<B>, so every function taking a stream
+/// accepts both. Host: a new work queue with its own worker thread (destroying it drains it).
+/// CUDA: a non-blocking stream on the device current at construction.
+template <class B = default_backend>
+class stream;
+
+template <>
+class stream<backend::host> : public stream_ref<backend::host> {
+ public:
+  stream() : stream(std::make_shared<detail::host_queue>()) {}
+  stream(stream&& o) noexcept : stream_ref(std::exchange(o.queue_, nullptr)), owner_(std::move(o.owner_)) {}
+  stream& operator=(stream&& o) noexcept {
+    if (this != &o) {
+      drain();
+      owner_ = std::move(o.owner_);
+      queue_ = std::exchange(o.queue_, nullptr);
+    }
+    return *this;
+  }
+  /// Drains the queue: every task enqueued on this stream has run when the destructor returns.
+  ~stream() { drain(); }
+
+ private:
+  explicit stream(std::shared_ptr<detail::host_queue> q) : stream_ref(q.get()), owner_(std::move(q)) {}
+  void drain() noexcept {
+    if (queue_) queue_->drain();
+  }
+  std::shared_ptr<detail::host_queue> owner_;
+};
+
+#if FERRY_HAS_CUDA
+template <>
+class stream<backend::cuda> : public stream_ref<backend::cuda> {
+ public:
+  stream() : stream_ref(create()) {}
+  stream(stream&& o) noexcept : stream_ref(std::exchange(o.stream_, nullptr)) {}
+  stream& operator=(stream&& o) noexcept {
+    if (this != &o) {
+      destroy();
+      stream_ = std::exchange(o.stream_, nullptr);
+    }
+    return *this;
+  }
+  ~stream() { destroy(); }
+
+ private:
+  static cudaStream_t create() {
+    cudaStream_t s = nullptr;
+    FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+  }
+  void destroy() noexcept {
+    if (stream_) detail::destructor_guard([&] { FERRY_CUDA_CHECK(cudaStreamDestroy(stream_)); });
+    stream_ = nullptr;
+  }
+};
+#endif
+
+// ---- running host code in stream order ------------------------------------------------------
+
+namespace detail {
+inline void rethrow_if(std::exception_ptr e) {
+  if (e) std::rethrow_exception(e);
+}
+
+#if FERRY_HAS_CUDA
+template <class F>
+struct host_fn_task {
+  F fn;
+  cudaStream_t stream;
+  static void CUDART_CB trampoline(void* p) noexcept {
+    std::unique_ptr<host_fn_task> t(static_cast<host_fn_task*>(p));
+    try {
+      t->fn();
+    } catch (...) {
+      stream_error_registry::instance().record(t->stream, capture_stream_error());
+    }
+  }
+};
+#endif
+}  // namespace detail
+
+/// Runs `f()` on the host once all work enqueued before it on `s` has completed, and before any
+/// work enqueued after it. Returns at once. An exception thrown by `f` is kept and rethrown by the
+/// next synchronizing call on `s` (or an event recorded on it after `f`); later work still runs.
+/// CUDA: `f` runs on a CUDA runtime thread (cudaLaunchHostFunc) and must not call CUDA.
+template <class F>
+void enqueue_host(stream_ref<backend::host> s, F&& f) {
+  s.get()->enqueue(std::function<void()>(static_cast<F&&>(f)));
+}
+
+#if FERRY_HAS_CUDA
+template <class F>
+void enqueue_host(stream_ref<backend::cuda> s, F&& f) {
+  using task = detail::host_fn_task<std::decay_t<F>>;
+  auto t = std::make_unique<task>(task{static_cast<F&&>(f), s.get()});
+  FERRY_CUDA_CHECK(cudaLaunchHostFunc(s.get(), &task::trampoline, t.get()));
+  t.release();
+}
+#endif
+
+inline void stream_ref<backend::host>::synchronize() const {
+  detail::count(detail::counters<backend::host>().synchronizations);
+  queue_->drain();
+  detail::rethrow_if(queue_->take_error());
+}
+
+#if FERRY_HAS_CUDA
+inline void stream_ref<backend::cuda>::synchronize() const {
+  detail::count(detail::counters<backend::cuda>().synchronizations);
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  detail::rethrow_if(detail::stream_error_registry::instance().take(stream_));
+}
+#endif
+
+}  // namespace ferry

@@ -1,0 +1,50 @@
+// ferry/config.hpp: build configuration shared by every ferry header.
+#pragma once
+
+// FERRY_DEFAULT_BACKEND names the backend used when a component is given none: `cuda` or `host`.
+// The ferry::ferry CMake target sets it once for the whole build (cuda when the CUDA toolkit was
+// found, host otherwise), so that every translation unit agrees.
+#ifndef FERRY_DEFAULT_BACKEND
+#error "FERRY_DEFAULT_BACKEND is not set: link the ferry::ferry CMake target, or define FERRY_DEFAULT_BACKEND to cuda or host identically for every translation unit."
+#endif
+
+// FERRY_HAS_CUDA is 1 when the CUDA runtime headers are available (set by the ferry::ferry target).
+#ifndef FERRY_HAS_CUDA
+#define FERRY_HAS_CUDA 0
+#endif
+
+#if defined(__CUDACC__)
+#define FERRY_HOST_DEVICE __host__ __device__
+#else
+#define FERRY_HOST_DEVICE
+#endif
+
+// Kernels and their launch stubs live in an inline namespace named after the target
+// architectures (as CUB does), so that two shared objects built for different architectures never
+// share a kernel stub, and have hidden visibility.
+#define FERRY_PP_CAT_(a, b) a##b
+#define FERRY_PP_CAT(a, b) FERRY_PP_CAT_(a, b)
+#define FERRY_PP_NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, n, ...) n
+#define FERRY_PP_NARGS(...) FERRY_PP_NARGS_(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define FERRY_PP_JOIN_1(a) a
+#define FERRY_PP_JOIN_2(a, ...) FERRY_PP_CAT(a, FERRY_PP_CAT(_, FERRY_PP_JOIN_1(__VA_ARGS__)))
+#define FERRY_PP_JOIN_3(a, ...) FERRY_PP_CAT(a, FERRY_PP_CAT(_, FERRY_PP_JOIN_2(__VA_ARGS__)))
+#define FERRY_PP_JOIN_4(a, ...) FERRY_PP_CAT(a, FERRY_PP_CAT(_, FERRY_PP_JOIN_3(__VA_ARGS__)))
+#define FERRY_PP_JOIN_5(a, ...) FERRY_PP_CAT(a, FERRY_PP_CAT(_, FERRY_PP_JOIN_4(__VA_ARGS__)))
+#define FERRY_PP_JOIN_6(a, ...) FERRY_PP_CAT(a, FERRY_PP_CAT(_, FERRY_PP_JOIN_5(__VA_ARGS__)))
+#define FERRY_PP_JOIN_7(a, ...) FERRY_PP_CAT(a, FERRY_PP_CAT(_, FERRY_PP_JOIN_6(__VA_ARGS__)))
+#define FERRY_PP_JOIN_8(a, ...) FERRY_PP_CAT(a, FERRY_PP_CAT(_, FERRY_PP_JOIN_7(__VA_ARGS__)))
+#define FERRY_PP_JOIN(...) FERRY_PP_CAT(FERRY_PP_JOIN_, FERRY_PP_NARGS(__VA_ARGS__))(__VA_ARGS__)
+
+#if defined(__CUDA_ARCH_LIST__)
+#define FERRY_KERNEL_NAMESPACE FERRY_PP_CAT(kernels_sm_, FERRY_PP_JOIN(__CUDA_ARCH_LIST__))
+#else
+#define FERRY_KERNEL_NAMESPACE kernels_host
+#endif
+#define FERRY_KERNEL_VISIBILITY __attribute__((visibility("hidden")))
+
+namespace ferry::detail {
+// A false that depends on a template parameter, for static_asserts in discarded branches.
+template <class...>
+inline constexpr bool dependent_false = false;
+}  // namespace ferry::detail

@@ -1,0 +1,66 @@
+// ferry/memory/device_buffer.hpp: device_buffer<T, B>, device memory owned by RAII.
+#pragma once
+
+#include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/element.hpp>
+#include <ferry/memory/device_span.hpp>
+
+#include <cstddef>
+#include <optional>
+#include <utility>
+
+namespace ferry {
+
+/// `n` elements of device memory, contents uninitialized.
+///  - `device_buffer(n)`: cudaMalloc; complete on return. The destructor's cudaFree waits for the
+///    whole device.
+///  - `device_buffer(n, stream)`: stream-ordered (cudaMallocAsync): usable by work on `stream`
+///    enqueued after the constructor; the destructor frees it in order on the same stream
+///    (cudaFreeAsync), which therefore must outlive the buffer.
+/// Move-only; a moved-from buffer is empty.
+template <class T, class B = default_backend>
+class device_buffer {
+  static_assert((detail::check_element<T>(), true));
+  static_assert((detail::check_backend<B>(), true));
+  using ops = detail::backend_ops<B>;
+
+ public:
+  using value_type = T;
+  using backend_type = B;
+
+  device_buffer() noexcept = default;
+  explicit device_buffer(std::size_t n)
+      : data_(static_cast<T*>(ops::alloc_device(n * sizeof(T)))), size_(n) {}
+  device_buffer(std::size_t n, stream_ref<B> s) : size_(n), stream_(s) {
+    ops::check_stream(s, ops::current_device());
+    data_ = static_cast<T*>(ops::alloc_device_async(n * sizeof(T), s));
+  }
+  device_buffer(device_buffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)),
+        stream_(std::exchange(o.stream_, std::nullopt)) {}
+  device_buffer& operator=(device_buffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    std::swap(stream_, o.stream_);
+    return *this;
+  }
+  ~device_buffer() {
+    if (!data_) return;
+    if (stream_)
+      detail::destructor_guard([&] { ops::free_device_async(data_, *stream_); });
+    else
+      ops::free_device(data_);
+  }
+
+  [[nodiscard]] device_span<T> span() const noexcept { return {data_, size_}; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] T* data() const noexcept { return data_; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::optional<stream_ref<B>> stream_;
+};
+
+}  // namespace ferry

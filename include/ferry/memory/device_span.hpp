@@ -1,0 +1,73 @@
+// ferry/memory/device_span.hpp: device_span<T>, a pointer and a size that kernels can use.
+#pragma once
+
+#include <ferry/config.hpp>
+
+#include <cstddef>
+#include <stdexcept>
+#include <type_traits>
+
+namespace ferry {
+
+/// A view of `size()` elements at a device-accessible address (device memory, or pinned memory
+/// through UVA) on any backend. Trivially copyable; pass it to kernels by value. There is no host
+/// element access: read the data back with ferry::async_d2h. Element access (`operator[]`) is
+/// available in device code.
+template <class T>
+class device_span {
+ public:
+  using element_type = T;
+  using value_type = std::remove_cv_t<T>;
+  using size_type = std::size_t;
+
+  constexpr device_span() noexcept = default;
+  /// Views `n` elements at the device-accessible address `p`.
+  FERRY_HOST_DEVICE constexpr device_span(T* p, std::size_t n) noexcept : data_(p), size_(n) {}
+  /// device_span<T> converts to device_span<const T>.
+  template <class U>
+    requires(!std::is_same_v<U, T> && std::is_convertible_v<U (*)[], T (*)[]>)
+  FERRY_HOST_DEVICE constexpr device_span(device_span<U> o) noexcept
+      : data_(o.data()), size_(o.size()) {}
+
+  [[nodiscard]] FERRY_HOST_DEVICE constexpr T* data() const noexcept { return data_; }
+  [[nodiscard]] FERRY_HOST_DEVICE constexpr std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] FERRY_HOST_DEVICE constexpr std::size_t size_bytes() const noexcept {
+    return size_ * sizeof(T);
+  }
+  [[nodiscard]] FERRY_HOST_DEVICE constexpr bool empty() const noexcept { return size_ == 0; }
+
+  /// The first `n` elements; on the host, n > size() throws std::out_of_range.
+  [[nodiscard]] FERRY_HOST_DEVICE constexpr device_span first(std::size_t n) const {
+    check(n <= size_, "device_span::first: count exceeds size");
+    return {data_, n};
+  }
+  /// `count` elements from `offset` (to the end when count is npos); checked on the host.
+  [[nodiscard]] FERRY_HOST_DEVICE constexpr device_span subspan(std::size_t offset,
+                                                                std::size_t count = npos) const {
+    check(offset <= size_, "device_span::subspan: offset exceeds size");
+    if (count == npos) count = size_ - offset;
+    check(count <= size_ - offset, "device_span::subspan: offset + count exceeds size");
+    return {data_ + offset, count};
+  }
+
+#if defined(__CUDACC__)
+  __device__ T& operator[](std::size_t i) const noexcept { return data_[i]; }
+#endif
+
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+
+ private:
+  FERRY_HOST_DEVICE static constexpr void check(bool ok, const char* what) {
+#if !defined(__CUDA_ARCH__)
+    if (!ok) throw std::out_of_range(what);
+#else
+    (void)ok;
+    (void)what;
+#endif
+  }
+
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace ferry

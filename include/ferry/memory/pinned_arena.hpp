@@ -1,0 +1,190 @@
+// ferry/memory/pinned_arena.hpp: pinned_arena<B>, the pool of pinned staging blocks, and
+// default_arena<B>().
+#pragma once
+
+#include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/backend/detail/fence_clock.hpp>
+#include <ferry/error.hpp>
+#include <ferry/memory/detail/ring.hpp>
+
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ferry {
+
+/// What an arena holds and has done.
+struct arena_stats {
+  std::uint64_t allocations = 0;  ///< pinned allocations made (cudaHostAlloc calls)
+  std::uint64_t reuses = 0;       ///< blocks handed out again without an allocation
+  std::size_t bytes_reserved = 0; ///< pinned bytes held, in use or free
+  std::size_t bytes_in_use = 0;   ///< bytes of blocks handed out and not yet given back
+  std::size_t byte_cap = 0;       ///< the cap on bytes_reserved
+};
+
+/// A block of pinned, mapped staging memory handed out by an arena: at least 256-byte aligned,
+/// `capacity` bytes (a power of two, at least 256).
+struct pinned_block {
+  std::byte* data = nullptr;
+  std::size_t capacity = 0;
+  [[nodiscard]] explicit operator bool() const noexcept { return data != nullptr; }
+};
+
+/// Pinned staging memory for asynchronous copies and UVA reads. Blocks come in power-of-two size
+/// classes; a block is given back with the stream it was used on, and handed out again only once
+/// that stream has passed the point of use (a fence recorded at release()). Blocks are never
+/// returned to the backend except by trim() or the destructor, so after warm-up (or reserve())
+/// staging allocates nothing. Beyond `byte_cap` reserved bytes, acquire() throws
+/// ferry::capacity_error instead of allocating — and still never hands out a block in flight.
+/// Thread-safe.
+template <class B = default_backend>
+class pinned_arena {
+  static_assert((detail::check_backend<B>(), true));
+  using ops = detail::backend_ops<B>;
+
+ public:
+  using backend_type = B;
+  static constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
+  static constexpr std::size_t min_block = 256;
+
+  explicit pinned_arena(std::size_t byte_cap = unlimited) : cap_(byte_cap) {}
+  pinned_arena(const pinned_arena&) = delete;
+  pinned_arena& operator=(const pinned_arena&) = delete;
+  /// Waits for the fences of the blocks it holds, then frees them. Blocks still handed out are
+  /// the holder's bug; they are leaked, not freed under a reader.
+  ~pinned_arena() {
+    detail::destructor_guard([&] { trim(); });
+  }
+
+  /// A block of at least `bytes` bytes whose previous use (if any) the GPU has passed.
+  [[nodiscard]] pinned_block acquire(std::size_t bytes) {
+    const unsigned cls = class_of(bytes);
+    const std::size_t size = std::size_t{1} << cls;
+    std::lock_guard lock(mutex_);
+    if (auto b = take_passed(cls); b) {
+      ++stats_.reuses;
+      stats_.bytes_in_use += size;
+      return b;
+    }
+    if (stats_.bytes_reserved + size > cap_)
+      throw capacity_error("ferry: pinned_arena cap of " + std::to_string(cap_) +
+                           " bytes reached (" + std::to_string(stats_.bytes_reserved) +
+                           " reserved, " + std::to_string(stats_.bytes_in_use) +
+                           " in use) while staging " + std::to_string(bytes) +
+                           " bytes; blocks still in flight are never reused");
+    pinned_block b{static_cast<std::byte*>(ops::alloc_pinned(size)), size};
+    ++stats_.allocations;
+    stats_.bytes_reserved += size;
+    stats_.bytes_in_use += size;
+    return b;
+  }
+
+  /// Gives `b` back; it is reused only after `s` has passed everything enqueued on it so far.
+  void release(pinned_block b, stream_ref<B> s) {
+    if (!b) return;
+    std::lock_guard lock(mutex_);
+    give_back(b, clock_.record(s));
+  }
+  /// Gives back a block that no stream used (reusable at once).
+  void release(pinned_block b) {
+    if (!b) return;
+    std::lock_guard lock(mutex_);
+    give_back(b, detail::fence{});
+  }
+
+  /// Makes sure at least `count` blocks of at least `bytes` bytes are free, allocating the
+  /// difference now (so that steady state starts allocation-free).
+  void reserve(std::size_t bytes, std::size_t count = 1) {
+    const unsigned cls = class_of(bytes);
+    const std::size_t size = std::size_t{1} << cls;
+    std::lock_guard lock(mutex_);
+    auto& list = free_[cls];
+    while (list.size() < count) {
+      if (stats_.bytes_reserved + size > cap_)
+        throw capacity_error("ferry: pinned_arena::reserve exceeds the arena's byte cap of " +
+                             std::to_string(cap_));
+      list.push_back({pinned_block{static_cast<std::byte*>(ops::alloc_pinned(size)), size}, {}});
+      ++stats_.allocations;
+      stats_.bytes_reserved += size;
+    }
+  }
+
+  /// Frees every block not handed out, after waiting for its fence. Synchronizing: the wait, and
+  /// on CUDA cudaFreeHost itself, which waits for the whole device.
+  void trim() {
+    std::lock_guard lock(mutex_);
+    for (auto& list : free_) {
+      while (!list.empty()) {
+        auto e = list.pop_front();
+        clock_.wait(e.fence);
+        ops::free_pinned(e.block.data);
+        stats_.bytes_reserved -= e.block.capacity;
+      }
+    }
+  }
+
+  [[nodiscard]] arena_stats stats() const {
+    std::lock_guard lock(mutex_);
+    auto s = stats_;
+    s.byte_cap = cap_;
+    return s;
+  }
+
+ private:
+  struct entry {
+    pinned_block block;
+    detail::fence fence;
+  };
+
+  static unsigned class_of(std::size_t bytes) {
+    const std::size_t n = bytes < min_block ? min_block : bytes;
+    if (n > (std::size_t{1} << 62)) throw capacity_error("ferry: staging request too large");
+    return static_cast<unsigned>(std::bit_width(n - 1));
+  }
+
+  // The oldest free block of the class whose fence has passed. Within one stream fences pass in
+  // order, so when the oldest block of a stream is still in flight, its later blocks are skipped
+  // without asking.
+  pinned_block take_passed(unsigned cls) {
+    auto& list = free_[cls];
+    std::uint32_t blocked[4];
+    std::size_t n_blocked = 0;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const detail::fence f = list[i].fence;
+      bool skip = false;
+      for (std::size_t k = 0; k < n_blocked; ++k) skip |= blocked[k] == f.timeline && !f.empty();
+      if (skip) continue;
+      if (clock_.passed(f)) return list.take(i).block;
+      if (n_blocked == std::size(blocked)) break;
+      blocked[n_blocked++] = f.timeline;
+    }
+    return {};
+  }
+
+  void give_back(pinned_block b, detail::fence f) {
+    free_[class_of(b.capacity)].push_back({b, f});
+    stats_.bytes_in_use -= b.capacity;
+  }
+
+  mutable std::mutex mutex_;
+  std::size_t cap_;
+  arena_stats stats_{};
+  detail::fence_clock<B> clock_;
+  std::array<detail::ring<entry>, 64> free_{};
+};
+
+/// The process-wide arena of backend B: created on first use (thread-safe), never destroyed
+/// (intentionally leaked at exit, when streams may already be gone). Every staging function also
+/// takes an explicit arena.
+template <class B = default_backend>
+pinned_arena<B>& default_arena() {
+  static auto* arena = new pinned_arena<B>();
+  return *arena;
+}
+
+}  // namespace ferry

@@ -1,0 +1,33 @@
+// ferry/policies/growth.hpp: GrowthPolicy, how staging capacity follows demand.
+#pragma once
+
+#include <ferry/policies/detail/families.hpp>
+
+#include <cstddef>
+
+namespace ferry::growth {
+
+/// Capacity grows to the next power of two at or above the request (1→1, 5→8, 1024→1024,
+/// 1025→2048) and never shrinks (the default).
+struct pow2 {
+  using ferry_policy_family = families::growth;
+  static constexpr std::size_t capacity_for(std::size_t n) noexcept {
+    std::size_t c = 1;
+    while (c < n) c <<= 1;
+    return c;
+  }
+};
+
+/// Capacity never changes after construction or reserve(): addresses stay stable (graph-safe),
+/// and a request beyond the capacity throws ferry::capacity_error.
+struct fixed {
+  using ferry_policy_family = families::growth;
+};
+
+}  // namespace ferry::growth
+
+namespace ferry::families {
+struct growth {
+  using default_policy = ferry::growth::pow2;
+};
+}  // namespace ferry::families

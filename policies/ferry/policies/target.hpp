@@ -1,0 +1,25 @@
+// ferry/policies/target.hpp: TargetKind, where a staged-write tensor's data lives.
+#pragma once
+
+#include <ferry/policies/detail/families.hpp>
+
+namespace ferry::target {
+
+/// The target lives in device memory (the default): kernels read it at HBM speed.
+struct device {
+  using ferry_policy_family = families::target_kind;
+};
+
+/// The target lives in pinned, mapped host memory that kernels read and write through UVA: the
+/// host can read it without a copy, kernels pay PCIe latency on every access.
+struct uva {
+  using ferry_policy_family = families::target_kind;
+};
+
+}  // namespace ferry::target
+
+namespace ferry::families {
+struct target_kind {
+  using default_policy = ferry::target::device;
+};
+}  // namespace ferry::families

@@ -1,0 +1,59 @@
+# Compile-time checks, run as CTest tests:
+#  - every public header compiles on its own, with the host compiler (.hpp) and with nvcc (.hpp
+#    and .cuh): one generated translation unit and one test per header and compiler;
+#  - compile-fail snippets (tests/compile_fail/*.cpp): built with -DFERRY_EXPECT_FAIL the
+#    compiler must print the exact diagnostic named on the snippet's `// expect:` line; built
+#    without it, the twin must compile with the same flags (so an unrelated error cannot pass).
+option(FERRY_HEADER_CHECKS "Compile every public header alone (as tests)" ON)
+
+set(_ferry_inc -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/policies)
+if(FERRY_HAS_CUDA)
+  foreach(d IN LISTS CUDAToolkit_INCLUDE_DIRS)
+    list(APPEND _ferry_inc -isystem ${d})
+  endforeach()
+  set(_ferry_defs -DFERRY_DEFAULT_BACKEND=cuda -DFERRY_HAS_CUDA=1)
+else()
+  set(_ferry_defs -DFERRY_DEFAULT_BACKEND=host -DFERRY_HAS_CUDA=0)
+endif()
+
+if(FERRY_HEADER_CHECKS)
+  file(GLOB_RECURSE _headers RELATIVE ${PROJECT_SOURCE_DIR}/include
+       ${PROJECT_SOURCE_DIR}/include/*.hpp ${PROJECT_SOURCE_DIR}/include/*.cuh)
+  file(GLOB_RECURSE _policy_headers RELATIVE ${PROJECT_SOURCE_DIR}/policies
+       ${PROJECT_SOURCE_DIR}/policies/*.hpp)
+  foreach(h IN LISTS _headers _policy_headers)
+    string(MAKE_C_IDENTIFIER ${h} id)
+    if(h MATCHES "\\.hpp$")
+      set(tu ${CMAKE_CURRENT_BINARY_DIR}/headers/${id}.cpp)
+      file(CONFIGURE OUTPUT ${tu} CONTENT "#include <${h}>\n")
+      add_test(NAME "header.g++: ${h}"
+               COMMAND ${CMAKE_CXX_COMPILER} -std=c++20 -fsyntax-only -Wall -Wextra -Werror
+                       ${_ferry_inc} ${_ferry_defs} ${tu})
+      set_tests_properties("header.g++: ${h}" PROPERTIES LABELS header)
+    endif()
+    if(FERRY_HAS_NVCC)
+      set(tu ${CMAKE_CURRENT_BINARY_DIR}/headers/${id}.cu)
+      file(CONFIGURE OUTPUT ${tu} CONTENT "#include <${h}>\n")
+      add_test(NAME "header.nvcc: ${h}"
+               COMMAND ${CMAKE_CUDA_COMPILER} -std=c++20 -arch=sm_90 --expt-relaxed-constexpr
+                       -c -o ${CMAKE_CURRENT_BINARY_DIR}/headers/${id}.o
+                       ${_ferry_inc} ${_ferry_defs} ${tu})
+      set_tests_properties("header.nvcc: ${h}" PROPERTIES LABELS header)
+    endif()
+  endforeach()
+endif()
+
+file(GLOB _snippets ${CMAKE_CURRENT_SOURCE_DIR}/compile_fail/*.cpp)
+foreach(snippet IN LISTS _snippets)
+  get_filename_component(name ${snippet} NAME_WE)
+  file(STRINGS ${snippet} _expect REGEX "^// expect: ")
+  string(REGEX REPLACE "^// expect: " "" _expect "${_expect}")
+  if(_expect STREQUAL "")
+    message(FATAL_ERROR "${snippet} has no '// expect: <regex>' line")
+  endif()
+  set(cmd ${CMAKE_CXX_COMPILER} -std=c++20 -fsyntax-only ${_ferry_inc} ${_ferry_defs} ${snippet})
+  add_test(NAME "compile_fail: ${name}" COMMAND ${cmd} -DFERRY_EXPECT_FAIL)
+  set_tests_properties("compile_fail: ${name}" PROPERTIES PASS_REGULAR_EXPRESSION "${_expect}" LABELS compile)
+  add_test(NAME "compile_twin: ${name}" COMMAND ${cmd})
+  set_tests_properties("compile_twin: ${name}" PROPERTIES LABELS compile)
+endforeach()

@@ -1,0 +1,13 @@
+// expect: use of deleted function .*stream_ref<ferry::backend::host>::stream_ref\(int\)
+// There is no implicit default stream: stream_ref from 0 is deleted; the twin names a stream.
+#include <ferry/ferry.hpp>
+
+int main() {
+  ferry::stream<ferry::backend::host> s;
+#ifdef FERRY_EXPECT_FAIL
+  ferry::stream_ref<ferry::backend::host> r(0);
+#else
+  ferry::stream_ref<ferry::backend::host> r(s);
+#endif
+  r.synchronize();
+}

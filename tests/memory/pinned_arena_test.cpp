@@ -1,0 +1,138 @@
+// Tests for include/ferry/memory/pinned_arena.hpp: reuse only behind fences, the byte cap,
+// steady state without allocation (counted by the backend), reserve, trim, thread safety.
+#include <support/backends.hpp>
+
+#include <catch2/catch_template_test_macros.hpp>
+
+#include <cstdint>
+#include <set>
+#include <thread>
+#include <vector>
+
+TEMPLATE_TEST_CASE("a block is handed out again only after its stream passed its use",
+                        "[arena]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::pinned_arena<TestType> arena;
+  ferry::stream<TestType> s;
+  auto a = arena.acquire(1000);
+  REQUIRE(a.capacity == 1024);
+  CHECK(reinterpret_cast<std::uintptr_t>(a.data) % 256 == 0);
+  std::byte* second = nullptr;
+  {
+    ferry_test::gate<TestType> g(s);
+    arena.release(a, s);  // its use is behind the gate: in flight
+    auto b = arena.acquire(1000);
+    CHECK(b.data != a.data);  // never the in-flight block
+    second = b.data;
+    arena.release(b);
+    auto c = arena.acquire(1000);
+    CHECK(c.data == second);  // a block given back unused is reusable at once
+    arena.release(c);
+    CHECK(arena.stats().allocations == 2);
+  }
+  s.synchronize();
+  auto x = arena.acquire(1000);
+  auto y = arena.acquire(1000);
+  CHECK(std::set<std::byte*>{x.data, y.data} == std::set<std::byte*>{a.data, second});
+  const auto st = arena.stats();
+  CHECK(st.allocations == 2);
+  CHECK(st.reuses == 3);
+  CHECK(st.bytes_reserved == 2048);
+  CHECK(st.bytes_in_use == 2048);
+  arena.release(x);
+  arena.release(y);
+  CHECK(arena.stats().bytes_in_use == 0);
+}
+
+TEMPLATE_TEST_CASE("under the byte cap an in-flight block is never handed out: capacity_error",
+                        "[arena]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::pinned_arena<TestType> arena(4096);
+  ferry::stream<TestType> s;
+  auto a = arena.acquire(4096);
+  {
+    ferry_test::gate<TestType> g(s);
+    arena.release(a, s);
+    CHECK_THROWS_AS(arena.acquire(4096), ferry::capacity_error);
+    CHECK_THROWS_AS(arena.acquire(100), ferry::capacity_error);  // no room for another class
+    CHECK(arena.stats().bytes_in_use == 0);
+  }
+  s.synchronize();
+  auto b = arena.acquire(4096);
+  CHECK(b.data == a.data);
+  arena.release(b, s);
+}
+
+TEMPLATE_TEST_CASE("after warm-up staging allocates nothing (counted by the backend)",
+                        "[arena]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::pinned_arena<TestType> arena;
+  ferry::stream<TestType> s;
+  const std::size_t sizes[] = {1, 255, 256, 4096, 5000, 65536, 1 << 20};
+  auto step = [&] {
+    for (auto n : sizes) {
+      auto b = arena.acquire(n);
+      REQUIRE(b.capacity >= n);
+      b.data[n - 1] = std::byte{1};
+      ferry::enqueue_host(s, [] {});  // a use on the stream
+      arena.release(b, s);
+    }
+  };
+  for (int i = 0; i < 3; ++i) {
+    step();
+    s.synchronize();
+  }
+  const auto before = ferry::backend_stats_of<TestType>();
+  const auto arena_before = arena.stats();
+  for (int i = 0; i < 200; ++i) {
+    step();
+    s.synchronize();
+  }
+  const auto after = ferry::backend_stats_of<TestType>();
+  CHECK(after.pinned_allocations == before.pinned_allocations);
+  CHECK(arena.stats().allocations == arena_before.allocations);
+  CHECK(arena.stats().reuses == arena_before.reuses + 200 * std::size(sizes));
+}
+
+TEMPLATE_TEST_CASE("reserve allocates up front and trim returns free blocks to the backend",
+                        "[arena]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::pinned_arena<TestType> arena;
+  ferry::stream<TestType> s;
+  arena.reserve(3000, 4);
+  CHECK(arena.stats().allocations == 4);
+  CHECK(arena.stats().bytes_reserved == 4 * 4096);
+  const auto before = ferry::backend_stats_of<TestType>();
+  std::vector<ferry::pinned_block> held;
+  for (int i = 0; i < 4; ++i) held.push_back(arena.acquire(4096));
+  CHECK(ferry::backend_stats_of<TestType>().pinned_allocations == before.pinned_allocations);
+  for (auto& b : held) arena.release(b, s);
+  arena.trim();
+  CHECK(arena.stats().bytes_reserved == 0);
+  CHECK(ferry::backend_stats_of<TestType>().pinned_frees == before.pinned_frees + 4);
+}
+
+TEMPLATE_TEST_CASE("the arena is safe to use from several threads", "[arena]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  auto& arena = ferry::default_arena<TestType>();
+  CHECK(&arena == &ferry::default_arena<TestType>());
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      ferry::stream<TestType> s;
+      for (int i = 0; i < 200; ++i) {
+        auto b = arena.acquire(static_cast<std::size_t>(64 << (i % 5)));
+        auto* p = reinterpret_cast<int*>(b.data);
+        p[0] = t;
+        ferry::enqueue_host(s, [p, t, &failures] {
+          if (p[0] != t) ++failures;
+        });
+        arena.release(b, s);
+      }
+      s.synchronize();
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(failures == 0);  // no block was handed to another thread while its reader was pending
+}

@@ -1,0 +1,104 @@
+// Test support: the backends every typed suite is instantiated for, and the GPU gate.
+#pragma once
+
+#include <ferry/ferry.hpp>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+/// The backends every typed suite is instantiated for:
+/// TEMPLATE_TEST_CASE("...", "[tag]", FERRY_TEST_BACKENDS).
+#if FERRY_HAS_CUDA
+#define FERRY_TEST_BACKENDS ferry::backend::host, ferry::backend::cuda
+#else
+#define FERRY_TEST_BACKENDS ferry::backend::host
+#endif
+
+namespace ferry_test {
+
+inline bool gpu_required() {
+  const char* v = std::getenv("FERRY_REQUIRE_GPU");
+  return v != nullptr && std::string(v) == "1";
+}
+
+inline bool gpu_present() {
+#if FERRY_HAS_CUDA
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace ferry_test
+
+/// First line of every backend-typed test: on the CUDA backend without a GPU the test is skipped,
+/// or fails when FERRY_REQUIRE_GPU=1 (so a detection glitch on the GPU machine cannot pass).
+#define FERRY_REQUIRE_BACKEND(B)                                                            \
+  do {                                                                                      \
+    if constexpr (!std::is_same_v<B, ferry::backend::host>) {                               \
+      if (!ferry_test::gpu_present()) {                                                     \
+        if (ferry_test::gpu_required()) FAIL("FERRY_REQUIRE_GPU=1 but no CUDA device found"); \
+        SKIP("no CUDA device on this machine");                                             \
+      }                                                                                     \
+    }                                                                                       \
+  } while (0)
+
+namespace ferry_test {
+
+/// Random values of T (never all zeros) from a seeded generator.
+template <class T>
+std::vector<T> random_values(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<T> v(n);
+  for (auto& x : v) {
+    if constexpr (std::is_floating_point_v<T>)
+      x = static_cast<T>(std::uniform_real_distribution<double>(-1000.0, 1000.0)(rng));
+    else
+      x = static_cast<T>(rng());
+  }
+  return v;
+}
+
+/// A gate the test holds closed: work enqueued behind it cannot run until open() (not a sleep).
+template <class B>
+class gate {
+ public:
+  explicit gate(ferry::stream_ref<B> s) : state_(std::make_shared<state>()) {
+    ferry::enqueue_host(s, [st = state_] {
+      std::unique_lock lock(st->m);
+      st->entered = true;
+      st->cv.notify_all();
+      st->cv.wait(lock, [&] { return st->open; });
+    });
+  }
+  gate(const gate&) = delete;
+  ~gate() { open(); }
+  void open() {
+    std::lock_guard lock(state_->m);
+    state_->open = true;
+    state_->cv.notify_all();
+  }
+  /// Blocks until the stream has reached the gate.
+  void wait_entered() {
+    std::unique_lock lock(state_->m);
+    state_->cv.wait(lock, [&] { return state_->entered; });
+  }
+
+ private:
+  struct state {
+    std::mutex m;
+    std::condition_variable cv;
+    bool open = false;
+    bool entered = false;
+  };
+  std::shared_ptr<state> state_;
+};
+
+}  // namespace ferry_test
