@@ -13,7 +13,15 @@ if(FERRY_ENABLE_CUDA)
       set(CUDAToolkit_ROOT ${_ferry_cuda_root})
     endif()
   endif()
+  # CMake < 3.28's FindCUDAToolkit tags CUDA::nvToolsExt as deprecated whenever the project asks
+  # for CMake >= 3.25, and fails when the toolkit (CUDA >= 12.9) no longer ships that library.
+  # Hide the minimum version from that one check.
+  set(_ferry_min ${CMAKE_MINIMUM_REQUIRED_VERSION})
+  if(CMAKE_VERSION VERSION_LESS 3.28)
+    set(CMAKE_MINIMUM_REQUIRED_VERSION 3.24)
+  endif()
   find_package(CUDAToolkit QUIET)
+  set(CMAKE_MINIMUM_REQUIRED_VERSION ${_ferry_min})
   if(CUDAToolkit_FOUND)
     set(FERRY_HAS_CUDA ON)
   endif()

@@ -1,0 +1,193 @@
+// Benchmark support: the SPEC §10 method (host time = bursts of operations with the stream drained
+// between bursts, median over bursts; device time = operations queued behind a kernel that holds
+// the stream), one table printed with ferry beside its baselines as ratios, and the JSON results
+// format ({"benchmark", "machine", "date", "rows", "targets"}).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <unistd.h>
+
+namespace ferry_bench {
+
+struct options {
+  std::string json;  ///< --json FILE
+  int bursts = 40;   ///< --bursts N (median over N bursts)
+  int burst = 256;   ///< --burst N (operations per burst)
+  bool quick = false;  ///< --quick: few bursts, for smoke runs on machines without a GPU
+};
+
+inline options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error("missing value after " + a);
+      return argv[++i];
+    };
+    if (a == "--json") o.json = next();
+    else if (a == "--bursts") o.bursts = std::stoi(next());
+    else if (a == "--burst") o.burst = std::stoi(next());
+    else if (a == "--quick") { o.quick = true; o.bursts = 5; o.burst = 16; }
+    else throw std::runtime_error("unknown argument " + a + " (use --json FILE, --bursts N, --burst N, --quick)");
+  }
+  return o;
+}
+
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/// Host microseconds per operation: `o.bursts` bursts of `o.burst` calls of op(i) (i counts
+/// across bursts, so inputs can rotate), `drain()` between bursts (not timed), median over bursts.
+template <class Op, class Drain>
+double host_us(const options& o, Op&& op, Drain&& drain, int warmup_bursts = 3) {
+  std::size_t i = 0;
+  for (int w = 0; w < warmup_bursts; ++w) {
+    for (int k = 0; k < o.burst; ++k) op(i++);
+    drain();
+  }
+  std::vector<double> per_op;
+  for (int b = 0; b < o.bursts; ++b) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < o.burst; ++k) op(i++);
+    const auto t1 = std::chrono::steady_clock::now();
+    drain();
+    per_op.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / o.burst);
+  }
+  return median(per_op);
+}
+
+using value = std::variant<double, std::string>;
+using row = std::vector<std::pair<std::string, value>>;
+
+struct target {
+  std::string name;
+  double value;
+  std::string op;  ///< "<=" or ">="
+  double goal;
+  [[nodiscard]] bool met() const { return op == "<=" ? value <= goal : value >= goal; }
+};
+
+inline std::string json_escape(const std::string& s) {
+  std::string r;
+  for (char c : s) {
+    if (c == '"' || c == '\\') r += '\\';
+    if (c == '\n') { r += "\\n"; continue; }
+    r += c;
+  }
+  return r;
+}
+
+inline std::string json_value(const value& v) {
+  if (auto d = std::get_if<double>(&v)) {
+    std::ostringstream os;
+    os << std::setprecision(6) << *d;
+    return os.str();
+  }
+  return "\"" + json_escape(std::get<std::string>(v)) + "\"";
+}
+
+/// The machine: the GPU name when known (set_machine), else the host name.
+struct report {
+  std::string benchmark;
+  std::string machine;
+  std::vector<row> rows;
+  std::vector<target> targets;
+
+  explicit report(std::string name) : benchmark(std::move(name)) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    machine = host;
+  }
+
+  void add(row r) { rows.push_back(std::move(r)); }
+  void add_target(std::string name, double v, std::string op, double goal) {
+    targets.push_back({std::move(name), v, std::move(op), goal});
+  }
+
+  static std::string today() {
+    std::time_t t = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
+    return buf;
+  }
+
+  /// Prints the rows as one table (columns in first-seen order) and the targets with met/MISSED.
+  void print(std::ostream& os = std::cout) const {
+    os << "== " << benchmark << " on " << machine << ", " << today() << "\n";
+    std::vector<std::string> cols;
+    for (auto& r : rows)
+      for (auto& [k, v] : r)
+        if (std::find(cols.begin(), cols.end(), k) == cols.end()) cols.push_back(k);
+    auto cell = [](const value& v) {
+      if (auto d = std::get_if<double>(&v)) {
+        std::ostringstream s;
+        s << std::fixed << std::setprecision(*d >= 100 ? 1 : 2) << *d;
+        return s.str();
+      }
+      return std::get<std::string>(v);
+    };
+    std::vector<std::size_t> w(cols.size());
+    for (std::size_t c = 0; c < cols.size(); ++c) w[c] = cols[c].size();
+    for (auto& r : rows)
+      for (auto& [k, v] : r) {
+        auto c = std::find(cols.begin(), cols.end(), k) - cols.begin();
+        w[c] = std::max(w[c], cell(v).size());
+      }
+    for (std::size_t c = 0; c < cols.size(); ++c) os << std::setw(static_cast<int>(w[c]) + 2) << cols[c];
+    os << "\n";
+    for (auto& r : rows) {
+      for (std::size_t c = 0; c < cols.size(); ++c) {
+        std::string s;
+        for (auto& [k, v] : r)
+          if (k == cols[c]) s = cell(v);
+        os << std::setw(static_cast<int>(w[c]) + 2) << s;
+      }
+      os << "\n";
+    }
+    for (auto& t : targets)
+      os << "target " << t.name << ": " << cell(t.value) << " " << t.op << " " << cell(t.goal)
+         << (t.met() ? "  met" : "  MISSED") << "\n";
+  }
+
+  void write_json(const std::string& path) const {
+    if (path.empty()) return;
+    std::ofstream f(path);
+    f << "{\n  \"benchmark\": " << json_value(benchmark) << ",\n  \"machine\": " << json_value(machine)
+      << ",\n  \"date\": " << json_value(today()) << ",\n  \"rows\": [";
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      f << (i ? ",\n    {" : "\n    {");
+      for (std::size_t k = 0; k < rows[i].size(); ++k)
+        f << (k ? ", " : "") << json_value(rows[i][k].first) << ": " << json_value(rows[i][k].second);
+      f << "}";
+    }
+    f << "\n  ],\n  \"targets\": [";
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      const auto& t = targets[i];
+      f << (i ? ",\n    " : "\n    ") << "{\"name\": " << json_value(t.name)
+        << ", \"value\": " << json_value(t.value) << ", \"op\": " << json_value(t.op)
+        << ", \"target\": " << json_value(t.goal) << ", \"met\": " << (t.met() ? "true" : "false") << "}";
+    }
+    f << "\n  ]\n}\n";
+  }
+};
+
+}  // namespace ferry_bench
