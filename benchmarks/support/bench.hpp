@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -13,6 +14,7 @@
 #include <functional>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -29,6 +31,8 @@ struct options {
   int bursts = 40;   ///< --bursts N (median over N bursts)
   int burst = 256;   ///< --burst N (operations per burst)
   bool quick = false;  ///< --quick: few bursts, for smoke runs on machines without a GPU
+  std::string torch;       ///< --torch FILE: output of shared/anchors/peer_torch.py (same run)
+  std::string torch_step;  ///< --torch-step FILE: JSON of shared/baselines/decode_step_torch.py
 };
 
 inline options parse(int argc, char** argv) {
@@ -43,7 +47,10 @@ inline options parse(int argc, char** argv) {
     else if (a == "--bursts") o.bursts = std::stoi(next());
     else if (a == "--burst") o.burst = std::stoi(next());
     else if (a == "--quick") { o.quick = true; o.bursts = 5; o.burst = 16; }
-    else throw std::runtime_error("unknown argument " + a + " (use --json FILE, --bursts N, --burst N, --quick)");
+    else if (a == "--torch") o.torch = next();
+    else if (a == "--torch-step") o.torch_step = next();
+    else throw std::runtime_error("unknown argument " + a +
+                                  " (use --json FILE, --bursts N, --burst N, --quick, --torch FILE, --torch-step FILE)");
   }
   return o;
 }
@@ -53,6 +60,32 @@ inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const auto n = v.size();
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/// One figure of peer_torch.py's output: the line whose label contains `label`, field `key`
+/// ("host_us" or "device_us"); NaN when the file or line is missing.
+inline double torch_figure(const std::string& file, const std::string& label, const std::string& key) {
+  std::ifstream f(file);
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.find(label) == std::string::npos) continue;
+    const auto k = line.find(key + " ");
+    if (k == std::string::npos) continue;
+    return std::stod(line.substr(k + key.size() + 1));
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+/// A number field of a flat JSON object (decode_step_torch.py --json); NaN when missing.
+inline double json_number(const std::string& file, const std::string& key) {
+  std::ifstream f(file);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string s = ss.str();
+  const auto k = s.find("\"" + key + "\"");
+  if (k == std::string::npos) return std::numeric_limits<double>::quiet_NaN();
+  const auto c = s.find(':', k);
+  return std::stod(s.substr(c + 1));
 }
 
 /// Host microseconds per operation: `o.bursts` bursts of `o.burst` calls of op(i) (i counts
@@ -83,6 +116,7 @@ struct target {
   double value;
   std::string op;  ///< "<=" or ">="
   double goal;
+  /// A target whose value could not be measured (NaN) is not met.
   [[nodiscard]] bool met() const { return op == "<=" ? value <= goal : value >= goal; }
 };
 
@@ -98,6 +132,7 @@ inline std::string json_escape(const std::string& s) {
 
 inline std::string json_value(const value& v) {
   if (auto d = std::get_if<double>(&v)) {
+    if (!std::isfinite(*d)) return "null";  // a figure that could not be measured in this run
     std::ostringstream os;
     os << std::setprecision(6) << *d;
     return os.str();

@@ -21,6 +21,7 @@ class error : public std::runtime_error {
 /// A CUDA runtime or driver call failed; carries the error code.
 class cuda_error : public error {
  public:
+  /// An error with the cudaError_t `code` and the message `what`.
   cuda_error(int code, const std::string& what) : error(what), code_(code) {}
   /// The cudaError_t value, as an int (so that this header needs no CUDA header).
   [[nodiscard]] int code() const noexcept { return code_; }

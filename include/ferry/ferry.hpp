@@ -16,3 +16,21 @@
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/memory/pinned_buffer.hpp>
 #include <ferry/memory/pinned_span.hpp>
+
+#include <ferry/transfer/async_d2h.hpp>
+#include <ferry/transfer/async_h2d.hpp>
+#include <ferry/transfer/async_h2d_packed.hpp>
+#include <ferry/transfer/copy_pool.hpp>
+#include <ferry/transfer/cpu_gpu_buffer.hpp>
+
+// Sync scopes: the host backend's (ferry::sync_guard needs CUPTI: <ferry/sync/sync_guard.hpp>).
+#include <ferry/sync/host_sync_guard.hpp>
+#include <ferry/sync/sync_mode.hpp>
+
+#include <ferry/pool/pool_stats.hpp>
+#include <ferry/pool/uva_backed.hpp>
+#include <ferry/pool/uva_pool.hpp>
+
+#include <ferry/staged/fused_staged_writer.hpp>
+#include <ferry/staged/staged_view.hpp>
+#include <ferry/staged/staged_write_tensor.hpp>

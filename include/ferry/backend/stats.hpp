@@ -11,10 +11,10 @@ namespace ferry {
 /// backend's equivalents), not in a component's own bookkeeping, so a test that reads them before
 /// and after a steady-state loop sees every allocation and synchronization ferry caused.
 struct backend_stats {
-  std::uint64_t pinned_allocations = 0;
-  std::uint64_t pinned_frees = 0;
-  std::uint64_t device_allocations = 0;
-  std::uint64_t device_frees = 0;
+  std::uint64_t pinned_allocations = 0;  ///< pinned (mapped) host allocations
+  std::uint64_t pinned_frees = 0;        ///< pinned frees
+  std::uint64_t device_allocations = 0;  ///< device allocations (plain and stream-ordered)
+  std::uint64_t device_frees = 0;        ///< device frees
   std::uint64_t synchronizations = 0;  ///< host-blocking waits: stream/event sync, blocking copies
 };
 

@@ -23,9 +23,11 @@ class event;
 template <class B>
 class stream_ref;
 
+/// The host backend's stream reference: names an in-order host work queue.
 template <>
 class stream_ref<backend::host> {
  public:
+  /// The backend this reference belongs to.
   using backend_type = backend::host;
   stream_ref(std::nullptr_t) = delete;
   stream_ref(int) = delete;
@@ -43,19 +45,22 @@ class stream_ref<backend::host> {
   friend bool operator==(stream_ref a, stream_ref b) noexcept { return a.queue_ == b.queue_; }
 
  protected:
-  detail::host_queue* queue_;
+  detail::host_queue* queue_;  ///< The queue referred to (null when moved-from).
 };
 
 #if FERRY_HAS_CUDA
+/// The CUDA backend's stream reference: wraps a cudaStream_t.
 template <>
 class stream_ref<backend::cuda> {
  public:
+  /// The backend this reference belongs to.
   using backend_type = backend::cuda;
   stream_ref(std::nullptr_t) = delete;
   stream_ref(int) = delete;
   /// Refers to an existing CUDA stream (which must outlive every use through this reference).
   explicit stream_ref(cudaStream_t s) noexcept : stream_(s) {}
 
+  /// The CUDA stream this reference names.
   [[nodiscard]] cudaStream_t get() const noexcept { return stream_; }
   /// cudaStreamSynchronize, then rethrows (once) the first error raised by host work enqueued on
   /// this stream with ferry::enqueue_host.
@@ -72,21 +77,25 @@ class stream_ref<backend::cuda> {
   friend bool operator==(stream_ref a, stream_ref b) noexcept { return a.stream_ == b.stream_; }
 
  protected:
-  cudaStream_t stream_;
+  cudaStream_t stream_;  ///< The stream referred to (null when moved-from).
 };
 #endif
 
-/// An owning stream of backend B; publicly a stream_ref<B>, so every function taking a stream
+/// An owning stream of backend B; publicly a `stream_ref<B>`, so every function taking a stream
 /// accepts both. Host: a new work queue with its own worker thread (destroying it drains it).
 /// CUDA: a non-blocking stream on the device current at construction.
 template <class B = default_backend>
 class stream;
 
+/// An owning host stream: a work queue with its own worker thread.
 template <>
 class stream<backend::host> : public stream_ref<backend::host> {
  public:
+  /// A new queue and its worker thread.
   stream() : stream(std::make_shared<detail::host_queue>()) {}
+  /// Takes over `o`'s queue; `o` is left empty.
   stream(stream&& o) noexcept : stream_ref(std::exchange(o.queue_, nullptr)), owner_(std::move(o.owner_)) {}
+  /// Drains this stream's queue, then takes over `o`'s.
   stream& operator=(stream&& o) noexcept {
     if (this != &o) {
       drain();
@@ -107,11 +116,15 @@ class stream<backend::host> : public stream_ref<backend::host> {
 };
 
 #if FERRY_HAS_CUDA
+/// An owning CUDA stream (cudaStreamNonBlocking, on the device current at construction).
 template <>
 class stream<backend::cuda> : public stream_ref<backend::cuda> {
  public:
+  /// Creates the stream.
   stream() : stream_ref(create()) {}
+  /// Takes over `o`'s stream; `o` is left empty.
   stream(stream&& o) noexcept : stream_ref(std::exchange(o.stream_, nullptr)) {}
+  /// Destroys this stream, then takes over `o`'s.
   stream& operator=(stream&& o) noexcept {
     if (this != &o) {
       destroy();
@@ -119,6 +132,7 @@ class stream<backend::cuda> : public stream_ref<backend::cuda> {
     }
     return *this;
   }
+  /// cudaStreamDestroy (work already enqueued still completes).
   ~stream() { destroy(); }
 
  private:

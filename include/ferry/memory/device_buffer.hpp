@@ -25,20 +25,25 @@ class device_buffer {
   using ops = detail::backend_ops<B>;
 
  public:
-  using value_type = T;
-  using backend_type = B;
+  using value_type = T;    ///< The element type.
+  using backend_type = B;  ///< The backend.
 
+  /// An empty buffer.
   device_buffer() noexcept = default;
+  /// `n` elements (cudaMalloc); complete on return.
   explicit device_buffer(std::size_t n)
       : data_(static_cast<T*>(ops::alloc_device(n * sizeof(T)))), size_(n) {}
+  /// `n` elements allocated in stream order on `s` (cudaMallocAsync), freed in order on `s`.
   device_buffer(std::size_t n, stream_ref<B> s) : size_(n), stream_(s) {
     ops::check_stream(s, ops::current_device());
     data_ = static_cast<T*>(ops::alloc_device_async(n * sizeof(T), s));
   }
+  /// Takes over `o`'s memory; `o` is left empty.
   device_buffer(device_buffer&& o) noexcept
       : data_(std::exchange(o.data_, nullptr)),
         size_(std::exchange(o.size_, 0)),
         stream_(std::exchange(o.stream_, std::nullopt)) {}
+  /// Swaps contents with `o` (this buffer's memory is freed by `o`'s destructor).
   device_buffer& operator=(device_buffer&& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(size_, o.size_);
@@ -53,8 +58,11 @@ class device_buffer {
       ops::free_device(data_);
   }
 
+  /// The whole buffer, for kernels and transfers.
   [[nodiscard]] device_span<T> span() const noexcept { return {data_, size_}; }
+  /// The number of elements.
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  /// The device address of the first element.
   [[nodiscard]] T* data() const noexcept { return data_; }
 
  private:

@@ -16,10 +16,11 @@ namespace ferry {
 template <class T>
 class device_span {
  public:
-  using element_type = T;
-  using value_type = std::remove_cv_t<T>;
-  using size_type = std::size_t;
+  using element_type = T;                  ///< The element type, with cv.
+  using value_type = std::remove_cv_t<T>;  ///< The element type, without cv.
+  using size_type = std::size_t;           ///< The size type.
 
+  /// An empty span.
   constexpr device_span() noexcept = default;
   /// Views `n` elements at the device-accessible address `p`.
   FERRY_HOST_DEVICE constexpr device_span(T* p, std::size_t n) noexcept : data_(p), size_(n) {}
@@ -29,11 +30,15 @@ class device_span {
   FERRY_HOST_DEVICE constexpr device_span(device_span<U> o) noexcept
       : data_(o.data()), size_(o.size()) {}
 
+  /// The device-accessible address of the first element.
   [[nodiscard]] FERRY_HOST_DEVICE constexpr T* data() const noexcept { return data_; }
+  /// The number of elements.
   [[nodiscard]] FERRY_HOST_DEVICE constexpr std::size_t size() const noexcept { return size_; }
+  /// size() * sizeof(T).
   [[nodiscard]] FERRY_HOST_DEVICE constexpr std::size_t size_bytes() const noexcept {
     return size_ * sizeof(T);
   }
+  /// size() == 0.
   [[nodiscard]] FERRY_HOST_DEVICE constexpr bool empty() const noexcept { return size_ == 0; }
 
   /// The first `n` elements; on the host, n > size() throws std::out_of_range.
@@ -51,9 +56,11 @@ class device_span {
   }
 
 #if defined(__CUDACC__)
+  /// Element `i`, unchecked (device code only).
   __device__ T& operator[](std::size_t i) const noexcept { return data_[i]; }
 #endif
 
+  /// subspan()'s "to the end" count.
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
 
  private:

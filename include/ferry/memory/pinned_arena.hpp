@@ -5,7 +5,7 @@
 #include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/backend/detail/fence_clock.hpp>
 #include <ferry/error.hpp>
-#include <ferry/memory/detail/ring.hpp>
+#include <ferry/detail/ring.hpp>
 
 #include <array>
 #include <bit>
@@ -30,8 +30,9 @@ struct arena_stats {
 /// A block of pinned, mapped staging memory handed out by an arena: at least 256-byte aligned,
 /// `capacity` bytes (a power of two, at least 256).
 struct pinned_block {
-  std::byte* data = nullptr;
-  std::size_t capacity = 0;
+  std::byte* data = nullptr;  ///< The block's first byte (null: no block).
+  std::size_t capacity = 0;   ///< The block's size in bytes.
+  /// True when this names a block.
   [[nodiscard]] explicit operator bool() const noexcept { return data != nullptr; }
 };
 
@@ -48,10 +49,13 @@ class pinned_arena {
   using ops = detail::backend_ops<B>;
 
  public:
-  using backend_type = B;
+  using backend_type = B;  ///< The backend.
+  /// The byte cap of an arena without one.
   static constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
+  /// The smallest block (and the alignment of every block), in bytes.
   static constexpr std::size_t min_block = 256;
 
+  /// An empty arena that will hold at most `byte_cap` pinned bytes.
   explicit pinned_arena(std::size_t byte_cap = unlimited) : cap_(byte_cap) {}
   pinned_arena(const pinned_arena&) = delete;
   pinned_arena& operator=(const pinned_arena&) = delete;
@@ -128,6 +132,7 @@ class pinned_arena {
     }
   }
 
+  /// What the arena holds and has done.
   [[nodiscard]] arena_stats stats() const {
     std::lock_guard lock(mutex_);
     auto s = stats_;

@@ -22,14 +22,18 @@ class pinned_buffer {
   using ops = detail::backend_ops<B>;
 
  public:
-  using value_type = T;
-  using backend_type = B;
+  using value_type = T;    ///< The element type.
+  using backend_type = B;  ///< The backend.
 
+  /// An empty buffer.
   pinned_buffer() noexcept = default;
+  /// `n` zero-filled elements (cudaHostAlloc, mapped and portable).
   explicit pinned_buffer(std::size_t n)
       : data_(static_cast<T*>(ops::alloc_pinned(n * sizeof(T)))), size_(n) {}
+  /// Takes over `o`'s memory; `o` is left empty.
   pinned_buffer(pinned_buffer&& o) noexcept
       : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  /// Swaps contents with `o`.
   pinned_buffer& operator=(pinned_buffer&& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(size_, o.size_);
@@ -37,10 +41,13 @@ class pinned_buffer {
   }
   ~pinned_buffer() { ops::free_pinned(data_); }
 
+  /// The memory, for the host.
   [[nodiscard]] pinned_span<T> host() const noexcept { return detail::make_pinned_span(data_, size_); }
+  /// The same memory, for kernels (the UVA view).
   [[nodiscard]] device_span<T> device() const noexcept {
     return {static_cast<T*>(ops::mapped(data_)), size_};
   }
+  /// The number of elements.
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
 
  private:

@@ -25,29 +25,41 @@ constexpr pinned_span<T> make_pinned_span(T* p, std::size_t n) noexcept;
 template <class T>
 class pinned_span {
  public:
-  using element_type = T;
-  using value_type = std::remove_cv_t<T>;
-  using iterator = T*;
+  using element_type = T;                  ///< The element type, with cv.
+  using value_type = std::remove_cv_t<T>;  ///< The element type, without cv.
+  using iterator = T*;                     ///< A plain pointer.
 
+  /// An empty span.
   constexpr pinned_span() noexcept = default;
   /// pinned_span<T> converts to pinned_span<const T>.
   template <class U>
     requires(!std::is_same_v<U, T> && std::is_convertible_v<U (*)[], T (*)[]>)
   constexpr pinned_span(pinned_span<U> o) noexcept : data_(o.data()), size_(o.size()) {}
 
+  /// The host address of the first element.
   [[nodiscard]] constexpr T* data() const noexcept { return data_; }
+  /// The number of elements.
   [[nodiscard]] constexpr std::size_t size() const noexcept { return size_; }
+  /// size() * sizeof(T).
   [[nodiscard]] constexpr std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
+  /// size() == 0.
   [[nodiscard]] constexpr bool empty() const noexcept { return size_ == 0; }
+  /// The first element.
   [[nodiscard]] constexpr T* begin() const noexcept { return data_; }
+  /// One past the last element.
   [[nodiscard]] constexpr T* end() const noexcept { return data_ + size_; }
+  /// Element `i`, unchecked.
   [[nodiscard]] constexpr T& operator[](std::size_t i) const noexcept { return data_[i]; }
+  /// The same elements as a std::span (which no longer says "pinned").
   [[nodiscard]] constexpr std::span<T> span() const noexcept { return {data_, size_}; }
 
+  /// The first `n` elements; n > size() throws std::out_of_range.
   [[nodiscard]] constexpr pinned_span first(std::size_t n) const {
     if (n > size_) throw std::out_of_range("pinned_span::first: count exceeds size");
     return {data_, n};
   }
+  /// `count` elements from `offset` (to the end by default); out of bounds throws
+  /// std::out_of_range.
   [[nodiscard]] constexpr pinned_span subspan(std::size_t offset,
                                               std::size_t count = static_cast<std::size_t>(-1)) const {
     if (offset > size_) throw std::out_of_range("pinned_span::subspan: offset exceeds size");

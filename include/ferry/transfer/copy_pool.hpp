@@ -2,6 +2,7 @@
 // pinned staging chunk by chunk (SPEC §5), its statistics, and default_copy_pool().
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -23,11 +24,17 @@ inline constexpr std::size_t large_copy_threshold = std::size_t{4} << 20;
 
 /// The pipeline's chunk size by default: 16 MiB chunks with 8 threads measured 46.1 GB/s into
 /// pinned staging on the H200 host, against 24.7 GB/s with 4 MiB chunks
-/// (anchors/headroom-2026-11-30.txt).
+/// (anchors/headroom-2026-11-30.txt). bench.h2d sweeps 8/16/32 MiB x 8/12/15 threads beside it;
+/// change a default only when that sweep measures a better one (and say so here).
 inline constexpr std::size_t default_copy_chunk_bytes = std::size_t{16} << 20;
 
 /// The pipeline's thread count by default (same measurement: 8 threads x 16 MiB).
 inline constexpr std::size_t default_copy_threads = 8;
+
+/// The pipeline's unit of host copying: chunks are cut into slices of this many bytes (a chunk
+/// smaller than this is one slice), and the pool's threads take slices from one queue that runs
+/// across chunk boundaries. 2 MiB is the slice of the measured structure (16 MiB / 8 threads).
+inline constexpr std::size_t copy_slice_bytes = std::size_t{2} << 20;
 
 /// What a copy_pool has done. The pipeline's waits are host-blocking and counted here (and, as
 /// event synchronizations, in backend_stats); the pipeline is excluded from zero-sync proofs.
@@ -36,13 +43,17 @@ struct pipeline_stats {
   std::uint64_t chunks = 0;  ///< chunks copied by the pool's threads
   std::uint64_t bytes = 0;   ///< bytes uploaded through the pipeline
   std::uint64_t waits = 0;   ///< waits for the stream (arena cap reached: oldest chunk's fence)
+  std::uint64_t reused = 0;  ///< chunks staged in a block of the same copy that the stream had
+                             ///< already passed (a small, cache-warm working set; 0 when the
+                             ///< stream is busy and the whole source is staged)
 };
 
 class copy_pool;
 
 namespace detail {
 
-/// One pipelined copy as the pool sees it: `work(i)` for every published index i.
+/// One pipelined copy as the pool sees it: `work(i)` for every published index i. Indices start
+/// in increasing order, across everything published so far.
 class pool_job {
  public:
   virtual void work(std::size_t i) = 0;
@@ -64,8 +75,11 @@ class pool_job {
 
 }  // namespace detail
 
-/// A pool of host threads that copy chunks of large pageable sources into pinned staging for
-/// async_h2d's pipeline (SPEC §5). Owned by the user, or the leaked default_copy_pool(). One
+/// A pool of host threads that copy large pageable sources into pinned staging for async_h2d's
+/// pipeline (SPEC §5): the source is cut into chunk_bytes() chunks (one arena block each), every
+/// chunk into copy_slice_bytes slices, and the threads take slices from one queue in order, so
+/// they go on copying the next chunks while the caller enqueues a finished chunk's copy (there is
+/// no barrier at chunk boundaries). Owned by the user, or the leaked default_copy_pool(). One
 /// pipelined copy runs at a time on a pool (a second caller waits its turn); the pool's threads
 /// only copy host memory, every CUDA call stays on the calling thread. Thread-safe.
 class copy_pool {
@@ -92,21 +106,26 @@ class copy_pool {
   /// Joins the threads (no copy is running: a copy holds the pool until it returns).
   ~copy_pool() { stop(); }
 
+  /// The number of host copy threads.
   [[nodiscard]] std::size_t threads() const noexcept { return workers_.size(); }
+  /// The pipeline's chunk size in bytes (one arena block per chunk).
   [[nodiscard]] std::size_t chunk_bytes() const noexcept { return chunk_bytes_; }
+  /// Contiguous pageable sources above this many bytes take the pipeline.
   [[nodiscard]] std::size_t threshold_bytes() const noexcept { return threshold_bytes_; }
 
+  /// What this pool has done (see pipeline_stats).
   [[nodiscard]] pipeline_stats stats() const noexcept {
     constexpr auto r = std::memory_order_relaxed;
-    return {copies_.load(r), chunks_.load(r), bytes_.load(r), waits_.load(r)};
+    return {copies_.load(r), chunks_.load(r), bytes_.load(r), waits_.load(r), reused_.load(r)};
   }
 
   // ---- used by the pipeline (detail) -------------------------------------------------------
 
-  /// Holds the pool for one job of `count` chunks from construction to destruction; the
-  /// destructor waits until every published chunk has finished.
+  /// Holds the pool for one job of `count` work items from construction to destruction; the
+  /// destructor waits until every published item has finished. Used by async_h2d's pipeline.
   class session {
    public:
+    /// Takes the pool (waiting for a running job to end) for `job`, of `count` work items.
     session(copy_pool& pool, detail::pool_job& job, std::size_t count)
         : pool_(pool), job_(job), lock_(pool.run_mutex_) {
       job.done_.assign(count, 0);
@@ -120,7 +139,7 @@ class copy_pool {
       pool_.done_cv_.wait(l, [&] { return job_.finished_ == job_.published_; });
       pool_.job_ = nullptr;
     }
-    /// Lets chunks [0, n) start.
+    /// Lets items [0, n) start (n never decreases).
     void publish(std::size_t n) {
       {
         std::lock_guard l(pool_.mutex_);
@@ -128,16 +147,35 @@ class copy_pool {
       }
       pool_.work_cv_.notify_all();
     }
-    /// Blocks until chunk i (published) has finished; rethrows the first error of any chunk.
-    void wait(std::size_t i) {
+    /// Runs one published item below `end` that no thread has started, on the calling thread;
+    /// false when there is none.
+    bool help(std::size_t end) {
       std::unique_lock l(pool_.mutex_);
-      pool_.done_cv_.wait(l, [&] { return job_.done_[i] != 0; });
+      if (job_.next_ >= std::min(end, job_.published_)) return false;
+      pool_.run_one(l, job_);
+      return true;
+    }
+    /// Blocks until items [b, e) (published) have finished, running unstarted ones of them on the
+    /// calling thread meanwhile; rethrows the first error of any item.
+    void wait(std::size_t b, std::size_t e) {
+      while (help(e)) {
+      }
+      std::unique_lock l(pool_.mutex_);
+      pool_.done_cv_.wait(l, [&] {
+        for (std::size_t i = b; i < e; ++i)
+          if (job_.done_[i] == 0) return false;
+        return true;
+      });
       if (job_.error_) std::rethrow_exception(job_.error_);
     }
+    /// Counts one wait for the stream in the pool's stats.
     void count_wait() noexcept { pool_.waits_.fetch_add(1, std::memory_order_relaxed); }
-    void count_copy(std::size_t chunks, std::size_t bytes) noexcept {
+    /// Counts one finished pipelined copy of `chunks` chunks (`reused` of them in blocks used
+    /// earlier in the same copy) and `bytes` bytes.
+    void count_copy(std::size_t chunks, std::size_t reused, std::size_t bytes) noexcept {
       pool_.copies_.fetch_add(1, std::memory_order_relaxed);
       pool_.chunks_.fetch_add(chunks, std::memory_order_relaxed);
+      pool_.reused_.fetch_add(reused, std::memory_order_relaxed);
       pool_.bytes_.fetch_add(bytes, std::memory_order_relaxed);
     }
 
@@ -148,25 +186,30 @@ class copy_pool {
   };
 
  private:
+  // Starts the next item of `job` (l holds mutex_, and next_ < published_), runs it unlocked,
+  // marks it done; returns with l held again.
+  void run_one(std::unique_lock<std::mutex>& l, detail::pool_job& job) {
+    const std::size_t i = job.next_++;
+    l.unlock();
+    std::exception_ptr failure;
+    try {
+      job.work(i);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    l.lock();
+    if (failure && !job.error_) job.error_ = failure;
+    job.done_[i] = 1;
+    ++job.finished_;
+    done_cv_.notify_all();
+  }
+
   void run() {
     std::unique_lock l(mutex_);
     for (;;) {
       work_cv_.wait(l, [&] { return stop_ || (job_ && job_->next_ < job_->published_); });
       if (!job_ || job_->next_ >= job_->published_) return;  // stopping, nothing to do
-      detail::pool_job* job = job_;
-      const std::size_t i = job->next_++;
-      l.unlock();
-      std::exception_ptr failure;
-      try {
-        job->work(i);
-      } catch (...) {
-        failure = std::current_exception();
-      }
-      l.lock();
-      if (failure && !job->error_) job->error_ = failure;
-      job->done_[i] = 1;
-      ++job->finished_;
-      done_cv_.notify_all();
+      run_one(l, *job_);
     }
   }
 
@@ -188,7 +231,7 @@ class copy_pool {
   std::condition_variable done_cv_;
   detail::pool_job* job_ = nullptr;
   bool stop_ = false;
-  std::atomic<std::uint64_t> copies_{0}, chunks_{0}, bytes_{0}, waits_{0};
+  std::atomic<std::uint64_t> copies_{0}, chunks_{0}, bytes_{0}, waits_{0}, reused_{0};
   std::vector<std::thread> workers_;
 };
 

@@ -9,13 +9,13 @@ namespace ferry::backend {
 /// The CUDA runtime: pinned memory from cudaHostAlloc (mapped, portable), device memory from
 /// cudaMalloc, streams are CUDA streams, kernels are CUDA kernels.
 struct cuda {
-  using ferry_policy_family = families::backend;
+  using ferry_policy_family = families::backend;  ///< Names the Backend family.
 };
 
 /// The same API without a GPU: device memory is host memory, a stream is an in-order work queue
 /// run by its own worker thread, kernels are host loops with the same semantics.
 struct host {
-  using ferry_policy_family = families::backend;
+  using ferry_policy_family = families::backend;  ///< Names the Backend family.
 };
 
 }  // namespace ferry::backend
@@ -26,7 +26,9 @@ using default_backend = backend::FERRY_DEFAULT_BACKEND;
 }  // namespace ferry
 
 namespace ferry::families {
+/// The Backend policy family: what a tag of it names in `ferry_policy_family`.
 struct backend {
+  /// The tag used when none of this family is given (ferry::default_backend).
   using default_policy = ferry::default_backend;
 };
 }  // namespace ferry::families

@@ -10,7 +10,8 @@ namespace ferry::growth {
 /// Capacity grows to the next power of two at or above the request (1→1, 5→8, 1024→1024,
 /// 1025→2048) and never shrinks (the default).
 struct pow2 {
-  using ferry_policy_family = families::growth;
+  using ferry_policy_family = families::growth;  ///< Names the GrowthPolicy family.
+  /// The capacity for a request of `n`: the next power of two at or above n (1 for n == 0).
   static constexpr std::size_t capacity_for(std::size_t n) noexcept {
     std::size_t c = 1;
     while (c < n) c <<= 1;
@@ -21,13 +22,15 @@ struct pow2 {
 /// Capacity never changes after construction or reserve(): addresses stay stable (graph-safe),
 /// and a request beyond the capacity throws ferry::capacity_error.
 struct fixed {
-  using ferry_policy_family = families::growth;
+  using ferry_policy_family = families::growth;  ///< Names the GrowthPolicy family.
 };
 
 }  // namespace ferry::growth
 
 namespace ferry::families {
+/// The GrowthPolicy policy family: what a tag of it names in `ferry_policy_family`.
 struct growth {
+  /// The tag used when none of this family is given (growth::pow2).
   using default_policy = ferry::growth::pow2;
 };
 }  // namespace ferry::families

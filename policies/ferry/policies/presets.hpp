@@ -13,8 +13,9 @@ namespace ferry::presets {
 /// A block table: a large device-resident table updated by small scattered appends. Device target
 /// (kernels read it at HBM speed every step), contents read in place through UVA (one launch, no
 /// copy: on the H200 the UVA apply beat the H2D path by a median of 1.37x over the apply grid,
-/// anchors/h200-limits.md), pow2 growth, event-fenced reuse.
+/// docs/measurements/h200-limits.md), pow2 growth, event-fenced reuse.
 struct block_table {
+  /// The tags of this preset.
   using ferry_policy_bundle =
       detail::type_list<target::device, staging::uva_direct, growth::pow2, reuse::event_fenced>;
 };
@@ -22,12 +23,14 @@ struct block_table {
 /// Small per-request state that kernels read in place and the host reads back without a copy: a
 /// UVA target (pinned, mapped host memory).
 struct uva_state {
+  /// The tags of this preset.
   using ferry_policy_bundle = detail::type_list<target::uva>;
 };
 
 /// Stable addresses for CUDA graphs that read ferry buffers: fixed growth, so nothing is ever
 /// reallocated after construction or reserve(); an oversized request throws instead.
 struct graph_safe {
+  /// The tags of this preset.
   using ferry_policy_bundle = detail::type_list<growth::fixed>;
 };
 

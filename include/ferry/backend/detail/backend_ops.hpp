@@ -97,17 +97,18 @@ struct backend_ops<backend::cuda> {
   /// not be capturing: ferry's hot paths fence slots with events and reuse memory, which a graph
   /// replayed later would not respect.
   static void check_stream(stream_type s, int device) {
-    int d = 0;
-    FERRY_CUDA_CHECK(cudaStreamGetDevice(s.get(), &d));
-    if (d != device)
-      throw error("ferry: the stream belongs to device " + std::to_string(d) +
-                  " but the object was made on device " + std::to_string(device));
+    // Capture status first: it is the one query that is legal on every capturing stream.
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     FERRY_CUDA_CHECK(cudaStreamIsCapturing(s.get(), &status));
     if (status != cudaStreamCaptureStatusNone)
       throw error(
           "ferry: the stream is capturing a CUDA graph; ferry calls are eager (apply before "
           "capture, and use growth::fixed for stable addresses that a graph may read)");
+    int d = 0;
+    FERRY_CUDA_CHECK(cudaStreamGetDevice(s.get(), &d));
+    if (d != device)
+      throw error("ferry: the stream belongs to device " + std::to_string(d) +
+                  " but the object was made on device " + std::to_string(device));
   }
 
   static void* alloc_pinned(std::size_t bytes) {

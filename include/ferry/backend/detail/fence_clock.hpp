@@ -3,10 +3,10 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/detail/ring.hpp>
 
 #include <algorithm>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -48,6 +48,11 @@ class fence_clock<backend::host> {
   void wait(fence f) const {
     if (!f.empty()) queues_[f.timeline]->wait_for(f.seq);
   }
+  /// True when `f` is known passed without asking the backend (host: same as passed()).
+  [[nodiscard]] bool known(fence f) const noexcept { return passed(f); }
+  /// Asks about `f` alone (not the newest fence first): for owners that choose which fence to
+  /// ask about, e.g. one in the middle of a FIFO of slots, so that one answer frees many.
+  [[nodiscard]] bool query(fence f) const noexcept { return passed(f); }
 
  private:
   std::vector<std::shared_ptr<host_queue>> queues_;
@@ -69,7 +74,7 @@ class fence_clock<backend::cuda> {
   }
   ~fence_clock() {
     for (auto& t : timelines_)
-      for (auto& [seq, ev] : t.pending) cudaEventDestroy(ev);
+      while (!t.pending.empty()) cudaEventDestroy(t.pending.pop_front().second);
     for (auto ev : spare_) cudaEventDestroy(ev);
   }
 
@@ -89,7 +94,7 @@ class fence_clock<backend::cuda> {
       spare_.push_back(ev);
       throw_cuda(r, "cudaEventRecord(fence)", __FILE__, __LINE__);
     }
-    t.pending.emplace_back(++t.next, ev);
+    t.pending.push_back({++t.next, ev});
     return {i, t.next};
   }
 
@@ -110,6 +115,21 @@ class fence_clock<backend::cuda> {
     return false;
   }
 
+  /// True when `f` is at or below the watermark: known passed, no backend call.
+  [[nodiscard]] bool known(fence f) const noexcept {
+    return f.empty() || f.seq <= timelines_[f.timeline].known;
+  }
+  /// Asks about `f` alone (one cudaEventQuery unless already known), not the newest fence first:
+  /// for owners that choose which fence to ask about, e.g. one in the middle of a FIFO of slots,
+  /// so that one answer frees many.
+  [[nodiscard]] bool query(fence f) {
+    if (known(f)) return true;
+    auto& t = timelines_[f.timeline];
+    if (!query(find(t, f.seq))) return false;
+    retire(t, f.seq);
+    return true;
+  }
+
   void wait(fence f) {
     if (passed(f)) return;
     auto& t = timelines_[f.timeline];
@@ -123,7 +143,7 @@ class fence_clock<backend::cuda> {
     cudaStream_t stream;
     std::uint64_t next = 0;
     std::uint64_t known = 0;
-    std::deque<std::pair<std::uint64_t, cudaEvent_t>> pending;
+    ring<std::pair<std::uint64_t, cudaEvent_t>> pending;  // reuses its storage: no allocation in steady state
   };
 
   static bool query(cudaEvent_t ev) {

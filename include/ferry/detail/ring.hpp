@@ -1,4 +1,4 @@
-// ferry/memory/detail/ring.hpp: a FIFO that reuses its storage (no allocation once it has grown
+// ferry/detail/ring.hpp: a FIFO that reuses its storage (no allocation once it has grown
 // to the largest depth seen).
 #pragma once
 
@@ -14,8 +14,12 @@ class ring {
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   T& front() noexcept { return slots_[head_]; }
+  const T& front() const noexcept { return slots_[head_]; }
+  T& back() noexcept { return (*this)[size_ - 1]; }
+  const T& back() const noexcept { return (*this)[size_ - 1]; }
   /// The i-th element from the front.
   T& operator[](std::size_t i) noexcept { return slots_[(head_ + i) % slots_.size()]; }
+  const T& operator[](std::size_t i) const noexcept { return slots_[(head_ + i) % slots_.size()]; }
 
   void push_back(T v) {
     if (size_ == slots_.size()) grow();

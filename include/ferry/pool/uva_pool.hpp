@@ -1,0 +1,393 @@
+// ferry/pool/uva_pool.hpp: uva_pool<T, Policies...>, a ring of pinned, mapped slots that kernels
+// read in place through UVA, rotated every call so that step N+1 is written while step N is read.
+#pragma once
+
+#include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/backend/detail/fence_clock.hpp>
+#include <ferry/element.hpp>
+#include <ferry/error.hpp>
+#include <ferry/memory/device_span.hpp>
+#include <ferry/memory/pinned_arena.hpp>
+#include <ferry/policies/detail/select.hpp>
+#include <ferry/pool/detail/source.hpp>
+#include <ferry/pool/detail/uva_slot.hpp>
+#include <ferry/pool/pool_stats.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace ferry {
+
+/// A ring of pinned, mapped slots of T that kernels read in place through UVA (no copy engine, no
+/// device memory): the engine writes a small per-step array with copy_to_uva() and passes the
+/// returned device_span to its kernels.
+///
+/// Policies (any order, each family at most once): GrowthPolicy (`growth::pow2` default,
+/// `growth::fixed`), ReusePolicy (`reuse::event_fenced` default, `reuse::caller_fenced`), Backend.
+///
+/// **Rotation.** Every call first advances to the next slot (the first call uses slot
+/// `1 % slots`), then writes there. A source larger than that slot's capacity grows the slot per
+/// GrowthPolicy (pow2: to the next power of two at or above the size; contents not preserved;
+/// the other slots untouched; the grown-out block goes back to the arena behind a fence);
+/// `growth::fixed` throws ferry::capacity_error instead. The returned view holds exactly the
+/// source's elements (stale elements beyond them are never exposed). An empty source rotates but
+/// writes, grows and fences nothing. A call that throws changes nothing, rotation included.
+///
+/// **Lifetime rule: a view stays valid for GPU work enqueued before the pool's next use of that
+/// slot.** Destroying (or moving over) the pool is a use of every slot.
+///
+/// **reuse::event_fenced** (default): each non-empty call first fences the slot of the previous
+/// non-empty call on *this call's* stream, so the kernels that read the previous view, enqueued on
+/// that stream between the two calls, are covered. A reader on any other stream must call
+/// record_use(stream) after enqueuing its work and before the pool's next call (a slot may hold
+/// fences on several streams). A slot whose fences have not all passed is never rewritten: a new
+/// slot (a block from the arena) is inserted in front of it instead, without blocking, up to
+/// `max_slots`; beyond that, and always under `growth::fixed` (which promises stable addresses),
+/// the call throws ferry::capacity_error. Checks are amortized: a fence already known passed costs
+/// nothing, and the backend is asked (cudaEventQuery) only when a slot comes back into use.
+///
+/// **reuse::caller_fenced**: no fences and no checks; the caller guarantees that every reader of
+/// a slot has finished before the pool comes back to that slot (`slots` calls later), e.g. by
+/// synchronizing once per step. A rewrite under a running reader is the caller's bug and is not
+/// detected.
+///
+/// Blocks come from an arena: ferry::default_arena<B>() unless one is given (it must outlive the
+/// pool). Steady state (every slot at its largest size, the ring at its working depth) allocates
+/// nothing and never synchronizes. Move-only; not thread-safe (const members are).
+template <class T, class... Policies>
+class uva_pool {
+  static_assert((detail::check_element<T>(), true));
+  using policy = detail::policy_set<
+      detail::type_list<families::growth, families::reuse, families::backend>, Policies...>;
+
+ public:
+  using value_type = T;                           ///< The element type.
+  using backend_type = typename policy::backend;  ///< The backend (Backend policy).
+  using growth_policy = typename policy::growth;  ///< How slots grow (GrowthPolicy).
+  using reuse_policy = typename policy::reuse;    ///< Who fences slots (ReusePolicy).
+
+ private:
+  static_assert((detail::check_backend<backend_type>(), true));
+  using B = backend_type;
+  using ops = detail::backend_ops<B>;
+  static constexpr bool event_fenced = std::is_same_v<reuse_policy, reuse::event_fenced>;
+  static constexpr bool fixed = std::is_same_v<growth_policy, growth::fixed>;
+  static constexpr std::size_t none = static_cast<std::size_t>(-1);
+  // Largest request: its byte size, rounded up to a power of two, must stay representable.
+  static constexpr std::size_t max_request = (std::size_t{1} << 62) / sizeof(T);
+
+ public:
+  /// The default ceiling on slots (constructor's `max_slots`).
+  static constexpr std::size_t default_max_slots = 8;
+
+  /// `slots` slots of `initial_capacity` elements each, from ferry::default_arena<B>().
+  /// Throws std::invalid_argument when slots == 0 or slots > max_slots.
+  explicit uva_pool(std::size_t initial_capacity, std::size_t slots = 2,
+                    std::size_t max_slots = default_max_slots)
+      : uva_pool(initial_capacity, slots, max_slots, default_arena<B>()) {}
+
+  /// The same, with blocks from `arena` (which must outlive the pool).
+  uva_pool(std::size_t initial_capacity, std::size_t slots, std::size_t max_slots,
+           pinned_arena<B>& arena)
+      : arena_(&arena), initial_(initial_capacity), max_slots_(max_slots) {
+    if (slots == 0) throw std::invalid_argument("ferry: uva_pool needs at least one slot (slots == 0)");
+    if (slots > max_slots)
+      throw std::invalid_argument("ferry: uva_pool slots (" + std::to_string(slots) +
+                                  ") exceeds max_slots (" + std::to_string(max_slots) + ")");
+    if (initial_capacity > max_request)
+      throw capacity_error("ferry: uva_pool initial capacity of " + std::to_string(initial_capacity) +
+                           " elements is too large");
+    device_ = ops::current_device();
+    slots_.reserve(max_slots);
+    try {
+      for (std::size_t i = 0; i < slots; ++i) slots_.push_back(make_slot(initial_capacity));
+    } catch (...) {
+      release_all();
+      throw;
+    }
+  }
+
+  uva_pool(const uva_pool&) = delete;
+  uva_pool& operator=(const uva_pool&) = delete;
+  /// Views handed out by `o` stay valid (the slots move); `o` is left empty.
+  uva_pool(uva_pool&& o) noexcept
+      : arena_(o.arena_),
+        clock_(std::move(o.clock_)),
+        slots_(std::move(o.slots_)),
+        initial_(o.initial_),
+        max_slots_(o.max_slots_),
+        device_(o.device_),
+        cur_(std::exchange(o.cur_, 0)),
+        unfenced_(std::exchange(o.unfenced_, none)),
+        has_view_(std::exchange(o.has_view_, false)),
+        stats_(std::exchange(o.stats_, {})) {
+    o.slots_.clear();
+  }
+  /// Releases this pool's slots (as the destructor does), then takes `o`'s.
+  uva_pool& operator=(uva_pool&& o) noexcept {
+    if (this != &o) {
+      release_all();
+      arena_ = o.arena_;
+      clock_ = std::move(o.clock_);
+      slots_ = std::move(o.slots_);
+      o.slots_.clear();
+      initial_ = o.initial_;
+      max_slots_ = o.max_slots_;
+      device_ = o.device_;
+      cur_ = std::exchange(o.cur_, 0);
+      unfenced_ = std::exchange(o.unfenced_, none);
+      has_view_ = std::exchange(o.has_view_, false);
+      stats_ = std::exchange(o.stats_, {});
+    }
+    return *this;
+  }
+  /// Waits for the fences the pool holds (synchronizing only if a reader is still running), then
+  /// gives every block back to the arena. Readers of the last view that were not fenced (no
+  /// record_use, no later call) must have finished: destruction ends every view.
+  ~uva_pool() { release_all(); }
+
+  /// Advances to the next slot, writes `src` into it (growing it per GrowthPolicy when needed)
+  /// and returns a view of exactly size(src) elements for kernels on `stream` (lifetime rule in
+  /// the class comment). `src`: any sized or forward std::ranges range of the element type
+  /// (dtype rule; ferry::cast<T>(range) converts explicitly); contiguous ranges are one memcpy,
+  /// others are gathered. The source is consumed when the call returns. Throws
+  /// ferry::capacity_error (growth::fixed exceeded; a busy slot with max_slots reached or under
+  /// growth::fixed; the arena's cap), changing nothing.
+  template <class R>
+  device_span<const T> copy_to_uva(R&& src, stream_ref<B> stream) {
+    detail::check_pool_source<std::remove_reference_t<R>, T>();
+    ops::check_stream(stream, device_);
+    return put(src, detail::source_size(src), stream);
+  }
+  /// copy_to_uva of a braced list: `pool.copy_to_uva({1, 2, 3}, stream)`.
+  device_span<const T> copy_to_uva(std::initializer_list<T> src, stream_ref<B> stream) {
+    ops::check_stream(stream, device_);
+    return put(src, src.size(), stream);
+  }
+
+  /// copy_to_uva(src, stream), then a stream-ordered copy of those elements into `out`; returns
+  /// `out.first(size(src))`. `out` smaller than `src` → std::out_of_range, nothing changes and
+  /// nothing is enqueued. The slot is fenced on `stream` behind the copy (event_fenced), so no
+  /// record_use is needed for it.
+  template <class R>
+  device_span<T> copy_to_device(R&& src, device_span<T> out, stream_ref<B> stream) {
+    detail::check_pool_source<std::remove_reference_t<R>, T>();
+    ops::check_stream(stream, device_);
+    const std::size_t n = detail::source_size(src);
+    if (n > out.size())
+      throw std::out_of_range("ferry: uva_pool::copy_to_device: the source has " + std::to_string(n) +
+                              " elements but out has room for " + std::to_string(out.size()));
+    const device_span<const T> v = put(src, n, stream);
+    if (n == 0) return out.first(0);
+    ops::copy_async(out.data(), v.data(), n * sizeof(T), stream);
+    if constexpr (event_fenced) {
+      fence_slot(cur_, stream);
+      unfenced_ = none;
+    }
+    return out.first(n);
+  }
+
+  /// Declares that work enqueued on `stream` so far reads the current view (the one the last
+  /// call returned): the slot is fenced on `stream` too, and is not rewritten before `stream`
+  /// has passed this point. Needed for readers on a stream other than the pool's next call's.
+  /// A no-op under reuse::caller_fenced, and after an empty call.
+  void record_use(stream_ref<B> stream) {
+    ops::check_stream(stream, device_);
+    if constexpr (event_fenced) {
+      if (has_view_) fence_slot(cur_, stream);
+    }
+  }
+
+  /// Counters (see ferry::pool_stats).
+  [[nodiscard]] pool_stats stats() const noexcept {
+    pool_stats s = stats_;
+    s.slots = slots_.size();
+    s.max_slots = max_slots_;
+    return s;
+  }
+  /// Slots in the ring now (the constructor's `slots` plus inserted ones; 0 when moved-from).
+  [[nodiscard]] std::size_t slots() const noexcept { return slots_.size(); }
+  /// The most slots the ring may hold.
+  [[nodiscard]] std::size_t max_slots() const noexcept { return max_slots_; }
+  /// The index of the slot the last call used (0 before the first call). An inserted slot takes
+  /// the index after the previous slot; the slots after it move up by one.
+  [[nodiscard]] std::size_t current_slot() const noexcept { return cur_; }
+  /// The capacity, in elements, of slot `i`; std::out_of_range for i >= slots().
+  [[nodiscard]] std::size_t capacity(std::size_t i) const {
+    if (i >= slots_.size())
+      throw std::out_of_range("ferry: uva_pool::capacity: slot " + std::to_string(i) + " of " +
+                              std::to_string(slots_.size()));
+    return slots_[i].capacity;
+  }
+
+ private:
+  static std::size_t bytes_for(std::size_t capacity) noexcept { return capacity * sizeof(T); }
+  static T* data_of(const detail::uva_slot& s) noexcept {
+    return static_cast<T*>(ops::mapped(static_cast<void*>(s.block.data)));
+  }
+
+  detail::uva_slot make_slot(std::size_t capacity) {
+    detail::uva_slot s;
+    s.fences.reserve(detail::uva_slot::reserved_fences);
+    s.block = arena_->acquire(bytes_for(capacity));
+    s.capacity = capacity;
+    return s;
+  }
+
+  void fence_slot(std::size_t i, stream_ref<B> stream) {
+    slots_[i].add_fence(clock_.record(stream));
+    ++stats_.fences;
+  }
+
+  // True when every fence of the slot has passed (and then forgets them); asks the backend only
+  // for fences above the clock's watermark. Changes nothing if the backend query throws.
+  bool slot_free(detail::uva_slot& s) {
+    for (const auto& f : s.fences)
+      if (!clock_.passed(f)) return false;
+    s.fences.clear();
+    return true;
+  }
+
+  // The one write path. Everything that can fail happens before the commit; the commit itself
+  // cannot throw (the ring's storage is reserved for max_slots, slots move without throwing).
+  template <class R>
+  device_span<const T> put(R& src, std::size_t n, stream_ref<B> stream) {
+    if (slots_.empty()) throw error("ferry: uva_pool used after it was moved from");
+    const std::size_t next = (cur_ + 1) % slots_.size();
+    if (n == 0) {  // rotates; writes, grows and fences nothing
+      cur_ = next;
+      has_view_ = false;
+      ++stats_.calls;
+      return {data_of(slots_[next]), 0};
+    }
+    if (n > max_request)
+      throw capacity_error("ferry: uva_pool request of " + std::to_string(n) + " elements is too large");
+
+    if constexpr (fixed) {  // decided before anything is fenced: fixed never grows
+      if (n > slots_[next].capacity)
+        throw capacity_error("ferry: uva_pool (growth::fixed): a request of " + std::to_string(n) +
+                             " elements exceeds the slot capacity of " +
+                             std::to_string(slots_[next].capacity));
+    }
+
+    // 1. Is the slot coming into use still read? (event_fenced). The previous view's slot is
+    //    fenced on this call's stream: first if it is the slot coming into use (one slot, or
+    //    empty calls in between), else after the check, so that the check asks about the older
+    //    fence only (one query when the stream is behind, not two).
+    //    Fences recorded by a call that then throws stay (they only make reuse more
+    //    conservative); the stats count them at the commit.
+    bool busy = false;
+    std::uint64_t recorded = 0;
+    if constexpr (event_fenced) {
+      if (unfenced_ == next) {
+        slots_[next].add_fence(clock_.record(stream));
+        ++recorded;
+      }
+      busy = !slot_free(slots_[next]);
+      if (unfenced_ != none && unfenced_ != next) {
+        slots_[unfenced_].add_fence(clock_.record(stream));
+        ++recorded;
+      }
+    }
+
+    // 2. Decide: insert a slot, grow the slot, or write it as it is.
+    bool insert = false;
+    bool grow = false;
+    std::size_t new_cap = slots_[next].capacity;
+    if (busy) {
+      if constexpr (fixed) {
+        throw capacity_error(
+            "ferry: uva_pool: the next slot is still being read, and growth::fixed never inserts "
+            "a slot (stable addresses); use more slots, or fence the readers");
+      } else {
+        if (slots_.size() >= max_slots_)
+          throw capacity_error("ferry: uva_pool: the next slot is still being read and the ring "
+                               "already holds max_slots (" + std::to_string(max_slots_) +
+                               ") slots; readers are more than max_slots - 1 steps behind");
+        insert = true;
+        new_cap = n > initial_ ? growth_policy::capacity_for(n) : initial_;
+      }
+    } else if (n > slots_[next].capacity) {
+      if constexpr (!fixed) {
+        grow = true;
+        new_cap = growth_policy::capacity_for(n);
+      }
+    }
+
+    // 3. Prepare: a fresh block when inserting, or growing beyond what the block holds.
+    detail::uva_slot fresh;
+    if (insert) {
+      fresh = make_slot(new_cap);
+    } else if (grow && slots_[next].block.capacity < bytes_for(new_cap)) {
+      fresh.block = arena_->acquire(bytes_for(new_cap));
+      fresh.capacity = new_cap;
+    }
+    T* const dst = fresh.block ? data_of(fresh) : data_of(slots_[next]);
+    try {
+      detail::write_source(dst, src, n);
+      // The grown-out block goes back to the arena behind a fence on this stream (its own fences
+      // have all passed: a busy slot is never grown, a new one is inserted instead).
+      if (grow && fresh.block) arena_->release(slots_[next].block, stream);
+    } catch (...) {
+      if (fresh.block) arena_->release(fresh.block);
+      throw;
+    }
+
+    // 4. Commit (cannot throw).
+    std::size_t at = next;
+    if (insert) {
+      at = cur_ + 1;
+      slots_.insert(slots_.begin() + static_cast<std::ptrdiff_t>(at), std::move(fresh));
+      ++stats_.inserted;
+      ++stats_.fence_hits;
+    } else if (grow) {
+      if (fresh.block) slots_[next].block = fresh.block;
+      slots_[next].capacity = new_cap;
+      ++stats_.grows;
+    }
+    cur_ = at;
+    if constexpr (event_fenced) unfenced_ = at;
+    stats_.fences += recorded;
+    has_view_ = true;
+    ++stats_.calls;
+    return {data_of(slots_[at]), n};
+  }
+
+  void release_all() noexcept {
+    for (auto& s : slots_) {
+      bool waited = true;
+      try {
+        for (const auto& f : s.fences) clock_.wait(f);
+      } catch (...) {
+        detail::swallowed_error_count().fetch_add(1, std::memory_order_relaxed);
+        waited = false;
+      }
+      // A block whose readers could not be waited for is leaked, never reused under a reader.
+      if (waited) detail::destructor_guard([&] { arena_->release(s.block); });
+    }
+    slots_.clear();
+    unfenced_ = none;
+    has_view_ = false;
+  }
+
+  pinned_arena<B>* arena_;
+  detail::fence_clock<B> clock_;
+  std::vector<detail::uva_slot> slots_;
+  std::size_t initial_ = 0;
+  std::size_t max_slots_ = 0;
+  int device_ = 0;
+  std::size_t cur_ = 0;          // the slot of the last call
+  std::size_t unfenced_ = none;  // the slot of the last non-empty view, not yet fenced
+  bool has_view_ = false;        // the last call returned a non-empty view
+  pool_stats stats_{};
+};
+
+}  // namespace ferry

@@ -1,0 +1,198 @@
+// ferry/staged/detail/apply_kernel.cuh: the CUDA apply kernel of staged writes and its launcher.
+//
+// One thread block per chunk of the chunk table (staged/detail/layout.hpp): a write of many
+// elements is spread over many blocks, so that even one large write keeps enough reads in flight
+// over PCIe when its contents are read in place through UVA (a block per write cannot: with one
+// 16 KiB write it lost to the H2D path by 1.5x, docs/measurements/h200-limits.md). Block b:
+//   1. lanes 0-2 of warp 0 read chunk b's 24 bytes (through UVA: one PCIe round trip), into
+//      shared memory;
+//   2. when source and destination are congruent mod 16 bytes (staging arranges this for every
+//      write of 64 bytes or more), a scalar head up to 16-byte alignment, a body of 16-byte vector
+//      loads and stores (each thread issues all its loads before its stores: two 16-byte reads in
+//      flight per thread for an 8 KiB chunk), and a scalar tail; otherwise scalar copies, also
+//      loads before stores.
+// The chunk table holds disjoint destinations (overlaps are resolved on the host before launch,
+// later write wins), so blocks never race.
+#pragma once
+
+#if defined(__CUDACC__)
+
+#include <ferry/backend/detail/cuda_runtime.hpp>
+#include <ferry/config.hpp>
+#include <ferry/error.hpp>
+#include <ferry/staged/detail/layout.hpp>
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace ferry {
+inline namespace FERRY_KERNEL_NAMESPACE {
+namespace staged_kernels {
+
+/// Copies `n` words from `src` to `dst` with the whole block.
+template <class U>
+__device__ __forceinline__ void copy_chunk(U* __restrict__ dst, const U* __restrict__ src,
+                                           unsigned n) {
+  constexpr unsigned per_vec = static_cast<unsigned>(detail::apply_vector_bytes / sizeof(U));
+  const unsigned tid = threadIdx.x;
+  const unsigned nt = blockDim.x;
+  const auto da = reinterpret_cast<std::uintptr_t>(dst);
+  const auto sa = reinterpret_cast<std::uintptr_t>(src);
+  unsigned head = n;
+  unsigned nvec = 0;
+  if (((da ^ sa) & (detail::apply_vector_bytes - 1)) == 0) {
+    const unsigned mis = static_cast<unsigned>(
+        ((detail::apply_vector_bytes - (da & (detail::apply_vector_bytes - 1))) &
+         (detail::apply_vector_bytes - 1)) / sizeof(U));
+    head = mis < n ? mis : n;
+    nvec = (n - head) / per_vec;
+  }
+  if (nvec == 0) {
+    // Scalar: every thread issues up to 8 loads before its stores.
+    constexpr unsigned K = 8;
+    for (unsigned base = 0; base < n; base += nt * K) {
+      U r[K];
+#pragma unroll
+      for (unsigned k = 0; k < K; ++k) {
+        const unsigned i = base + k * nt + tid;
+        if (i < n) r[k] = src[i];
+      }
+#pragma unroll
+      for (unsigned k = 0; k < K; ++k) {
+        const unsigned i = base + k * nt + tid;
+        if (i < n) dst[i] = r[k];
+      }
+    }
+    return;
+  }
+  if (tid < head) dst[tid] = src[tid];
+  const uint4* vs = reinterpret_cast<const uint4*>(src + head);
+  uint4* vd = reinterpret_cast<uint4*>(dst + head);
+  constexpr unsigned K = 2;
+  for (unsigned base = 0; base < nvec; base += nt * K) {
+    uint4 r[K];
+#pragma unroll
+    for (unsigned k = 0; k < K; ++k) {
+      const unsigned i = base + k * nt + tid;
+      if (i < nvec) r[k] = vs[i];
+    }
+#pragma unroll
+    for (unsigned k = 0; k < K; ++k) {
+      const unsigned i = base + k * nt + tid;
+      if (i < nvec) vd[i] = r[k];
+    }
+  }
+  for (unsigned i = head + nvec * per_vec + tid; i < n; i += nt) dst[i] = src[i];
+}
+
+/// The apply kernel: block b applies chunk b of `descs` (read through UVA).
+template <class U>
+FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::apply_block_threads)
+    apply_chunks(const detail::chunk_desc* descs, std::uintptr_t dst_base,
+                 std::uintptr_t src_base) {
+  __shared__ unsigned long long desc[3];
+  // __ldcv: fetched again, never from a cache line of an earlier use of this staging slot.
+  if (threadIdx.x < 3)
+    desc[threadIdx.x] = __ldcv(reinterpret_cast<const unsigned long long*>(descs + blockIdx.x) + threadIdx.x);
+  __syncthreads();
+  // Integer arithmetic: the fused writer passes absolute element indices with zero bases.
+  U* dst = reinterpret_cast<U*>(dst_base + desc[0] * sizeof(U));
+  const U* src = reinterpret_cast<const U*>(src_base + desc[1] * sizeof(U));
+  copy_chunk<U>(dst, src, static_cast<unsigned>(desc[2] & 0xffffffffu));
+}
+
+/// The inline apply kernel (one block): the chunk table and contents are the kernel's own
+/// parameters (__grid_constant__: addressed in the constant bank, never copied per thread); one
+/// warp per chunk. No PCIe read at all.
+template <class U, std::size_t Bytes>
+FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::apply_block_threads)
+    apply_inline(const __grid_constant__ detail::inline_apply_params<Bytes> p) {
+  const auto* d = reinterpret_cast<const detail::chunk_desc*>(p.data);
+  const U* src = reinterpret_cast<const U*>(p.data + p.content_offset);
+  U* dst = reinterpret_cast<U*>(p.dst_base);
+  const unsigned lane = threadIdx.x % 32u;
+  for (unsigned c = threadIdx.x / 32u; c < p.chunks; c += blockDim.x / 32u) {
+    const std::uint64_t dd = d[c].dst;
+    const std::uint64_t ss = d[c].src;
+    const unsigned n = d[c].count;
+    for (unsigned i = lane; i < n; i += 32u) dst[dd + i] = src[ss + i];
+  }
+}
+
+}  // namespace staged_kernels
+}  // namespace FERRY_KERNEL_NAMESPACE
+
+namespace detail {
+
+/// Loads the apply kernels of word type U into the current context once per process (the first
+/// call; later calls cost nothing). With CUDA's lazy module loading (the default since CUDA 12.2)
+/// a kernel's first launch loads its module, which may wait for the whole context: a first apply
+/// enqueued while the stream is held (by a blocking host function, say) would then never return.
+/// Owners call this at construction, outside any such window.
+template <class U>
+void preload_apply_kernels() {
+  static const bool loaded = [] {
+    cudaFuncAttributes a{};
+    FERRY_CUDA_CHECK(cudaFuncGetAttributes(&a, staged_kernels::apply_chunks<U>));
+    FERRY_CUDA_CHECK(cudaFuncGetAttributes(&a, staged_kernels::apply_inline<U, inline_apply_small_bytes>));
+    FERRY_CUDA_CHECK(cudaFuncGetAttributes(&a, staged_kernels::apply_inline<U, inline_apply_max_bytes>));
+    return true;
+  }();
+  (void)loaded;
+}
+
+/// Launches the apply kernel for `n` chunks (n > 0) of elements of `sizeof(U)` bytes on `s`.
+/// Checked with cudaPeekAtLastError (the caller's sticky error state is left alone).
+template <class U>
+void launch_apply_chunks(const chunk_desc* descs, std::size_t n, std::uintptr_t dst_base,
+                         std::uintptr_t src_base, cudaStream_t s) {
+  if (n > static_cast<std::size_t>(INT_MAX))
+    throw capacity_error("ferry: a staged-write apply of " + std::to_string(n) +
+                         " chunks exceeds the grid limit of 2^31-1 blocks");
+  staged_kernels::apply_chunks<U>
+      <<<static_cast<unsigned>(n), apply_block_threads, 0, s>>>(descs, dst_base, src_base);
+  FERRY_CUDA_CHECK_LAUNCH("ferry::staged_kernels::apply_chunks");
+}
+
+template <class U, std::size_t Bytes>
+void launch_apply_inline_as(const chunk_desc* descs, std::size_t n, const void* contents,
+                            std::size_t content_bytes, std::uintptr_t dst_base, cudaStream_t s) {
+  inline_apply_params<Bytes> p;  // only the bytes written below are read by the kernel
+  const std::size_t table = n * sizeof(chunk_desc);
+  p.dst_base = dst_base;
+  p.chunks = static_cast<std::uint32_t>(n);
+  p.content_offset = static_cast<std::uint32_t>((table + 15) / 16 * 16);
+  std::memcpy(p.data, descs, table);
+  std::memcpy(p.data + p.content_offset, contents, content_bytes);
+  staged_kernels::apply_inline<U, Bytes><<<1, apply_block_threads, 0, s>>>(p);
+  FERRY_CUDA_CHECK_LAUNCH("ferry::staged_kernels::apply_inline");
+}
+
+/// Launches the inline apply when the chunk table and contents fit in the kernel's parameters
+/// (inline_apply_max_bytes); returns false (nothing enqueued) otherwise. `descs` and `contents`
+/// are host memory, copied into the launch before this returns.
+template <class U>
+bool launch_apply_inline_chunks(const chunk_desc* descs, std::size_t n, const void* contents,
+                         std::size_t content_bytes, std::uintptr_t dst_base, cudaStream_t s) {
+  const std::size_t need = inline_apply_data_bytes(n, content_bytes);
+  if (n == 0) return false;
+  if (need <= sizeof(inline_apply_params<inline_apply_small_bytes>::data)) {
+    launch_apply_inline_as<U, inline_apply_small_bytes>(descs, n, contents, content_bytes, dst_base, s);
+    return true;
+  }
+  if (need <= sizeof(inline_apply_params<inline_apply_max_bytes>::data)) {
+    launch_apply_inline_as<U, inline_apply_max_bytes>(descs, n, contents, content_bytes, dst_base, s);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace detail
+}  // namespace ferry
+
+#endif  // defined(__CUDACC__)

@@ -1,0 +1,96 @@
+// ferry/staged/detail/layout.hpp: what a staged-write apply hands to its kernel (the chunk table)
+// and the constants that shape it.
+//
+// A staging slot is one pinned, mapped arena block:
+//
+//   [ chunk_desc[desc_capacity] | pad to 256 | contents (bytes) ]
+//
+// stage_write copies a write's elements straight into the contents area and appends one
+// chunk_desc per `elements_per_chunk<T>` elements of it. The apply kernel runs one block per
+// chunk: block b reads chunk b (one 24-byte read through UVA) and copies `count` elements from
+// `src_base + src` to `dst_base + dst`. Offsets are element indices, 64-bit.
+//
+// Contents are placed so that a write's source address is congruent to its destination address
+// modulo 16 bytes (at most 15 bytes of padding, only for writes of 64 bytes or more): the kernel
+// then always copies their bodies with 16-byte vector loads and stores.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ferry::detail {
+
+/// One chunk of a staged write: `count` elements from element `src` of the contents to element
+/// `dst` of the destination (both relative to base addresses given to the kernel).
+struct chunk_desc {
+  std::uint64_t dst;
+  std::uint64_t src;
+  std::uint32_t count;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(chunk_desc) == 24, "chunk_desc is read by the kernel as 24 bytes");
+
+/// Bytes of contents per chunk (one thread block each): 256 threads x 2 vectors of 16 bytes, so
+/// every thread has two reads in flight and a 4 MiB apply is 512 blocks, all resident at once.
+inline constexpr std::size_t apply_chunk_bytes = 8192;
+/// Threads per apply block.
+inline constexpr unsigned apply_block_threads = 256;
+/// Alignment of the contents area and of device scratch (and of every arena block).
+inline constexpr std::size_t content_alignment = 256;
+/// The kernel's vector width.
+inline constexpr std::size_t apply_vector_bytes = 16;
+/// Writes of at least this many bytes get contents congruent to their destination mod 16.
+inline constexpr std::size_t congruence_min_bytes = 64;
+
+/// The inline apply (CUDA, small applies that read contents in place): the chunk table and the
+/// contents travel in the kernel's parameters (a __grid_constant__ block of `Bytes` bytes), so
+/// the kernel reads nothing through PCIe and the staging slot is free again once the launch is
+/// enqueued (no fence, no rotation). `data` holds chunk_desc[chunks], padding to 16 bytes, then
+/// the contents (descriptors' src are element indices from `content_offset`).
+template <std::size_t Bytes>
+struct inline_apply_params {
+  std::uint64_t dst_base;        // the target's address (dst are element indices from it)
+  std::uint32_t chunks;
+  std::uint32_t content_offset;  // bytes from data[0]
+  alignas(16) unsigned char data[Bytes - 16];
+};
+/// The parameter-block sizes of the inline apply: a small one (cheaper launch) and the largest
+/// that every CUDA 12 toolkit accepts (kernel parameters up to 4 KiB).
+inline constexpr std::size_t inline_apply_small_bytes = 512;
+inline constexpr std::size_t inline_apply_max_bytes = 4032;
+/// Bytes of `data` an inline apply of `chunks` chunks and `content_bytes` of contents needs.
+constexpr std::size_t inline_apply_data_bytes(std::size_t chunks, std::size_t content_bytes) noexcept {
+  return (chunks * sizeof(chunk_desc) + 15) / 16 * 16 + content_bytes;
+}
+
+/// Elements of T per chunk.
+template <class T>
+inline constexpr std::size_t elements_per_chunk = apply_chunk_bytes / sizeof(T);
+
+/// The unsigned integer type of a given size: kernels copy bits, not values.
+template <std::size_t Size>
+struct word_of;
+template <>
+struct word_of<1> {
+  using type = std::uint8_t;
+};
+template <>
+struct word_of<2> {
+  using type = std::uint16_t;
+};
+template <>
+struct word_of<4> {
+  using type = std::uint32_t;
+};
+template <>
+struct word_of<8> {
+  using type = std::uint64_t;
+};
+template <class T>
+using word_t = typename word_of<sizeof(T)>::type;
+
+constexpr std::size_t round_up(std::size_t n, std::size_t a) noexcept {
+  return (n + a - 1) / a * a;
+}
+
+}  // namespace ferry::detail

@@ -1,0 +1,162 @@
+// ferry/staged/detail/overlap.hpp: the "later write wins" rule of staged writes.
+//
+// While staging, overlap_tracker keeps, per row, the hull [lo, hi) of the writes staged to it in
+// this batch (a direct-mapped table of at most 4096 rows, so exact for tensors of up to 4096 rows
+// and conservative above: two rows sharing an entry count as a possible overlap). A write that
+// falls outside its row's hull cannot overlap anything staged before it; that check is one table
+// entry per stage_write, so batches without overlaps pay nothing else.
+//
+// Only when the tracker suspects an overlap does the apply run overlap_resolver: sort the chunks
+// by destination and test neighbours (exact; a false alarm ends here), and when chunks really
+// overlap, "paint" them: a sweep over the chunk boundaries that keeps, for every stretch of the
+// destination, the chunk staged last (a max-heap of active chunk indices). The result is a new
+// chunk table of disjoint destinations, each stretch taking its source from the last write that
+// covered it, so one launch applies it with no ordering between blocks at all, deterministically,
+// on both backends. The contents do not move.
+#pragma once
+
+#include <ferry/staged/detail/layout.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+namespace ferry::detail {
+
+class overlap_tracker {
+ public:
+  explicit overlap_tracker(std::size_t rows)
+      : table_(std::bit_ceil(std::clamp<std::size_t>(rows, 1, 4096))), mask_(table_.size() - 1) {}
+
+  /// Notes a write to [lo, hi) of `row`.
+  void note(std::uint64_t row, std::uint64_t lo, std::uint64_t hi) noexcept {
+    if (suspect_) return;
+    entry& e = table_[row & mask_];
+    if (e.epoch != epoch_) {
+      e = {row, lo, hi, epoch_};
+    } else if (e.row != row) {
+      suspect_ = true;
+    } else if (lo >= e.hi) {
+      e.hi = hi;
+    } else if (hi <= e.lo) {
+      e.lo = lo;
+    } else {
+      suspect_ = true;
+    }
+  }
+  /// True when two writes of this batch may overlap.
+  [[nodiscard]] bool suspect() const noexcept { return suspect_; }
+  /// The batch's chunks are known disjoint (the hulls stay: later writes are still checked).
+  void resolved() noexcept { suspect_ = false; }
+  /// A new, empty batch.
+  void reset() noexcept {
+    suspect_ = false;
+    if (++epoch_ == 0) {
+      for (auto& e : table_) e.epoch = 0;
+      epoch_ = 1;
+    }
+  }
+
+ private:
+  struct entry {
+    std::uint64_t row = 0, lo = 0, hi = 0;
+    std::uint32_t epoch = 0;
+  };
+  std::vector<entry> table_;
+  std::size_t mask_;
+  std::uint32_t epoch_ = 1;
+  bool suspect_ = false;
+};
+
+class overlap_resolver {
+ public:
+  /// Room for `chunks` chunks, so that resolving allocates nothing.
+  void reserve(std::size_t chunks) {
+    order_.reserve(chunks);
+    events_.reserve(2 * chunks);
+    heap_.reserve(chunks);
+    segs_.reserve(2 * chunks);
+    out_.reserve(3 * chunks + 1);
+  }
+
+  /// True when two of the chunks d[0, n) overlap in the destination.
+  bool any_overlap(const chunk_desc* d, std::size_t n) {
+    order_.resize(n);
+    std::iota(order_.begin(), order_.end(), std::uint32_t{0});
+    std::sort(order_.begin(), order_.end(),
+              [d](std::uint32_t a, std::uint32_t b) { return d[a].dst < d[b].dst; });
+    for (std::size_t k = 0; k + 1 < n; ++k)
+      if (d[order_[k]].dst + d[order_[k]].count > d[order_[k + 1]].dst) return true;
+    return false;
+  }
+
+  /// The chunk table with every overlap resolved in favour of the chunk staged later (higher
+  /// index), split into chunks of at most `per_chunk` elements.
+  const std::vector<chunk_desc>& paint(const chunk_desc* d, std::size_t n, std::size_t per_chunk) {
+    events_.clear();
+    for (std::uint32_t i = 0; i < n; ++i) {
+      events_.push_back({d[i].dst, i, true});
+      events_.push_back({d[i].dst + d[i].count, i, false});
+    }
+    std::sort(events_.begin(), events_.end(),
+              [](const event& a, const event& b) { return a.pos < b.pos; });
+    heap_.clear();
+    segs_.clear();
+    std::uint64_t prev = events_.empty() ? 0 : events_.front().pos;
+    for (std::size_t k = 0; k < events_.size();) {
+      const std::uint64_t p = events_[k].pos;
+      if (p > prev) {
+        while (!heap_.empty() && d[heap_.front()].dst + d[heap_.front()].count <= prev) {
+          std::pop_heap(heap_.begin(), heap_.end());
+          heap_.pop_back();
+        }
+        if (!heap_.empty()) emit(prev, p, d[heap_.front()]);
+      }
+      for (; k < events_.size() && events_[k].pos == p; ++k) {
+        if (events_[k].start) {
+          heap_.push_back(events_[k].index);
+          std::push_heap(heap_.begin(), heap_.end());
+        }
+      }
+      prev = p;
+    }
+    out_.clear();
+    for (const seg& s : segs_)
+      for (std::uint64_t e = 0; e < s.len; e += per_chunk)
+        out_.push_back({s.dst + e, s.src + e,
+                        static_cast<std::uint32_t>(std::min<std::uint64_t>(per_chunk, s.len - e)), 0});
+    return out_;
+  }
+
+ private:
+  struct event {
+    std::uint64_t pos;
+    std::uint32_t index;
+    bool start;
+  };
+  struct seg {
+    std::uint64_t dst, src, len;
+  };
+  void emit(std::uint64_t a, std::uint64_t b, const chunk_desc& owner) {
+    const std::uint64_t src = owner.src + (a - owner.dst);
+    if (!segs_.empty()) {
+      seg& last = segs_.back();
+      if (last.dst + last.len == a && last.src + last.len == src) {
+        last.len += b - a;
+        return;
+      }
+    }
+    segs_.push_back({a, src, b - a});
+  }
+
+  std::vector<std::uint32_t> order_;
+  std::vector<event> events_;
+  std::vector<std::uint32_t> heap_;
+  std::vector<seg> segs_;
+  std::vector<chunk_desc> out_;
+};
+
+}  // namespace ferry::detail

@@ -1,0 +1,235 @@
+// ferry/staged/detail/staging.hpp: one batch of staged writes in a pinned slot (see layout.hpp),
+// its capacity rules (growth::pow2 / growth::fixed), and its overlap bookkeeping.
+#pragma once
+
+#include <ferry/element.hpp>
+#include <ferry/error.hpp>
+#include <ferry/policies/growth.hpp>
+#include <ferry/staged/detail/layout.hpp>
+#include <ferry/staged/detail/overlap.hpp>
+#include <ferry/staged/detail/slot_pool.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <ranges>
+#include <stdexcept>
+#include <string>
+
+namespace ferry::detail {
+
+template <class T, class B, bool Fixed, bool CallerFenced>
+class staging_core {
+  static constexpr std::size_t per_chunk = elements_per_chunk<T>;
+
+ public:
+  using pool_type = slot_pool<B, CallerFenced>;
+
+  staging_core(std::size_t rows, std::size_t cols, std::size_t slots, pinned_arena<B>& arena)
+      : rows_(rows), cols_(cols), pool_(slots, arena), tracker_(rows) {}
+
+  // ---- staging --------------------------------------------------------------------------------
+
+  /// Records one write of `r` to [row][start, start + size(r)). Throws std::out_of_range (bounds)
+  /// or ferry::capacity_error (growth::fixed, arena cap) with nothing recorded.
+  template <class R>
+  void stage(std::size_t row, std::size_t start, R&& r) {
+    const auto n = std::ranges::distance(r);
+    const std::size_t len = n < 0 ? 0 : static_cast<std::size_t>(n);
+    check_bounds(row, start, len);
+    if (len == 0) return;
+    const std::uint64_t dst = static_cast<std::uint64_t>(row) * cols_ + start;
+    const std::size_t bytes = len * sizeof(T);
+    std::size_t off = used_;
+    if (bytes >= congruence_min_bytes) {
+      const std::size_t want = (dst * sizeof(T)) % apply_vector_bytes;
+      off += (want + apply_vector_bytes - off % apply_vector_bytes) % apply_vector_bytes;
+    }
+    const std::size_t chunks = (len + per_chunk - 1) / per_chunk;
+    ensure(chunks, off + bytes, len);  // may throw: nothing recorded
+    T* out = reinterpret_cast<T*>(contents() + off);
+    if constexpr (std::ranges::contiguous_range<R>) {
+      std::memcpy(out, std::ranges::data(r), bytes);
+    } else {
+      std::size_t i = 0;
+      for (auto&& v : r) out[i++] = static_cast<T>(v);  // same element type (dtype rule checked)
+    }
+    chunk_desc* d = descs() + chunks_;
+    const std::uint64_t src = off / sizeof(T);
+    for (std::size_t c = 0, e = 0; e < len; ++c, e += per_chunk)
+      d[c] = {dst + e, src + e, static_cast<std::uint32_t>(std::min(per_chunk, len - e)), 0};
+    tracker_.note(row, start, start + len);
+    chunks_ += chunks;
+    used_ = off + bytes;
+    ++writes_;
+    elements_ += len;
+  }
+
+  [[nodiscard]] std::size_t pending() const noexcept { return writes_; }
+  [[nodiscard]] std::size_t pending_elements() const noexcept { return elements_; }
+  [[nodiscard]] bool empty() const noexcept { return writes_ == 0; }
+
+  /// Drops the staged writes (the slot stays current: nothing was handed to a stream).
+  void clear() noexcept {
+    chunks_ = 0;
+    used_ = 0;
+    writes_ = 0;
+    elements_ = 0;
+    tracker_.reset();
+  }
+
+  /// Capacity for `max_writes` writes of `max_elements` elements in all, allocated now for every
+  /// slot (and device scratch when `with_scratch`). Under growth::fixed this is the capacity.
+  void reserve(std::size_t max_writes, std::size_t max_elements, bool with_scratch) {
+    const std::size_t descs_needed = 3 * ((max_elements + per_chunk - 1) / per_chunk) + 2 * max_writes + 2;
+    const std::size_t bytes_needed = max_elements * sizeof(T) + apply_vector_bytes * max_writes;
+    std::size_t wd = std::max(want_descs_, descs_needed);
+    std::size_t wb = std::max(want_bytes_, bytes_needed);
+    if constexpr (!Fixed) {
+      wd = growth::pow2::capacity_for(wd);
+      wb = growth::pow2::capacity_for(wb);
+    }
+    resolver_.reserve(wd);
+    want_descs_ = wd;
+    want_bytes_ = wb;
+    if (pool_.has_current() && (desc_cap_ < want_descs_ || content_cap_ < want_bytes_))
+      regrow(want_descs_, want_bytes_);
+    pool_.reserve(slot_bytes(), with_scratch ? want_bytes_ : 0, Fixed);
+    if constexpr (Fixed) {
+      max_writes_ = std::max(max_writes_, max_writes);
+      max_elements_ = std::max(max_elements_, max_elements);
+    }
+  }
+
+  // ---- apply support --------------------------------------------------------------------------
+
+  /// Resolves overlaps (later write wins) into a disjoint chunk table. May throw (capacity) with
+  /// the staged writes intact.
+  void prepare() {
+    if (!tracker_.suspect() || chunks_ == 0) return;
+    if (!resolver_.any_overlap(descs(), chunks_)) {
+      tracker_.resolved();
+      return;
+    }
+    const auto& out = resolver_.paint(descs(), chunks_, per_chunk);
+    if (out.size() > desc_cap_) {
+      if constexpr (Fixed)
+        throw capacity_error("ferry: resolving overlapping staged writes needs " +
+                             std::to_string(out.size()) + " chunks, more than the " +
+                             std::to_string(desc_cap_) + " that reserve() gave (growth::fixed)");
+      else
+        regrow(growth::pow2::capacity_for(out.size()), want_bytes_);
+    }
+    std::copy(out.begin(), out.end(), descs());
+    chunks_ = out.size();
+    tracker_.resolved();
+  }
+
+  [[nodiscard]] std::size_t chunks() const noexcept { return chunks_; }
+  [[nodiscard]] std::size_t content_bytes() const noexcept { return used_; }
+  [[nodiscard]] const chunk_desc* chunk_table() noexcept { return descs(); }
+  [[nodiscard]] const std::byte* content_data() noexcept { return contents(); }
+  /// Device scratch for the current slot's contents (H2D path), sized to the slot's content
+  /// capacity at once, so that a slot's scratch is allocated once, not at every larger apply.
+  /// Allocated stream-ordered on `s` (the apply's stream) when it must grow.
+  std::byte* scratch(stream_ref<B> s) { return pool_.scratch(std::max(used_, want_bytes_), Fixed, s); }
+  /// The launch has been enqueued without reading the slot (the inline path: the chunk table and
+  /// contents travelled in the launch's parameters): the slot stays current, unfenced; a new
+  /// batch starts in it.
+  void commit_inline() noexcept { clear(); }
+  /// The launch has been enqueued on `s`: fence and rotate the slot, and start a new batch.
+  void commit(stream_ref<B> s) {
+    try {
+      pool_.commit(s);
+    } catch (...) {
+      clear();
+      throw;
+    }
+    clear();
+  }
+  pool_type& pool() noexcept { return pool_; }
+
+ private:
+  void check_bounds(std::size_t row, std::size_t start, std::size_t len) const {
+    if (row >= rows_ || start > cols_ || len > cols_ - start)
+      throw std::out_of_range("ferry: stage_write out of bounds: row " + std::to_string(row) +
+                              ", start " + std::to_string(start) + ", len " + std::to_string(len) +
+                              " for a " + std::to_string(rows_) + " x " + std::to_string(cols_) +
+                              " tensor (needs row < rows, start <= cols, len <= cols - start)");
+  }
+
+  void ensure(std::size_t chunks, std::size_t end_bytes, std::size_t len) {
+    if constexpr (Fixed) {
+      if (writes_ + 1 > max_writes_ || elements_ + len > max_elements_)
+        throw capacity_error(
+            "ferry: staged_write_tensor under growth::fixed holds at most " +
+            std::to_string(max_writes_) + " writes of " + std::to_string(max_elements_) +
+            " elements per apply (set by reserve); staging a write of " + std::to_string(len) +
+            " elements after " + std::to_string(writes_) + " writes of " +
+            std::to_string(elements_) + " elements exceeds it");
+    } else {
+      if (!pool_.has_current() || chunks_ + chunks > desc_cap_ || end_bytes > content_cap_) {
+        want_descs_ = std::max(want_descs_, growth::pow2::capacity_for(chunks_ + chunks));
+        want_bytes_ = std::max(want_bytes_, growth::pow2::capacity_for(end_bytes));
+      }
+    }
+    if (!pool_.has_current()) {
+      pool_.acquire_current(slot_bytes());
+      layout();
+    }
+    if (chunks_ + chunks > desc_cap_ || end_bytes > content_cap_) {
+      if constexpr (Fixed)
+        throw capacity_error("ferry: staging slot too small under growth::fixed");
+      else
+        regrow(want_descs_, want_bytes_);
+    }
+  }
+
+  [[nodiscard]] std::size_t slot_bytes() const noexcept {
+    return round_up(want_descs_ * sizeof(chunk_desc), content_alignment) + want_bytes_;
+  }
+  void layout() noexcept {
+    const auto& b = pool_.current().block;
+    desc_cap_ = want_descs_;
+    content_off_ = round_up(desc_cap_ * sizeof(chunk_desc), content_alignment);
+    content_cap_ = b.capacity - content_off_;
+  }
+  // A bigger block for the current slot, keeping what is staged (only while growing).
+  void regrow(std::size_t wd, std::size_t wb) {
+    const std::size_t old_off = content_off_;
+    const std::size_t save_d = want_descs_, save_b = want_bytes_;
+    want_descs_ = std::max(wd, want_descs_);
+    want_bytes_ = std::max(wb, want_bytes_);
+    pinned_block old;
+    try {
+      old = pool_.begin_grow(slot_bytes());
+    } catch (...) {
+      want_descs_ = save_d;
+      want_bytes_ = save_b;
+      throw;
+    }
+    layout();
+    std::memcpy(descs(), old.data, chunks_ * sizeof(chunk_desc));
+    std::memcpy(contents(), old.data + old_off, used_);
+    pool_.finish_grow(old);
+  }
+
+  chunk_desc* descs() noexcept { return reinterpret_cast<chunk_desc*>(pool_.current().block.data); }
+  std::byte* contents() noexcept { return pool_.current().block.data + content_off_; }
+
+  std::size_t rows_, cols_;
+  pool_type pool_;
+  overlap_tracker tracker_;
+  overlap_resolver resolver_;
+  // capacities wanted for every slot, and the current slot's layout
+  std::size_t want_descs_ = 0, want_bytes_ = 0;
+  std::size_t desc_cap_ = 0, content_off_ = 0, content_cap_ = 0;
+  // the batch
+  std::size_t chunks_ = 0, used_ = 0, writes_ = 0, elements_ = 0;
+  // growth::fixed limits
+  std::size_t max_writes_ = 0, max_elements_ = 0;
+};
+
+}  // namespace ferry::detail

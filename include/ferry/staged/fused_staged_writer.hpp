@@ -1,0 +1,221 @@
+// ferry/staged/fused_staged_writer.hpp: fused_staged_writer<T, Policies...>, the pending writes
+// of several staged_write_tensors applied with one kernel launch.
+#pragma once
+
+#include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/backend/stream.hpp>
+#include <ferry/element.hpp>
+#include <ferry/error.hpp>
+#include <ferry/memory/pinned_arena.hpp>
+#include <ferry/policies/detail/select.hpp>
+#include <ferry/staged/detail/apply.hpp>
+#include <ferry/staged/detail/layout.hpp>
+#include <ferry/staged/detail/slot_pool.hpp>
+#include <ferry/staged/staged_write_tensor.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+namespace ferry {
+
+namespace detail {
+template <class X>
+inline constexpr bool is_staged_write_tensor = false;
+template <class T, class... Ps>
+inline constexpr bool is_staged_write_tensor<staged_write_tensor<T, Ps...>> = true;
+}  // namespace detail
+
+/// Applies the pending writes of several staged_write_tensors of element type T (any TargetKind,
+/// the same backend) with one kernel launch: `apply(stream, a, b, c)`. Its own staging holds the
+/// fused chunk table (rebased onto each tensor's target and contents); contents stay where each
+/// tensor staged them and are read in place, or copied into this writer's device scratch (one
+/// cudaMemcpyAsync per copied tensor) per the StagingPolicy: `by_target` decides per tensor (UVA
+/// target: in place; device target: copied), `uva_direct` / `h2d_copy` for all,
+/// `threshold<Bytes>` on the total content bytes. Each tensor's "later write wins" rule holds.
+///
+/// Policies: StagingPolicy, GrowthPolicy (`growth::fixed`: call reserve first), ReusePolicy,
+/// Backend (TargetKind is accepted and unused: each tensor has its own). Not thread-safe.
+template <class T, class... Policies>
+class fused_staged_writer {
+  static_assert((detail::check_element<T>(), true));
+  using policies =
+      detail::policy_set<detail::type_list<families::target_kind, families::staging,
+                                           families::growth, families::reuse, families::backend>,
+                         Policies...>;
+
+ public:
+  /// The element type of every tensor applied.
+  using value_type = T;
+  /// The backend (Backend policy); every tensor applied must have it.
+  using backend_type = typename policies::backend;
+  /// How contents reach the kernel (StagingPolicy).
+  using staging_policy = typename policies::staging;
+  /// Growth of the fused table and scratch (GrowthPolicy).
+  using growth_policy = typename policies::growth;
+  /// Who fences this writer's staging slots (ReusePolicy).
+  using reuse_policy = typename policies::reuse;
+
+ private:
+  static_assert((detail::check_backend<backend_type>(), true));
+  using B = backend_type;
+  using ops = detail::backend_ops<B>;
+  static constexpr bool fixed = std::is_same_v<growth_policy, growth::fixed>;
+  static constexpr bool caller_fenced = std::is_same_v<reuse_policy, reuse::caller_fenced>;
+
+ public:
+  /// A writer for up to `max_tensors` tensors per apply, with `slots` rotating staging slots.
+  explicit fused_staged_writer(std::size_t max_tensors, std::size_t slots = 2)
+      : device_(ops::current_device()), max_tensors_(max_tensors), pool_(slots, default_arena<B>()) {
+    detail::preload_apply<T, B>();  // never load a kernel module inside a later apply
+  }
+
+  /// Capacity for applies of up to `max_writes` writes of `max_elements` elements in all (over
+  /// every tensor), allocated now. Under growth::fixed this is the capacity.
+  void reserve(std::size_t max_writes, std::size_t max_elements) {
+    const std::size_t per = detail::elements_per_chunk<T>;
+    const std::size_t chunks = 3 * ((max_elements + per - 1) / per) + 2 * max_writes + 2;
+    const std::size_t scratch = max_elements * sizeof(T) +
+                                detail::apply_vector_bytes * max_writes +
+                                detail::content_alignment * max_tensors_;
+    table_bytes_ = std::max(table_bytes_, chunks * sizeof(detail::chunk_desc));
+    scratch_bytes_ = std::max(scratch_bytes_, scratch);
+    pool_.reserve(table_bytes_, scratch_bytes_, fixed);
+  }
+
+  /// Applies the pending writes of `tensors` on `s` with one launch, then clears each of them.
+  /// Tensors with nothing staged are skipped (nothing staged at all: no launch). The same tensor
+  /// twice, or more than max_tensors tensors: std::invalid_argument. Whatever throws before the
+  /// launch is enqueued leaves every tensor's staged writes and target as they were.
+  template <class... Tensors>
+  void apply(stream_ref<B> s, Tensors&... tensors) {
+    static_assert((detail::is_staged_write_tensor<std::remove_cv_t<Tensors>> && ...),
+                  "ferry: fused_staged_writer::apply takes staged_write_tensor arguments.");
+    static_assert((std::is_same_v<typename Tensors::value_type, T> && ...),
+                  "ferry: fused_staged_writer<T> applies tensors of element type T only; every "
+                  "tensor's element type must be T.");
+    static_assert((std::is_same_v<typename Tensors::backend_type, B> && ...),
+                  "ferry: fused_staged_writer applies tensors of its own backend only.");
+    ops::check_stream(s, device_);
+    constexpr std::size_t n = sizeof...(Tensors);
+    if (n > max_tensors_)
+      throw std::invalid_argument("ferry: fused_staged_writer::apply got " + std::to_string(n) +
+                                  " tensors; this writer takes at most " +
+                                  std::to_string(max_tensors_));
+    if constexpr (n > 1) {
+      const std::array<const void*, n> ids{static_cast<const void*>(&tensors)...};
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = i + 1; j < n; ++j)
+          if (ids[i] == ids[j])
+            throw std::invalid_argument("ferry: fused_staged_writer::apply got the same tensor twice "
+                                        "(arguments " + std::to_string(i) + " and " +
+                                        std::to_string(j) + ")");
+    }
+    if constexpr (n == 0) {
+      return;
+    } else {
+      // Resolve overlaps within each tensor; count chunks and bytes.
+      (prepare(tensors), ...);
+      std::size_t chunks = 0, bytes = 0;
+      (count(tensors, chunks, bytes), ...);
+      if (chunks == 0) return;
+      std::size_t copied = 0;
+      (count_copied(tensors, bytes, copied), ...);
+      // This writer's slot: the fused chunk table (and scratch for copied contents).
+      const std::size_t table = chunks * sizeof(detail::chunk_desc);
+      if constexpr (fixed) {
+        if (table > table_bytes_ || copied > scratch_bytes_)
+          throw capacity_error("ferry: fused_staged_writer under growth::fixed: this apply needs " +
+                               std::to_string(chunks) + " chunks and " + std::to_string(copied) +
+                               " bytes of scratch, beyond what reserve() gave");
+      } else {
+        table_bytes_ = std::max(table_bytes_, growth::pow2::capacity_for(table));
+        // High-water mark: every slot's scratch grows to the largest apply seen, so a larger
+        // later apply allocates once per slot, not at every size step.
+        if (copied) scratch_bytes_ = std::max(scratch_bytes_, growth::pow2::capacity_for(copied));
+      }
+      pool_.acquire_current(table_bytes_);
+      if (pool_.current().block.capacity < table) pool_.finish_grow(pool_.begin_grow(table_bytes_));
+      // Stream-ordered on s (never cudaMalloc, which may wait behind a held stream).
+      std::byte* scratch = copied ? pool_.scratch(scratch_bytes_, fixed, s) : nullptr;
+      // Build the table; enqueue the copies.
+      auto* out = reinterpret_cast<detail::chunk_desc*>(pool_.current().block.data);
+      std::size_t k = 0, off = 0;
+      (append(tensors, s, bytes, out, k, scratch, off), ...);
+      detail::launch_apply<T, B>(s, reinterpret_cast<const detail::chunk_desc*>(ops::mapped(out)), k, 0, 0);
+      // Enqueued: fence every slot read by the launch, clear the tensors.
+      std::exception_ptr failure;
+      auto fence = [&](auto&& f) {
+        try {
+          f();
+        } catch (...) {
+          if (!failure) failure = std::current_exception();
+        }
+      };
+      fence([&] { pool_.commit(s); });
+      (fence([&] {
+         if (!tensors.core().empty()) tensors.core().commit(s);
+       }),
+       ...);
+      if (failure) std::rethrow_exception(failure);
+    }
+  }
+
+  /// The most tensors one apply takes.
+  [[nodiscard]] std::size_t max_tensors() const noexcept { return max_tensors_; }
+
+ private:
+  template <class X>
+  static void prepare(X& t) {
+    if (!t.core().empty()) t.core().prepare();
+  }
+  template <class X>
+  static void count(X& t, std::size_t& chunks, std::size_t& bytes) {
+    chunks += t.core().chunks();
+    bytes += t.core().content_bytes();
+  }
+  template <class X>
+  static constexpr bool uva_target_of = std::is_same_v<typename X::target_kind, target::uva>;
+  template <class X>
+  static bool in_place(std::size_t total_bytes) {
+    if constexpr (std::is_same_v<staging_policy, staging::by_target>)
+      return uva_target_of<X>;
+    else
+      return detail::staged_reads_in_place<staging_policy, false>(total_bytes);
+  }
+  template <class X>
+  static void count_copied(X& t, std::size_t total_bytes, std::size_t& copied) {
+    if (t.core().empty() || in_place<X>(total_bytes)) return;
+    copied += detail::round_up(t.core().content_bytes(), detail::content_alignment);
+  }
+  template <class X>
+  static void append(X& t, stream_ref<B> s, std::size_t total_bytes, detail::chunk_desc* out,
+                     std::size_t& k, std::byte* scratch, std::size_t& off) {
+    auto& c = t.core();
+    if (c.empty()) return;
+    const std::uint64_t dst0 = t.target_address() / sizeof(T);
+    std::uint64_t src0 = 0;
+    if (in_place<X>(total_bytes)) {
+      src0 = X::address(c.content_data()) / sizeof(T);
+    } else {
+      ops::copy_async(scratch + off, c.content_data(), c.content_bytes(), s);
+      src0 = reinterpret_cast<std::uintptr_t>(scratch + off) / sizeof(T);
+      off += detail::round_up(c.content_bytes(), detail::content_alignment);
+    }
+    const detail::chunk_desc* d = c.chunk_table();
+    for (std::size_t i = 0; i < c.chunks(); ++i, ++k)
+      out[k] = {d[i].dst + dst0, d[i].src + src0, d[i].count, 0};
+  }
+
+  int device_;
+  std::size_t max_tensors_;
+  std::size_t table_bytes_ = 0, scratch_bytes_ = 0;
+  detail::slot_pool<B, caller_fenced> pool_;
+};
+
+}  // namespace ferry

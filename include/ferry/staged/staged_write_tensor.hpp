@@ -1,0 +1,267 @@
+// ferry/staged/staged_write_tensor.hpp: staged_write_tensor<T, Policies...>, a persistent 2-D
+// target updated by diffs: the host stages ragged row-segment writes, one launch applies them.
+#pragma once
+
+#include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/backend/stream.hpp>
+#include <ferry/element.hpp>
+#include <ferry/error.hpp>
+#include <ferry/memory/device_buffer.hpp>
+#include <ferry/memory/device_span.hpp>
+#include <ferry/memory/pinned_arena.hpp>
+#include <ferry/memory/pinned_buffer.hpp>
+#include <ferry/policies/detail/select.hpp>
+#include <ferry/policies/growth.hpp>
+#include <ferry/policies/reuse.hpp>
+#include <ferry/policies/staging.hpp>
+#include <ferry/policies/target.hpp>
+#include <ferry/staged/detail/apply.hpp>
+#include <ferry/staged/detail/staging.hpp>
+#include <ferry/staged/staged_view.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <memory>
+#include <ranges>
+#include <span>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+namespace ferry {
+
+template <class T, class... Policies>
+class fused_staged_writer;
+
+/// A persistent row-major `rows x cols` target of T (zero-filled at construction), updated by
+/// diffs: `stage_write` records row-segment writes on the host (straight into pinned staging
+/// memory), `apply_write(stream)` applies all of them with one kernel launch.
+///
+/// Policies (any order, each family at most once): TargetKind (`target::device`: device memory,
+/// default; `target::uva`: pinned, mapped host memory that kernels read and write in place),
+/// StagingPolicy (`staging::by_target` default: UVA for a UVA target, H2D for a device target;
+/// `uva_direct`; `h2d_copy`; `threshold<Bytes>`), GrowthPolicy (`growth::pow2` default;
+/// `growth::fixed`: `reserve` sets the capacity, exceeding it throws ferry::capacity_error),
+/// ReusePolicy (`reuse::event_fenced` default; `caller_fenced`), Backend; and the presets.
+///
+/// Rules: bounds are checked for every write, even an empty one; within one apply, of two writes
+/// that overlap the one staged later wins, on both backends; offsets are 64-bit (targets past
+/// 2^31 elements work); the host never synchronizes in stage_write or apply_write; a staging slot
+/// that the GPU may still read is never rewritten (a fresh arena block is used instead, without
+/// blocking); if apply_write throws before its launch is enqueued, the staged writes are kept and
+/// the target is unchanged. CUDA graphs: apply_write is eager and throws on a capturing stream;
+/// the target's address never changes, so a captured graph may read `span()`/`view()`.
+///
+/// Move-only; a moved-from tensor is empty. Not thread-safe.
+template <class T, class... Policies>
+class staged_write_tensor {
+  static_assert((detail::check_element<T>(), true));
+  using policies =
+      detail::policy_set<detail::type_list<families::target_kind, families::staging,
+                                           families::growth, families::reuse, families::backend>,
+                         Policies...>;
+
+ public:
+  /// The element type.
+  using value_type = T;
+  /// The backend (Backend policy).
+  using backend_type = typename policies::backend;
+  /// Where the target lives (TargetKind policy).
+  using target_kind = typename policies::target;
+  /// How contents reach the kernel (StagingPolicy).
+  using staging_policy = typename policies::staging;
+  /// Growth of the staging capacity (GrowthPolicy).
+  using growth_policy = typename policies::growth;
+  /// Who fences staging slots (ReusePolicy).
+  using reuse_policy = typename policies::reuse;
+
+ private:
+  static_assert((detail::check_backend<backend_type>(), true));
+  using B = backend_type;
+  using ops = detail::backend_ops<B>;
+  static constexpr bool uva_target = std::is_same_v<target_kind, target::uva>;
+  static constexpr bool fixed = std::is_same_v<growth_policy, growth::fixed>;
+  static constexpr bool caller_fenced = std::is_same_v<reuse_policy, reuse::caller_fenced>;
+  static constexpr bool may_copy = !std::is_same_v<staging_policy, staging::uva_direct> &&
+                                   !(std::is_same_v<staging_policy, staging::by_target> && uva_target);
+  using core_type = detail::staging_core<T, B, fixed, caller_fenced>;
+  using storage_type = std::conditional_t<uva_target, pinned_buffer<T, B>, device_buffer<T, B>>;
+
+ public:
+  /// A zero-filled rows x cols target; the fill is complete when the constructor returns (it
+  /// synchronizes a private stream: construction is not a hot path). `slots` staging slots rotate
+  /// (more slots amortize fence queries when the host runs ahead of the GPU).
+  staged_write_tensor(std::size_t rows, std::size_t cols, std::size_t slots = 2)
+      : staged_write_tensor(rows, cols, slots, nullptr) {
+    if constexpr (!uva_target) {
+      stream<B> s;
+      ops::fill_zero_async(target_.data(), bytes(), s);
+      s.synchronize();
+    }
+  }
+  /// A zero-filled rows x cols target, the fill enqueued on `s` (work on `s` after the
+  /// constructor sees zeros).
+  staged_write_tensor(std::size_t rows, std::size_t cols, stream_ref<B> s, std::size_t slots = 2)
+      : staged_write_tensor(rows, cols, slots, nullptr) {
+    ops::check_stream(s, device_);
+    if constexpr (!uva_target) {
+      ops::fill_zero_async(target_.data(), bytes(), s);
+      core_->pool().note_use(s);
+    }
+  }
+
+  /// Takes over the target and the staged writes; spans and views handed out stay valid; `o` is
+  /// left empty (0 x 0, nothing staged).
+  staged_write_tensor(staged_write_tensor&& o) noexcept
+      : device_(o.device_),
+        rows_(std::exchange(o.rows_, 0)),
+        cols_(std::exchange(o.cols_, 0)),
+        target_(std::move(o.target_)),
+        core_(std::move(o.core_)) {}
+  /// Waits for this tensor's applies and frees its target, then takes over `o`'s.
+  staged_write_tensor& operator=(staged_write_tensor&& o) noexcept {
+    if (this != &o) {
+      core_.reset();  // waits for this tensor's applies before its target goes
+      target_ = std::move(o.target_);
+      core_ = std::move(o.core_);
+      device_ = o.device_;
+      rows_ = std::exchange(o.rows_, 0);
+      cols_ = std::exchange(o.cols_, 0);
+    }
+    return *this;
+  }
+  /// Waits for every apply that reads its staging or writes its target, then frees them.
+  ~staged_write_tensor() = default;
+
+  /// Records a write of the elements of `range` to [row][start, start + n). Checks first, even
+  /// for an empty range: row < rows(), start <= cols(), n <= cols() - start; otherwise
+  /// std::out_of_range naming row, start and n, and nothing is recorded. The element type must be
+  /// T's (ferry's dtype rule; convert explicitly with ferry::cast<T>(range)). The range has been
+  /// consumed when this returns. growth::fixed: beyond the reserved capacity,
+  /// ferry::capacity_error, nothing recorded.
+  template <std::ranges::input_range R>
+    requires(std::ranges::sized_range<R> || std::ranges::forward_range<R>)
+  void stage_write(std::size_t row, std::size_t start, R&& range) {
+    detail::check_same_element<std::ranges::range_value_t<R>, T>();
+    core().stage(row, start, range);
+  }
+  /// stage_write(row, start, {a, b, c}).
+  void stage_write(std::size_t row, std::size_t start, std::initializer_list<T> values) {
+    core().stage(row, start, std::span<const T>(values.begin(), values.size()));
+  }
+  /// A one-element write of `value` at [row][0]; `value` converts only when the conversion is
+  /// value-preserving (ferry's scalar rule).
+  template <class V>
+  void stage_write_elem(std::size_t row, V value) {
+    detail::check_scalar<V, T>();
+    const T v = static_cast<T>(value);
+    core().stage(row, 0, std::span<const T>(&v, 1));
+  }
+
+  /// Writes staged since the last apply or clear (empty writes are not recorded).
+  [[nodiscard]] std::size_t pending() const noexcept { return core_ ? core_->pending() : 0; }
+  /// Elements staged since the last apply or clear.
+  [[nodiscard]] std::size_t pending_elements() const noexcept {
+    return core_ ? core_->pending_elements() : 0;
+  }
+  /// Drops the staged writes.
+  void clear() noexcept {
+    if (core_) core_->clear();
+  }
+  /// Capacity for applies of up to `max_writes` writes of `max_elements` elements in all,
+  /// allocated now (pinned staging for every slot, and device scratch when the staging policy
+  /// may copy), so that steady state allocates nothing. Under growth::fixed this is the capacity.
+  void reserve(std::size_t max_writes, std::size_t max_elements) {
+    core().reserve(max_writes, max_elements, may_copy);
+  }
+
+  /// Applies every staged write on `s` with one kernel launch and clears them. Nothing staged:
+  /// no launch, no rotation. Contents are read in place through UVA or copied first (one
+  /// cudaMemcpyAsync) per the staging policy; on CUDA, an in-place apply whose chunk table and
+  /// contents fit in 4 KiB passes them in the launch's parameters instead (one launch, nothing
+  /// read over PCIe, no fence). Never synchronizes. Throws ferry::error on a stream
+  /// of another device or one that is capturing a graph; whatever throws before the launch is
+  /// enqueued leaves the staged writes and the target as they were.
+  void apply_write(stream_ref<B> s) {
+    ops::check_stream(s, device_);
+    core_type& c = core();
+    if (c.empty()) return;
+    c.prepare();
+    std::uintptr_t src = 0;
+    if (detail::staged_reads_in_place<staging_policy, uva_target>(c.content_bytes())) {
+      // Small: chunk table and contents travel in the launch's parameters (no PCIe read by the
+      // kernel, no fence, no slot rotation).
+      if (detail::launch_apply_inline<T, B>(s, c.chunk_table(), c.chunks(), c.content_data(),
+                                            c.content_bytes(), target_address())) {
+        c.commit_inline();
+        return;
+      }
+      src = address(c.content_data());
+    } else {
+      std::byte* scratch = c.scratch(s);
+      ops::copy_async(scratch, c.content_data(), c.content_bytes(), s);
+      src = reinterpret_cast<std::uintptr_t>(scratch);
+    }
+    detail::launch_apply<T, B>(s, reinterpret_cast<const detail::chunk_desc*>(address(c.chunk_table())),
+                               c.chunks(), target_address(), src);
+    c.commit(s);
+  }
+
+  /// The whole target, row-major (device memory, or the UVA view of pinned memory).
+  [[nodiscard]] device_span<T> span() const noexcept {
+    return {reinterpret_cast<T*>(target_address()), rows_ * cols_};
+  }
+  /// The target as a rows x cols view usable in device code (ferry::staged_view<T>).
+  [[nodiscard]] staged_view<T> view() const noexcept {
+    return staged_view<T>(reinterpret_cast<T*>(target_address()), rows_, cols_);
+  }
+  /// Number of rows.
+  [[nodiscard]] std::size_t rows() const noexcept { return rows_; }
+  /// Number of columns.
+  [[nodiscard]] std::size_t cols() const noexcept { return cols_; }
+  /// rows() x cols().
+  [[nodiscard]] std::size_t size() const noexcept { return rows_ * cols_; }
+
+ private:
+  template <class, class...>
+  friend class fused_staged_writer;
+
+  staged_write_tensor(std::size_t rows, std::size_t cols, std::size_t slots, std::nullptr_t)
+      : device_(ops::current_device()),
+        rows_(rows),
+        cols_(cols),
+        target_(checked_size(rows, cols)),
+        core_(std::make_unique<core_type>(rows, cols, slots, default_arena<B>())) {
+    detail::preload_apply<T, B>();  // never load a kernel module inside a later apply
+  }
+
+  static std::size_t checked_size(std::size_t rows, std::size_t cols) {
+    if (cols != 0 && rows > std::numeric_limits<std::size_t>::max() / sizeof(T) / cols)
+      throw std::invalid_argument("ferry: a staged_write_tensor of " + std::to_string(rows) +
+                                  " x " + std::to_string(cols) + " elements overflows size_t");
+    return rows * cols;
+  }
+  [[nodiscard]] std::size_t bytes() const noexcept { return rows_ * cols_ * sizeof(T); }
+  core_type& core() {
+    if (!core_) throw error("ferry: use of a moved-from staged_write_tensor");
+    return *core_;
+  }
+  static std::uintptr_t address(const void* host) noexcept {
+    return reinterpret_cast<std::uintptr_t>(ops::mapped(const_cast<void*>(host)));
+  }
+  [[nodiscard]] std::uintptr_t target_address() const noexcept {
+    if constexpr (uva_target)
+      return reinterpret_cast<std::uintptr_t>(target_.device().data());
+    else
+      return reinterpret_cast<std::uintptr_t>(target_.data());
+  }
+
+  int device_;
+  std::size_t rows_, cols_;
+  storage_type target_;            // destroyed after core_, which waits for the applies
+  std::unique_ptr<core_type> core_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,87 @@
+// Tests for include/ferry/pool/uva_backed.hpp (SPEC §6): the host owns the truth, publish(n)
+// snapshots a prefix into the next slot (a new address each time), out-of-range n changes
+// nothing, and a held reader keeps its own snapshot while the host moves on.
+#include <pool/pool_support.hpp>
+
+#include <catch2/catch_template_test_macros.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <set>
+#include <stdexcept>
+#include <vector>
+
+using pool_test::generation;
+using pool_test::read;
+
+TEMPLATE_TEST_CASE("uva_backed publishes a snapshot of the host prefix at a new address",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::uva_backed<std::int64_t, TestType> state(256);
+  CHECK(state.size() == 256);
+  REQUIRE(state.host().size() == 256);
+  CHECK(std::all_of(state.host().begin(), state.host().end(), [](auto x) { return x == 0; }));
+
+  const auto g1 = generation<std::int64_t>(1, 256);
+  std::copy(g1.begin(), g1.end(), state.host().begin());
+  const auto v1 = state.publish(100, s);
+  // The host may rewrite its state at once: the snapshot is taken.
+  const auto g2 = generation<std::int64_t>(2, 256);
+  std::copy(g2.begin(), g2.end(), state.host().begin());
+  CHECK(v1.size() == 100);
+  CHECK(read(v1) == std::vector<std::int64_t>(g1.begin(), g1.begin() + 100));
+  s.synchronize();
+
+  const auto v2 = state.publish(256, s);
+  CHECK(v2.data() != v1.data());  // a new address on every publish
+  CHECK(read(v2) == g2);
+  s.synchronize();
+
+  const auto before = state.stats();
+  CHECK_THROWS_AS(state.publish(257, s), std::out_of_range);
+  CHECK(pool_test::same(state.stats(), before));
+  const auto v3 = state.publish(1, s);  // the slot the failed publish would have used
+  CHECK(v3.data() == v1.data());
+  CHECK(read(v3) == std::vector<std::int64_t>{g2[0]});
+  CHECK(state.publish(0, s).size() == 0);
+  CHECK(state.stats().grows == 0);  // every slot holds `size` elements from the start
+  s.synchronize();
+}
+
+TEMPLATE_TEST_CASE("uva_backed keeps a held reader's snapshot while the host publishes on",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::uva_backed<float, TestType> state(64, 2);
+  std::vector<float> seen[4];
+  {
+    ferry_test::gate<TestType> g(s);
+    for (std::size_t k = 0; k < 4; ++k) {
+      const auto gk = generation<float>(k, 64);
+      std::copy(gk.begin(), gk.end(), state.host().begin());
+      const auto v = state.publish(64, s);
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), v, &seen[k]);
+    }
+    CHECK(state.stats().inserted == 2);  // two slots were still read: two were inserted
+  }
+  s.synchronize();
+  for (std::size_t k = 0; k < 4; ++k) CHECK(seen[k] == generation<float>(k, 64));
+}
+
+TEMPLATE_TEST_CASE("uva_backed under growth::fixed keeps its addresses", "[pool]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::uva_backed<std::int32_t, ferry::growth::fixed, TestType> state(1000, 2);
+  std::set<const std::int32_t*> addresses;
+  for (std::size_t k = 0; k < 6; ++k) {
+    const auto gk = generation<std::int32_t>(k, 1000);
+    std::copy(gk.begin(), gk.end(), state.host().begin());
+    const auto v = state.publish(1000 - k, s);
+    CHECK(read(v) == std::vector<std::int32_t>(gk.begin(), gk.end() - static_cast<long>(k)));
+    addresses.insert(v.data());
+    s.synchronize();
+  }
+  CHECK(addresses.size() == 2);
+}

@@ -1,0 +1,423 @@
+// Tests for include/ferry/pool/uva_pool.hpp (SPEC §6): rotation before use, per-slot pow2 growth
+// with the other slots untouched, exact prefix views, growth::fixed, max_slots, throwing calls that
+// change nothing, empty sources, copy_to_device, record_use on another stream, and a steady state
+// without allocation or synchronization. The in-flight reader tests are in
+// uva_pool_inflight_test.cu.
+#include <pool/pool_support.hpp>
+
+#include <catch2/catch_template_test_macros.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <ranges>
+#include <set>
+#include <span>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+using pool_test::generation;
+using pool_test::read;
+
+namespace {
+
+template <class Pool, class B>
+void check_rotation(ferry::stream<B>& s) {
+  Pool pool(16, 3);
+  CHECK(pool.current_slot() == 0);
+  CHECK(pool.slots() == 3);
+  std::vector<const std::int32_t*> addr;
+  for (std::size_t k = 0; k < 9; ++k) {
+    const auto src = generation<std::int32_t>(k, 3 + k);
+    const auto v = pool.copy_to_uva(src, s);
+    CHECK(pool.current_slot() == (k + 1) % 3);  // advanced before use: 1, 2, 0, 1, ...
+    REQUIRE(v.size() == src.size());
+    CHECK(read(v) == src);
+    addr.push_back(v.data());
+    s.synchronize();  // every reader done: the ring never needs to insert
+  }
+  CHECK(std::set<const std::int32_t*>(addr.begin(), addr.end()).size() == 3);
+  for (std::size_t k = 3; k < addr.size(); ++k) CHECK(addr[k] == addr[k - 3]);
+  CHECK(pool.stats().slots == 3);
+  CHECK(pool.stats().inserted == 0);
+  CHECK(pool.stats().calls == 9);
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("uva_pool advances before use and the first call uses slot 1", "[pool]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  SECTION("event_fenced") { check_rotation<ferry::uva_pool<std::int32_t, TestType>>(s); }
+  SECTION("caller_fenced") {
+    check_rotation<ferry::uva_pool<std::int32_t, ferry::reuse::caller_fenced, TestType>>(s);
+  }
+  SECTION("one slot: 1 % 1 is slot 0 every time") {
+    ferry::uva_pool<std::int32_t, TestType, ferry::reuse::caller_fenced> pool(4, 1);
+    const auto a = pool.copy_to_uva(generation<std::int32_t>(1, 4), s);
+    CHECK(pool.current_slot() == 0);
+    s.synchronize();
+    const auto b = pool.copy_to_uva(generation<std::int32_t>(2, 2), s);
+    CHECK(pool.current_slot() == 0);
+    CHECK(b.data() == a.data());
+    CHECK(read(b) == generation<std::int32_t>(2, 2));
+  }
+}
+
+TEMPLATE_TEST_CASE("uva_pool grows one slot by powers of two and leaves the other untouched",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::uva_pool<std::int32_t, TestType> pool(1, 2);
+  const std::span<const std::int32_t> none;
+
+  // 1 → 1: the first call uses slot 1 and fits its initial capacity.
+  const auto first = generation<std::int32_t>(0, 1);
+  CHECK(read(pool.copy_to_uva(first, s)) == first);
+  CHECK(pool.current_slot() == 1);
+  CHECK(pool.capacity(1) == 1);
+  CHECK(pool.stats().grows == 0);
+  s.synchronize();
+  // Slot 0 gets its own contents, kept for the rest of the test.
+  const auto zero = generation<std::int32_t>(1, 1);
+  const auto v0 = pool.copy_to_uva(zero, s);
+  REQUIRE(pool.current_slot() == 0);
+  s.synchronize();
+
+  const std::array<std::pair<std::size_t, std::size_t>, 3> sequence{{{5, 8}, {1024, 1024}, {1025, 2048}}};
+  std::uint64_t grows = 0;
+  ferry::device_span<const std::int32_t> last;
+  std::vector<std::int32_t> last_src;
+  for (const auto& [n, cap] : sequence) {
+    last_src = generation<std::int32_t>(n, n);
+    last = pool.copy_to_uva(last_src, s);
+    REQUIRE(pool.current_slot() == 1);
+    CHECK(pool.capacity(1) == cap);
+    CHECK(pool.stats().grows == ++grows);
+    REQUIRE(last.size() == n);
+    CHECK(read(last) == last_src);
+    // The other slot: same capacity, same address, same contents.
+    CHECK(pool.capacity(0) == 1);
+    CHECK(read(v0) == zero);
+    s.synchronize();
+    // An empty call rotates onto slot 0 without writing it.
+    const auto e = pool.copy_to_uva(none, s);
+    CHECK(pool.current_slot() == 0);
+    CHECK(e.size() == 0);
+    CHECK(e.data() == v0.data());
+    CHECK(read(v0) == zero);
+  }
+  CHECK(pool.stats().slots == 2);
+  CHECK(pool.stats().inserted == 0);
+
+  // Now slot 0 grows alone (1 → 8): slot 1 keeps its capacity, address and contents.
+  pool.copy_to_uva(none, s);  // rotate onto slot 1 without writing
+  const auto five = generation<std::int32_t>(77, 5);
+  const auto w = pool.copy_to_uva(five, s);
+  REQUIRE(pool.current_slot() == 0);
+  CHECK(pool.capacity(0) == 8);
+  CHECK(read(w) == five);
+  CHECK(pool.capacity(1) == 2048);
+  CHECK(read(last) == last_src);
+  CHECK(pool.stats().grows == 4);
+  s.synchronize();
+}
+
+TEMPLATE_TEST_CASE("uva_pool exposes exactly the new prefix after a smaller request", "[pool]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::uva_pool<std::int64_t, TestType> pool(4, 2);
+  const auto big = generation<std::int64_t>(1, 100);
+  const auto a = pool.copy_to_uva(big, s);
+  CHECK(pool.capacity(1) == 128);
+  s.synchronize();
+  pool.copy_to_uva(generation<std::int64_t>(2, 2), s);
+  s.synchronize();
+  const auto small = generation<std::int64_t>(3, 3);
+  const auto b = pool.copy_to_uva(small, s);
+  CHECK(b.data() == a.data());     // the same slot, not reallocated
+  CHECK(pool.capacity(1) == 128);  // never shrinks
+  CHECK(b.size() == 3);            // the stale 97 elements beyond are not part of the view
+  CHECK(read(b) == small);
+  s.synchronize();
+}
+
+TEMPLATE_TEST_CASE("uva_pool under growth::fixed throws capacity_error and changes nothing",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::uva_pool<std::int32_t, ferry::growth::fixed, TestType> pool(8, 2);
+  const auto a = pool.copy_to_uva(generation<std::int32_t>(1, 8), s);
+  REQUIRE(pool.current_slot() == 1);
+  s.synchronize();
+  const auto before = pool.stats();
+  CHECK_THROWS_AS(pool.copy_to_uva(generation<std::int32_t>(2, 9), s), ferry::capacity_error);
+  CHECK(pool.current_slot() == 1);  // rotation included
+  CHECK(pool_test::same(pool.stats(), before));
+  CHECK(pool.capacity(0) == 8);
+  CHECK(read(a) == generation<std::int32_t>(1, 8));
+  // The next call uses the slot the failed call would have used.
+  const auto b = pool.copy_to_uva(generation<std::int32_t>(3, 8), s);
+  CHECK(pool.current_slot() == 0);
+  CHECK(b.data() != a.data());
+  s.synchronize();
+
+  SECTION("a busy slot is never replaced under growth::fixed: capacity_error") {
+    std::vector<std::int32_t> seen;
+    const auto c = pool.copy_to_uva(generation<std::int32_t>(4, 6), s);  // slot 1
+    {
+      // Held from here: slot 0's earlier fence lies before the gate, slot 1's next one behind it.
+      ferry_test::gate<TestType> g(s);
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), c, &seen);  // held by the gate
+      pool.copy_to_uva(generation<std::int32_t>(5, 6), s);                  // slot 0
+      const auto held = pool.stats();
+      CHECK_THROWS_AS(pool.copy_to_uva(generation<std::int32_t>(6, 6), s), ferry::capacity_error);
+      CHECK(pool.current_slot() == 0);
+      CHECK(pool.stats().slots == 2);
+      CHECK(pool_test::same(pool.stats(), held));
+    }
+    s.synchronize();
+    CHECK(seen == generation<std::int32_t>(4, 6));
+    const auto d = pool.copy_to_uva(generation<std::int32_t>(7, 6), s);  // slot 1 is free now
+    CHECK(d.data() == a.data());  // stable addresses
+    s.synchronize();
+  }
+}
+
+TEMPLATE_TEST_CASE("uva_pool inserts slots for busy ones up to max_slots then capacity_error",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::uva_pool<std::int32_t, TestType> pool(16, 2, 3);
+  std::vector<std::int32_t> seen[3];
+  ferry::device_span<const std::int32_t> v[3];
+  {
+    ferry_test::gate<TestType> g(s);
+    for (std::size_t k = 0; k < 3; ++k) {
+      v[k] = pool.copy_to_uva(generation<std::int32_t>(k, 10 + k), s);
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), v[k], &seen[k]);
+    }
+    // Call 2 found slot 1 still read (the gate holds its reader) and inserted a slot instead:
+    // without blocking (the gate is still closed).
+    CHECK(pool.slots() == 3);
+    CHECK(pool.stats().inserted == 1);
+    CHECK(pool.stats().fence_hits == 1);
+    CHECK(pool.current_slot() == 1);  // the inserted slot sits after the previous one
+    CHECK(std::set<const std::int32_t*>{v[0].data(), v[1].data(), v[2].data()}.size() == 3);
+    const auto before = pool.stats();
+    CHECK_THROWS_AS(pool.copy_to_uva(generation<std::int32_t>(3, 5), s), ferry::capacity_error);
+    CHECK(pool.current_slot() == 1);
+    CHECK(pool_test::same(pool.stats(), before));
+  }
+  s.synchronize();
+  for (std::size_t k = 0; k < 3; ++k) CHECK(seen[k] == generation<std::int32_t>(k, 10 + k));
+  // The readers are done: the same call now reuses the old slot 1, the first call's slot.
+  const auto w = pool.copy_to_uva(generation<std::int32_t>(3, 5), s);
+  CHECK(w.data() == v[0].data());
+  CHECK(pool.current_slot() == 2);
+  CHECK(pool.slots() == 3);
+  s.synchronize();
+}
+
+TEMPLATE_TEST_CASE("uva_pool rejects zero slots and more slots than max_slots", "[pool]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using pool = ferry::uva_pool<float, TestType>;
+  CHECK_THROWS_AS(pool(16, 0), std::invalid_argument);
+  CHECK_THROWS_AS(pool(16, 9), std::invalid_argument);  // default max_slots is 8
+  CHECK_THROWS_AS(pool(16, 3, 2), std::invalid_argument);
+  CHECK_NOTHROW(pool(16, 8));
+  CHECK_NOTHROW(pool(0, 1, 1));
+}
+
+TEMPLATE_TEST_CASE("uva_pool leaves everything unchanged when the source throws midway", "[pool]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::pinned_arena<TestType> arena;
+  ferry::uva_pool<std::int32_t, TestType> pool(4, 2, 8, arena);
+  const auto a = pool.copy_to_uva(generation<std::int32_t>(1, 4), s);
+  s.synchronize();
+  auto failing_at = [](int n, int bad) {
+    return std::views::iota(0, n) | std::views::transform([bad](int i) {
+             if (i == bad) throw std::runtime_error("the source failed");
+             return i + 1;
+           });
+  };
+  const auto before = pool.stats();
+  const auto arena_before = arena.stats();
+  // Would grow slot 0 (4 → 128): the fresh block goes back to the arena.
+  CHECK_THROWS_AS(pool.copy_to_uva(failing_at(100, 50), s), std::runtime_error);
+  // Would write slot 0 in place.
+  CHECK_THROWS_AS(pool.copy_to_uva(failing_at(3, 1), s), std::runtime_error);
+  CHECK(pool.current_slot() == 1);
+  CHECK(pool.capacity(0) == 4);
+  CHECK(pool_test::same(pool.stats(), before));
+  CHECK(arena.stats().bytes_in_use == arena_before.bytes_in_use);
+  CHECK(read(a) == generation<std::int32_t>(1, 4));
+  // The same source without the failure goes where the failed calls would have gone.
+  const auto b = pool.copy_to_uva(failing_at(100, -1), s);
+  CHECK(pool.current_slot() == 0);
+  CHECK(pool.capacity(0) == 128);
+  std::vector<std::int32_t> expect(100);
+  for (int i = 0; i < 100; ++i) expect[static_cast<std::size_t>(i)] = i + 1;
+  CHECK(read(b) == expect);
+  s.synchronize();
+}
+
+TEMPLATE_TEST_CASE("uva_pool rotates on an empty source but writes grows and fences nothing",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::uva_pool<std::int32_t, TestType> pool(8, 2);
+  std::vector<std::int32_t> seen;
+  ferry::device_span<const std::int32_t> v1;
+  {
+    ferry_test::gate<TestType> g(s);
+    v1 = pool.copy_to_uva(generation<std::int32_t>(1, 6), s);  // slot 1
+    pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), v1, &seen);
+    const auto before = pool.stats();
+    const auto e = pool.copy_to_uva(std::vector<std::int32_t>{}, s);  // slot 0: nothing written
+    CHECK(pool.current_slot() == 0);
+    CHECK(e.size() == 0);
+    CHECK(pool.stats().fences == before.fences);
+    CHECK(pool.stats().grows == before.grows);
+    CHECK(pool.capacity(0) == 8);
+    // The view of call 1 is still being read: its fence was deferred past the empty call, so the
+    // next call finds slot 1 busy and inserts a slot instead of overwriting it.
+    const auto v3 = pool.copy_to_uva(generation<std::int32_t>(3, 6), s);
+    CHECK(v3.data() != v1.data());
+    CHECK(pool.stats().inserted == 1);
+  }
+  s.synchronize();
+  CHECK(seen == generation<std::int32_t>(1, 6));
+}
+
+TEMPLATE_TEST_CASE("uva_pool copy_to_device copies the exact prefix and rejects a small out",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using ops = ferry::detail::backend_ops<TestType>;
+  ferry::stream<TestType> s;
+  ferry::uva_pool<float, TestType> pool(4, 2);
+  ferry::device_buffer<float, TestType> out(300);
+  ferry::pinned_buffer<float, TestType> back(300);
+  auto fetch = [&] {
+    ops::copy_async(back.host().data(), out.data(), 300 * sizeof(float), s);
+    s.synchronize();
+    return std::vector<float>(back.host().begin(), back.host().end());
+  };
+  const auto src = ferry_test::random_values<float>(300, 3);
+  const auto d = pool.copy_to_device(src, out.span(), s);
+  CHECK(d.data() == out.data());
+  CHECK(d.size() == 300);
+  CHECK(fetch() == src);
+
+  // A gathered (non-contiguous) source, explicitly converted, shorter: only its prefix is written.
+  const std::vector<std::int32_t> ints{7, -3, 11};
+  const auto e = pool.copy_to_device(ferry::cast<float>(ints), out.span(), s);
+  CHECK(e.size() == 3);
+  auto expect = src;
+  expect[0] = 7.0f;
+  expect[1] = -3.0f;
+  expect[2] = 11.0f;
+  CHECK(fetch() == expect);
+
+  const auto slot = pool.current_slot();
+  const auto before = pool.stats();
+  CHECK_THROWS_AS(pool.copy_to_device(src, out.span().first(10), s), std::out_of_range);
+  CHECK(pool.current_slot() == slot);
+  CHECK(pool_test::same(pool.stats(), before));
+  CHECK(fetch() == expect);  // nothing enqueued
+  CHECK(pool.copy_to_device(std::vector<float>{}, out.span(), s).size() == 0);
+}
+
+TEMPLATE_TEST_CASE("uva_pool record_use keeps a slot read on another stream from reuse", "[pool]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s1;
+  ferry::stream<TestType> s2;
+  ferry::uva_pool<std::int64_t, TestType> pool(32, 2);
+  std::vector<std::int64_t> seen;
+  ferry::device_span<const std::int64_t> v1;
+  {
+    ferry_test::gate<TestType> g(s2);
+    v1 = pool.copy_to_uva(generation<std::int64_t>(1, 20), s1);
+    pool_test::enqueue_reader(ferry::stream_ref<TestType>(s2), v1, &seen);  // read on s2
+    pool.record_use(s2);
+    pool.copy_to_uva(generation<std::int64_t>(2, 20), s1);
+    s1.synchronize();  // s1 has passed everything: only the fence on s2 holds slot 1
+    const auto v3 = pool.copy_to_uva(generation<std::int64_t>(3, 20), s1);
+    CHECK(v3.data() != v1.data());
+    CHECK(pool.stats().fence_hits == 1);
+    CHECK(pool.stats().inserted == 1);
+  }
+  s2.synchronize();
+  CHECK(seen == generation<std::int64_t>(1, 20));
+  // Once s2 has passed, the slot comes back into use.
+  s1.synchronize();
+  const auto v4 = pool.copy_to_uva(generation<std::int64_t>(4, 20), s1);
+  CHECK(v4.data() == v1.data());
+  s1.synchronize();
+}
+
+TEMPLATE_TEST_CASE("uva_pool keeps views valid across a move", "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::uva_pool<std::int32_t, TestType> a(8, 2);
+  const auto v = a.copy_to_uva(generation<std::int32_t>(1, 8), s);
+  ferry::uva_pool<std::int32_t, TestType> b(std::move(a));
+  CHECK(read(v) == generation<std::int32_t>(1, 8));
+  CHECK(b.current_slot() == 1);
+  CHECK(a.slots() == 0);  // NOLINT: moved-from is empty
+  CHECK_THROWS_AS(a.copy_to_uva(generation<std::int32_t>(2, 1), s), ferry::error);
+  s.synchronize();
+  const auto w = b.copy_to_uva(generation<std::int32_t>(2, 8), s);
+  CHECK(b.current_slot() == 0);
+  CHECK(w.data() != v.data());
+  s.synchronize();
+}
+
+TEMPLATE_TEST_CASE("uva_pool steady state allocates nothing and never synchronizes", "[pool]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::uva_pool<std::int32_t, TestType> pool(16, 3);
+  const std::size_t sizes[] = {3, 4090, 17, 1500};
+  std::vector<std::vector<std::int32_t>> srcs;
+  for (std::size_t k = 0; k < 4; ++k) srcs.push_back(generation<std::int32_t>(k, sizes[k]));
+  // Step k's reader runs on the stream; before call k the host waits (by polling, not by a
+  // synchronizing call) for reader k-2, so that at most one reader is in flight during a call
+  // and the three slots always suffice: the ring never needs to insert.
+  std::vector<ferry::event<TestType>> done(4);
+  std::atomic<std::uint64_t> bad{0};
+  auto step = [&](std::size_t k) {
+    if (k >= 2)
+      while (!done[(k - 2) % 4].ready()) std::this_thread::yield();
+    const auto& src = srcs[k % 4];
+    const auto v = pool.copy_to_uva(src, s);
+    ferry::enqueue_host(s, [v, &src, &bad] {
+      if (v.size() != src.size() || v.data()[0] != src[0] || v.data()[v.size() - 1] != src.back())
+        bad.fetch_add(1);
+    });
+    done[k % 4].record(s);
+  };
+  std::size_t k = 0;
+  for (; k < 16; ++k) step(k);  // warm-up: every slot reaches its largest size
+  const auto before = ferry::backend_stats_of<TestType>();
+  const auto pool_before = pool.stats();
+  for (; k < 1016; ++k) step(k);
+  const auto after = ferry::backend_stats_of<TestType>();
+  const auto pool_after = pool.stats();
+  CHECK(after.pinned_allocations == before.pinned_allocations);
+  CHECK(after.device_allocations == before.device_allocations);
+  CHECK(after.synchronizations == before.synchronizations);
+  CHECK(pool_after.grows == pool_before.grows);
+  CHECK(pool_after.inserted == pool_before.inserted);
+  CHECK(pool_after.calls == pool_before.calls + 1000);
+  CHECK(pool_after.fences == pool_before.fences + 1000);
+  s.synchronize();
+  CHECK(bad == 0);
+}

@@ -1,0 +1,187 @@
+// Tests for include/ferry/staged/fused_staged_writer.hpp.
+#if defined(__CUDACC__)
+#include <ferry/ferry.cuh>
+#endif
+#include <staged/support.hpp>
+
+#include <catch2/catch_template_test_macros.hpp>
+#include <catch2/catch_test_macros.hpp>
+
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#if defined(__CUDACC__)
+#define STAGED_BACKENDS ferry::backend::host, ferry::backend::cuda
+#else
+#define STAGED_BACKENDS ferry::backend::host
+#endif
+
+using ferry_test::model;
+using ferry_test::random_bits;
+using ferry_test::read_back;
+
+namespace {
+
+// Stages the same random writes (with overlaps) into a fused tensor and its separately applied
+// twin, and into the host model.
+template <class T, class Fused, class Twin>
+void stage_random(Fused& f, Twin& twin, model<T>& ref, std::mt19937_64& rng, std::size_t writes) {
+  for (std::size_t w = 0; w < writes; ++w) {
+    const std::size_t row = rng() % ref.rows;
+    const std::size_t start = rng() % (ref.cols + 1);
+    const std::size_t len = rng() % (ref.cols - start + 1);
+    auto v = random_bits<T>(len, rng);
+    f.stage_write(row, start, v);
+    twin.stage_write(row, start, v);
+    ref.write(row, start, v);
+  }
+}
+
+template <class B, class... WriterPolicies>
+void fused_vs_separate(std::uint64_t seed) {
+  using T = float;
+  using namespace ferry;
+  stream<B> s;
+  staged_write_tensor<T, B> a(9, 3000, s), a2(9, 3000, s);
+  staged_write_tensor<T, B, target::uva> b(5, 40, s), b2(5, 40, s);
+  staged_write_tensor<T, B, staging::h2d_copy> c(3, 5000, s), c2(3, 5000, s);
+  staged_write_tensor<T, B, staging::uva_direct> idle(2, 2, s);
+  model<T> ra(9, 3000), rb(5, 40), rc(3, 5000);
+  fused_staged_writer<T, B, WriterPolicies...> writer(4);
+  std::mt19937_64 rng(seed);
+  for (int step = 0; step < 12; ++step) {
+    stage_random(a, a2, ra, rng, rng() % 30);
+    stage_random(b, b2, rb, rng, step % 3 == 0 ? 0 : rng() % 30);  // sometimes nothing staged
+    stage_random(c, c2, rc, rng, rng() % 10);
+    writer.apply(s, a, b, idle, c);
+    REQUIRE(a.pending() == 0);
+    REQUIRE(b.pending() == 0);
+    REQUIRE(c.pending() == 0);
+    a2.apply_write(s);
+    b2.apply_write(s);
+    c2.apply_write(s);
+  }
+  REQUIRE(ferry_test::same_bits(read_back<T, B>(a, s), ra.data));
+  REQUIRE(ferry_test::same_bits(read_back<T, B>(a2, s), ra.data));
+  REQUIRE(ferry_test::same_bits(read_back<T, B>(b, s), rb.data));
+  REQUIRE(ferry_test::same_bits(read_back<T, B>(b2, s), rb.data));
+  REQUIRE(ferry_test::same_bits(read_back<T, B>(c, s), rc.data));
+  REQUIRE(ferry_test::same_bits(read_back<T, B>(c2, s), rc.data));
+  REQUIRE(read_back<T, B>(idle, s) == std::vector<T>(4, 0.0f));
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("a fused apply equals separate applies", "[staged]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  SECTION("by_target") { fused_vs_separate<TestType>(1); }
+  SECTION("uva_direct") { fused_vs_separate<TestType, ferry::staging::uva_direct>(2); }
+  SECTION("h2d_copy") { fused_vs_separate<TestType, ferry::staging::h2d_copy>(3); }
+  SECTION("threshold 4096") { fused_vs_separate<TestType, ferry::staging::threshold<4096>>(4); }
+  SECTION("graph_safe after reserve") {
+    // growth::fixed needs reserve first; the tensors' writes stay untouched when it throws.
+    ferry::stream<TestType> s;
+    ferry::staged_write_tensor<std::int32_t, TestType> t(2, 8, s);
+    ferry::fused_staged_writer<std::int32_t, TestType, ferry::presets::graph_safe> w(2);
+    t.stage_write(1, 2, {4, 5, 6});
+    REQUIRE_THROWS_AS(w.apply(s, t), ferry::capacity_error);
+    REQUIRE(t.pending() == 1);
+    w.reserve(8, 64);
+    w.apply(s, t);
+    REQUIRE(t.pending() == 0);
+    REQUIRE(read_back<std::int32_t, TestType>(t, s) ==
+            std::vector<std::int32_t>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 5, 6, 0, 0, 0});
+  }
+}
+
+TEMPLATE_TEST_CASE("fused apply rejects a repeated tensor or too many tensors and changes nothing",
+                   "[staged]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using T = std::int16_t;
+  ferry::stream<TestType> s;
+  ferry::staged_write_tensor<T, TestType> a(2, 4, s), b(2, 4, s), c(2, 4, s);
+  ferry::fused_staged_writer<T, TestType> w(2);
+  a.stage_write(0, 0, {1, 2});
+  b.stage_write(1, 1, {3});
+  REQUIRE_THROWS_AS(w.apply(s, a, a), std::invalid_argument);
+  REQUIRE_THROWS_AS(w.apply(s, a, b, c), std::invalid_argument);
+  REQUIRE(a.pending() == 1);
+  REQUIRE(b.pending() == 1);
+  REQUIRE(read_back<T, TestType>(a, s) == std::vector<T>(8, 0));
+  w.apply(s, b, a);
+  REQUIRE(read_back<T, TestType>(a, s) == std::vector<T>{1, 2, 0, 0, 0, 0, 0, 0});
+  REQUIRE(read_back<T, TestType>(b, s) == std::vector<T>{0, 0, 0, 0, 0, 3, 0, 0});
+  if constexpr (std::is_same_v<TestType, ferry::backend::host>) {
+    const auto before = s.get()->enqueued();
+    w.apply(s, a, b);  // nothing staged: no launch
+    REQUIRE(s.get()->enqueued() == before);
+  }
+}
+
+TEMPLATE_TEST_CASE("fused steady state allocates nothing and never synchronizes", "[staged]",
+                   STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using T = std::int32_t;
+  ferry::stream<TestType> s;
+  ferry::staged_write_tensor<T, TestType> a(32, 256, s);
+  ferry::staged_write_tensor<T, TestType, ferry::target::uva> b(32, 256, s);
+  a.reserve(8, 2048);
+  b.reserve(8, 2048);
+  ferry::fused_staged_writer<T, TestType> w(2);
+  w.reserve(16, 4096);
+  std::vector<T> v(256, 9);
+  auto step = [&](int i) {
+    for (int k = 0; k < 8; ++k) {
+      a.stage_write(static_cast<std::size_t>((i + k) % 32), 0, v);
+      b.stage_write(static_cast<std::size_t>((i * 3 + k) % 32), 10, std::span<const T>(v.data(), 100));
+    }
+    w.apply(s, a, b);
+  };
+  for (int i = 0; i < 4; ++i) step(i);
+  s.synchronize();
+  const auto before = ferry::backend_stats_of<TestType>();
+  for (int i = 0; i < 1000; ++i) {
+    step(i);
+    s.synchronize();
+  }
+  const auto after = ferry::backend_stats_of<TestType>();
+  CHECK(after.pinned_allocations == before.pinned_allocations);
+  CHECK(after.device_allocations == before.device_allocations);
+  CHECK(after.synchronizations - before.synchronizations == 1000);
+}
+
+TEMPLATE_TEST_CASE("fused scratch keeps its high-water mark so alternating sizes allocate nothing",
+                   "[staged]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using T = std::int32_t;
+  ferry::stream<TestType> s;
+  ferry::staged_write_tensor<T, TestType> a(16, 512, s);  // device target: copied by by_target
+  model<T> ref(16, 512);
+  ferry::fused_staged_writer<T, TestType> w(1, 2);  // no reserve: growth from use
+  std::mt19937_64 rng(11);
+  // A small apply first, then a much larger one (the scratch grows once per slot), then
+  // alternating sizes: from then on no allocation at all.
+  auto step = [&](std::size_t len) {
+    for (std::size_t row = 0; row < 4; ++row) {
+      auto v = random_bits<T>(len, rng);
+      a.stage_write(row, 0, v);
+      ref.write(row, 0, v);
+    }
+    w.apply(s, a);
+  };
+  for (int i = 0; i < 4; ++i) {  // synchronized: both slots come back and see the largest size
+    step(i % 2 ? 512 : 8);
+    s.synchronize();
+  }
+  const auto before = ferry::backend_stats_of<TestType>();
+  for (int i = 0; i < 40; ++i) {
+    step(i % 3 ? 300 : 16);
+    s.synchronize();
+  }
+  const auto after = ferry::backend_stats_of<TestType>();
+  CHECK(after.device_allocations == before.device_allocations);
+  CHECK(after.pinned_allocations == before.pinned_allocations);
+  REQUIRE(read_back<T, TestType>(a, s) == ref.data);
+}

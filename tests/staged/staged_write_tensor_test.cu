@@ -1,0 +1,520 @@
+// Tests for include/ferry/staged/staged_write_tensor.hpp (and the apply kernel / host loop).
+#if defined(__CUDACC__)
+#include <ferry/ferry.cuh>
+#endif
+#include <staged/support.hpp>
+
+#include <catch2/catch_template_test_macros.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+// Kernel-launching CUDA cases need nvcc; a .cu built as C++ tests the host backend only.
+#if defined(__CUDACC__)
+#define STAGED_BACKENDS ferry::backend::host, ferry::backend::cuda
+#else
+#define STAGED_BACKENDS ferry::backend::host
+#endif
+
+namespace {
+
+using ferry_test::model;
+using ferry_test::random_bits;
+using ferry_test::read_back;
+using ferry_test::same_bits;
+
+template <class... Ts>
+struct list {};
+
+// One randomized model run: random batches of random writes (empty, tiny, ragged, multi-chunk,
+// full-row, overlapping, scalar), applied on `s`, checked against the host model after every
+// few applies and at the end.
+template <class B, class T, class... Ps>
+void model_run(std::uint64_t seed) {
+  constexpr std::size_t rows = 24;
+  const std::size_t cols = 2 * ferry::detail::elements_per_chunk<T> + 300;  // full rows: 3 chunks
+  ferry::stream<B> s;
+  ferry::staged_write_tensor<T, B, Ps...> t(rows, cols, s);
+  model<T> ref(rows, cols);
+  std::mt19937_64 rng(seed);
+  auto pick = [&](std::size_t lo, std::size_t hi) {
+    return std::uniform_int_distribution<std::size_t>(lo, hi)(rng);
+  };
+  std::size_t writes = 0;
+  for (int batch = 0; batch < 64; ++batch) {
+    const std::size_t n = pick(0, 70);
+    std::size_t staged = 0, elements = 0;
+    for (std::size_t w = 0; w < n; ++w) {
+      const std::size_t row = pick(0, rows - 1);
+      std::size_t start = 0, len = 0;
+      switch (pick(0, 6)) {
+        case 0: start = pick(0, cols); len = 0; break;                           // empty
+        case 1: start = 0; len = cols; break;                                    // full row
+        case 2: start = pick(0, cols - 16); len = pick(1, 16); break;            // tiny
+        case 3: start = pick(0, cols - 300); len = pick(17, 300); break;         // ragged
+        case 4: start = pick(0, 40); len = pick(1, cols - start); break;         // long
+        case 5: start = pick(0, cols - 1); len = pick(1, cols - start); break;   // anything
+        default: start = 0; len = 1; break;                                      // scalar
+      }
+      auto v = random_bits<T>(len, rng);
+      if (len == 1 && start == 0 && pick(0, 1) == 0)
+        t.stage_write_elem(row, v[0]);
+      else
+        t.stage_write(row, start, v);
+      ref.write(row, start, v);
+      if (len) {
+        ++staged;
+        elements += len;
+      }
+    }
+    REQUIRE(t.pending() == staged);
+    REQUIRE(t.pending_elements() == elements);
+    writes += staged;
+    t.apply_write(s);
+    REQUIRE(t.pending() == 0);
+    if (batch % 8 == 7) {
+      const auto got = read_back<T, B>(t, s);
+      INFO("batch " << batch << ", first difference at " << ferry_test::first_difference(got, ref.data));
+      REQUIRE(same_bits(got, ref.data));
+    }
+  }
+  REQUIRE(writes > 1000);
+  const auto got = read_back<T, B>(t, s);
+  INFO("first difference at " << ferry_test::first_difference(got, ref.data));
+  REQUIRE(same_bits(got, ref.data));
+}
+
+template <class B, class T>
+void model_all_policies(std::uint64_t seed) {
+  using namespace ferry;
+  DYNAMIC_SECTION("element size " << sizeof(T) << " device target by_target") {
+    model_run<B, T, target::device, staging::by_target>(seed);
+  }
+  DYNAMIC_SECTION("element size " << sizeof(T) << " device target uva_direct") {
+    model_run<B, T, target::device, staging::uva_direct>(seed + 1);
+  }
+  DYNAMIC_SECTION("element size " << sizeof(T) << " device target h2d_copy") {
+    model_run<B, T, target::device, staging::h2d_copy>(seed + 2);
+  }
+  DYNAMIC_SECTION("element size " << sizeof(T) << " device target threshold 256") {
+    model_run<B, T, target::device, staging::threshold<256>>(seed + 3);
+  }
+  DYNAMIC_SECTION("element size " << sizeof(T) << " uva target by_target") {
+    model_run<B, T, target::uva, staging::by_target>(seed + 4);
+  }
+  DYNAMIC_SECTION("element size " << sizeof(T) << " uva target uva_direct") {
+    model_run<B, T, target::uva, staging::uva_direct>(seed + 5);
+  }
+  DYNAMIC_SECTION("element size " << sizeof(T) << " uva target h2d_copy") {
+    model_run<B, T, target::uva, staging::h2d_copy>(seed + 6);
+  }
+  DYNAMIC_SECTION("element size " << sizeof(T) << " uva target threshold 256") {
+    model_run<B, T, target::uva, staging::threshold<256>>(seed + 7);
+  }
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("staged writes match a host model for every target and staging policy",
+                   "[staged]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  SECTION("int32") { model_all_policies<TestType, std::int32_t>(100); }
+  SECTION("int64") { model_all_policies<TestType, std::int64_t>(200); }
+  SECTION("float") { model_all_policies<TestType, float>(300); }
+  SECTION("int8") { model_all_policies<TestType, std::int8_t>(400); }
+  SECTION("uint16") { model_all_policies<TestType, std::uint16_t>(500); }
+  SECTION("double") { model_all_policies<TestType, double>(600); }
+#if FERRY_HAS_HALF
+  SECTION("half") { model_all_policies<TestType, __half>(700); }
+#endif
+}
+
+TEMPLATE_TEST_CASE("stage_write checks bounds even for empty ranges and records nothing on error",
+                   "[staged]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::staged_write_tensor<std::int32_t, TestType> t(4, 10, s);
+  const std::vector<std::int32_t> three{1, 2, 3}, none;
+  t.stage_write(1, 0, three);
+  REQUIRE(t.pending() == 1);
+  using Catch::Matchers::ContainsSubstring;
+  REQUIRE_THROWS_WITH(t.stage_write(4, 0, three),
+                      ContainsSubstring("row 4") && ContainsSubstring("start 0") && ContainsSubstring("len 3"));
+  REQUIRE_THROWS_AS(t.stage_write(0, 8, three), std::out_of_range);   // past the row's end
+  REQUIRE_THROWS_AS(t.stage_write(0, 11, none), std::out_of_range);   // empty, start > cols
+  REQUIRE_THROWS_WITH(t.stage_write(9, 0, none), ContainsSubstring("row 9") && ContainsSubstring("len 0"));
+  REQUIRE_THROWS_AS(t.stage_write_elem(4, std::int32_t{1}), std::out_of_range);
+  REQUIRE_THROWS_AS(t.stage_write(0, 0, std::vector<std::int32_t>(11)), std::out_of_range);
+  REQUIRE(t.pending() == 1);
+  REQUIRE(t.pending_elements() == 3);
+  t.stage_write(0, 10, none);  // start == cols with nothing: in bounds, a no-op
+  t.stage_write(3, 7, three);  // ends exactly at the row's end
+  REQUIRE(t.pending() == 2);
+  t.apply_write(s);
+  const auto got = read_back<std::int32_t, TestType>(t, s);
+  model<std::int32_t> ref(4, 10);
+  ref.write(1, 0, three);
+  ref.write(3, 7, three);
+  REQUIRE(got == ref.data);
+}
+
+TEMPLATE_TEST_CASE("clear drops staged writes and an empty apply does nothing", "[staged]",
+                   STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::staged_write_tensor<std::int64_t, TestType> t(3, 5, s);
+  t.stage_write(0, 0, {1, 2, 3});
+  t.stage_write(2, 1, {4});
+  REQUIRE(t.pending() == 2);
+  REQUIRE(t.pending_elements() == 4);
+  t.clear();
+  REQUIRE(t.pending() == 0);
+  REQUIRE(t.pending_elements() == 0);
+  s.synchronize();
+  if constexpr (std::is_same_v<TestType, ferry::backend::host>) {
+    const auto before = s.get()->enqueued();
+    t.apply_write(s);  // nothing staged: no launch
+    REQUIRE(s.get()->enqueued() == before);
+  } else {
+    t.apply_write(s);
+  }
+  t.stage_write(1, 2, {7, 8, 9});
+  t.apply_write(s);
+  const auto got = read_back<std::int64_t, TestType>(t, s);
+  REQUIRE(got == std::vector<std::int64_t>{0, 0, 0, 0, 0, 0, 0, 7, 8, 9, 0, 0, 0, 0, 0});
+}
+
+TEMPLATE_TEST_CASE("within one apply the write staged later wins", "[staged]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using T = std::int32_t;
+  const std::size_t cols = 3 * ferry::detail::elements_per_chunk<T>;
+  ferry::stream<TestType> s;
+  std::mt19937_64 rng(42);
+  auto run = [&](auto tag) {
+    using Tensor = decltype(tag);
+    Tensor t(6, cols, s);
+    model<T> ref(6, cols);
+    auto stage = [&](std::size_t row, std::size_t start, std::size_t len) {
+      auto v = random_bits<T>(len, rng);
+      t.stage_write(row, start, v);
+      ref.write(row, start, v);
+    };
+    stage(0, 0, cols);          // a full row (3 chunks) ...
+    stage(0, 100, 5000);        // ... overwritten across chunk boundaries
+    stage(0, 4000, 10);         // ... and again inside
+    stage(1, 10, 20);           // identical writes: the second wins
+    stage(1, 10, 20);
+    stage(2, 50, 100);          // nested, then an outer one that covers all
+    stage(2, 60, 10);
+    stage(2, 40, 200);
+    stage(3, 500, 10);          // disjoint writes to one row in decreasing order (no overlap)
+    stage(3, 100, 10);
+    stage(3, 0, 50);
+    stage(4, 7, 1);             // many one-element writes to the same element
+    for (int i = 0; i < 50; ++i) stage(4, 7, 1);
+    stage(5, 0, cols);          // later row-sized writes shadow earlier ones completely
+    stage(5, 0, cols);
+    t.apply_write(s);
+    const auto got = read_back<T, TestType>(t, s);
+    INFO("first difference at " << ferry_test::first_difference(got, ref.data));
+    REQUIRE(got == ref.data);
+    // Across applies, stream order decides: the later apply wins.
+    stage(0, 0, 10);
+    t.apply_write(s);
+    stage(0, 5, 10);
+    t.apply_write(s);
+    REQUIRE(read_back<T, TestType>(t, s) == ref.data);
+  };
+  SECTION("h2d_copy") { run(ferry::staged_write_tensor<T, TestType, ferry::staging::h2d_copy>(1, 1)); }
+  SECTION("uva_direct") { run(ferry::staged_write_tensor<T, TestType, ferry::staging::uva_direct>(1, 1)); }
+  SECTION("uva target") { run(ferry::staged_write_tensor<T, TestType, ferry::target::uva>(1, 1)); }
+}
+
+TEMPLATE_TEST_CASE("applies behind a held stream never block and never reuse a slot in flight",
+                   "[staged]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using T = std::uint16_t;
+  ferry::stream<TestType> s;
+  ferry::staged_write_tensor<T, TestType, ferry::staging::threshold<512>> t(8, 700, s, 2);
+  model<T> ref(8, 700);
+  std::mt19937_64 rng(7);
+  {
+    ferry_test::gate<TestType> g(s);  // nothing on s runs until the gate opens
+    for (int i = 0; i < 64; ++i) {
+      // The same rows every time: a rewritten slot in flight would show up as wrong values.
+      for (std::size_t row = 0; row < 8; ++row) {
+        auto v = random_bits<T>(i % 2 ? 700 : 100, rng);  // both sides of the threshold
+        t.stage_write(row, 0, v);
+        ref.write(row, 0, v);
+      }
+      t.apply_write(s);
+    }
+    g.open();
+  }
+  REQUIRE(read_back<T, TestType>(t, s) == ref.data);
+}
+
+TEMPLATE_TEST_CASE("small in-place applies interleave with slot applies behind a held stream",
+                   "[staged]", STAGED_BACKENDS) {
+  // On CUDA an apply whose chunk table and contents fit in 4 KiB travels in the launch's
+  // parameters and leaves its slot current; larger ones read their slot through UVA. Both kinds,
+  // interleaved and queued behind a held stream, must keep every value and the write order.
+  FERRY_REQUIRE_BACKEND(TestType);
+  using T = std::uint16_t;
+  ferry::stream<TestType> s;
+  ferry::staged_write_tensor<T, TestType, ferry::staging::uva_direct> t(8, 700, s, 2);
+  model<T> ref(8, 700);
+  std::mt19937_64 rng(8);
+  {
+    ferry_test::gate<TestType> g(s);
+    for (int i = 0; i < 96; ++i) {
+      const std::size_t len = i % 3 == 2 ? 700 : 1 + static_cast<std::size_t>(rng() % 40);  // small twice, large once
+      for (std::size_t row = 0; row < 8; ++row) {
+        const std::size_t start = len == 700 ? 0 : static_cast<std::size_t>(rng() % (700 - len));
+        auto v = random_bits<T>(len, rng);
+        t.stage_write(row, start, v);
+        ref.write(row, start, v);
+      }
+      if (i % 5 == 0) {  // an overlap within one small apply: the later write wins
+        auto v = random_bits<T>(3, rng);
+        t.stage_write(1, 2, v);
+        ref.write(1, 2, v);
+      }
+      t.apply_write(s);
+    }
+    g.open();
+  }
+  REQUIRE(read_back<T, TestType>(t, s) == ref.data);
+}
+
+TEMPLATE_TEST_CASE("reserve under growth::fixed bounds what one apply may hold", "[staged]",
+                   STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::staged_write_tensor<float, TestType, ferry::growth::fixed> t(4, 64, s);
+  const std::vector<float> v(10, 1.5f);
+  REQUIRE_THROWS_AS(t.stage_write(0, 0, v), ferry::capacity_error);  // no capacity yet
+  REQUIRE(t.pending() == 0);
+  t.reserve(3, 25);
+  t.stage_write(0, 0, v);
+  t.stage_write(1, 0, v);
+  REQUIRE_THROWS_AS(t.stage_write(2, 0, v), ferry::capacity_error);  // 30 elements > 25
+  REQUIRE(t.pending() == 2);
+  REQUIRE(t.pending_elements() == 20);
+  t.stage_write(2, 0, {2.5f, 3.5f, 4.5f, 5.5f, 6.5f});
+  REQUIRE_THROWS_AS(t.stage_write_elem(3, 1.0f), ferry::capacity_error);  // a 4th write
+  REQUIRE(t.pending() == 3);
+  t.apply_write(s);
+  const auto got = read_back<float, TestType>(t, s);
+  REQUIRE(got[0] == 1.5f);
+  REQUIRE(got[64 + 9] == 1.5f);
+  REQUIRE(got[128 + 4] == 6.5f);
+  REQUIRE(got[192] == 0.0f);
+  t.stage_write_elem(3, 1.0f);  // the capacity is per apply
+  t.apply_write(s);
+  REQUIRE(read_back<float, TestType>(t, s)[192] == 1.0f);
+}
+
+TEMPLATE_TEST_CASE("an apply that throws before its launch keeps the staged writes", "[staged]",
+                   STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::staged_write_tensor<std::int32_t, TestType, ferry::staging::h2d_copy> t(2, 4, s);
+  t.stage_write(0, 1, {5, 6});
+  t.stage_write(0, 2, {7});  // an overlap, so the apply resolves it first
+  const auto before = read_back<std::int32_t, TestType>(t, s);
+  if constexpr (std::is_same_v<TestType, ferry::backend::host>) {
+    ferry::stream<TestType> dead;
+    ferry::stream<TestType> taken(std::move(dead));
+    REQUIRE_THROWS_AS(t.apply_write(dead), ferry::error);  // a moved-from stream
+  } else {
+#if defined(__CUDACC__)
+    ferry::stream<TestType> cap;
+    REQUIRE(cudaStreamBeginCapture(cap.get(), cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    REQUIRE_THROWS_AS(t.apply_write(cap), ferry::error);  // a capturing stream
+    cudaGraph_t g = nullptr;
+    REQUIRE(cudaStreamEndCapture(cap.get(), &g) == cudaSuccess);
+    if (g) cudaGraphDestroy(g);
+#endif
+  }
+  REQUIRE(t.pending() == 2);
+  REQUIRE(read_back<std::int32_t, TestType>(t, s) == before);  // target unchanged
+  t.apply_write(s);
+  REQUIRE(read_back<std::int32_t, TestType>(t, s) == std::vector<std::int32_t>{0, 5, 7, 0, 0, 0, 0, 0});
+}
+
+TEMPLATE_TEST_CASE("steady-state applies allocate nothing and never synchronize", "[staged]",
+                   STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using T = std::int32_t;
+  auto run = [](auto tag) {
+    using Tensor = decltype(tag);
+    ferry::stream<TestType> s;
+    Tensor t(64, 512, s);
+    t.reserve(17, 17 * 512);
+    std::mt19937_64 rng(3);
+    auto v = random_bits<T>(512, rng);
+    auto step = [&](int i) {
+      for (int w = 0; w < 16; ++w)
+        t.stage_write(static_cast<std::size_t>((i * 16 + w) % 64), static_cast<std::size_t>(w * 3),
+                      std::span<const T>(v.data(), static_cast<std::size_t>(1 + (i * 37 + w * 11) % 450)));
+      if (i % 5 == 0) t.stage_write(1, 0, std::span<const T>(v.data(), 50));  // an overlap now and then
+      t.apply_write(s);
+    };
+    for (int i = 0; i < 8; ++i) step(i);  // warm-up: the largest size seen
+    s.synchronize();
+    const auto before = ferry::backend_stats_of<TestType>();
+    for (int i = 0; i < 1000; ++i) {
+      step(i);
+      s.synchronize();  // the test's own synchronization (one per step), so slots come back
+    }
+    const auto after = ferry::backend_stats_of<TestType>();
+    CHECK(after.pinned_allocations == before.pinned_allocations);
+    CHECK(after.device_allocations == before.device_allocations);
+    CHECK(after.synchronizations - before.synchronizations == 1000);  // the test's, none of ferry's
+  };
+  SECTION("h2d_copy") { run(ferry::staged_write_tensor<T, TestType, ferry::staging::h2d_copy>(1, 1)); }
+  SECTION("uva_direct") { run(ferry::staged_write_tensor<T, TestType, ferry::presets::block_table>(1, 1)); }
+  SECTION("graph_safe uva target") {
+    run(ferry::staged_write_tensor<T, TestType, ferry::presets::graph_safe, ferry::target::uva>(1, 1));
+  }
+  SECTION("caller_fenced") {
+    run(ferry::staged_write_tensor<T, TestType, ferry::reuse::caller_fenced>(1, 1));
+  }
+}
+
+TEMPLATE_TEST_CASE("span view scalars and moves", "[staged]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::staged_write_tensor<std::int64_t, TestType, ferry::target::uva> t(3, 7, s);
+  REQUIRE(t.rows() == 3);
+  REQUIRE(t.cols() == 7);
+  REQUIRE(t.span().size() == 21);
+  auto v = t.view();
+  REQUIRE(v.extent(0) == 3);
+  REQUIRE(v.extent(1) == 7);
+  REQUIRE(static_cast<void*>(v.data_handle()) == static_cast<void*>(t.span().data()));
+  t.stage_write_elem(2, std::int32_t{-5});  // widening, same signedness: allowed
+  t.stage_write(1, 3, std::vector<long long>{11, 12});  // long long and int64_t: the same element
+  const auto span = t.span();
+  ferry::staged_write_tensor<std::int64_t, TestType, ferry::target::uva> moved(std::move(t));
+  REQUIRE(moved.span().data() == span.data());  // spans stay valid
+  REQUIRE(moved.pending() == 2);
+  REQUIRE(t.pending() == 0);  // NOLINT: moved-from is empty
+  REQUIRE(t.size() == 0);     // NOLINT
+  moved.apply_write(s);
+  s.synchronize();
+  // A UVA target is host memory: readable in place once the stream has passed the apply.
+  const auto* host = moved.span().data();
+  REQUIRE(host[14] == -5);
+  REQUIRE(host[10] == 11);
+  REQUIRE(host[11] == 12);
+  REQUIRE(host[0] == 0);
+}
+
+TEMPLATE_TEST_CASE("slots must be at least one", "[staged]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  using Tensor = ferry::staged_write_tensor<std::int8_t, TestType>;
+  REQUIRE_THROWS_AS(Tensor(2, 2, s, 0), std::invalid_argument);
+}
+
+#if defined(__CUDACC__)
+
+namespace {
+__global__ void read_target(ferry::staged_view<std::int32_t> v, std::int32_t* out) {
+  const std::size_t cols = v.extent(1);
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < v.extent(0) * cols;
+       i += gridDim.x * blockDim.x)
+    out[i] = v(i / cols, i % cols);
+}
+}  // namespace
+
+TEST_CASE("64-bit offsets: writing the last row of a target past 2^31 elements", "[staged][cuda][no-sanitizer]") {
+  FERRY_REQUIRE_BACKEND(ferry::backend::cuda);
+  using B = ferry::backend::cuda;
+  constexpr std::size_t rows = 2560, cols = 1000000;
+  std::size_t free_bytes = 0, total = 0;
+  REQUIRE(cudaMemGetInfo(&free_bytes, &total) == cudaSuccess);
+  if (free_bytes < rows * cols * sizeof(std::int32_t) + (1ull << 30)) SKIP("not enough device memory");
+  ferry::stream<B> s;
+  auto run = [&](auto tag) {
+    using Tensor = decltype(tag);
+    Tensor t(rows, cols, s);
+    std::mt19937_64 rng(99);
+    auto last = random_bits<std::int32_t>(cols, rng);
+    auto piece = random_bits<std::int32_t>(1000, rng);
+    t.stage_write(rows - 1, 0, last);
+    t.stage_write(rows - 1, cols - 1000, piece);  // overlaps the end of the row: later wins
+    t.stage_write(rows - 2, cols - 3, {1, 2, 3});
+    t.apply_write(s);
+    std::copy(piece.begin(), piece.end(), last.end() - 1000);
+    ferry::pinned_buffer<std::int32_t, B> out(cols + 3);
+    ferry::detail::backend_ops<B>::copy_async(out.host().data(), t.span().data() + (rows - 1) * cols - 3,
+                                             (cols + 3) * sizeof(std::int32_t), s);
+    s.synchronize();
+    REQUIRE(out.host()[0] == 1);
+    REQUIRE(out.host()[2] == 3);
+    REQUIRE(std::equal(last.begin(), last.end(), out.host().begin() + 3));
+  };
+  SECTION("uva_direct") { run(ferry::staged_write_tensor<std::int32_t, B, ferry::staging::uva_direct>(1, 1)); }
+  SECTION("h2d_copy") { run(ferry::staged_write_tensor<std::int32_t, B, ferry::staging::h2d_copy>(1, 1)); }
+}
+
+TEST_CASE("graph pattern: eager applies then replays of a captured graph that reads the target",
+          "[staged][cuda]") {
+  FERRY_REQUIRE_BACKEND(ferry::backend::cuda);
+  using B = ferry::backend::cuda;
+  using T = std::int32_t;
+  constexpr std::size_t rows = 16, cols = 300;
+  ferry::stream<B> s;
+  ferry::staged_write_tensor<T, B, ferry::presets::graph_safe> t(rows, cols, s);
+  t.reserve(32, 32 * cols);
+  ferry::device_buffer<T, B> out(rows * cols);
+  ferry::pinned_buffer<T, B> host(rows * cols);
+  // Any ferry call on a capturing stream throws (apply_write is eager, not capture-safe).
+  {
+    ferry::stream<B> cap;
+    REQUIRE(cudaStreamBeginCapture(cap.get(), cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    t.stage_write(0, 0, {1});
+    REQUIRE_THROWS_AS(t.apply_write(cap), ferry::error);
+    cudaGraph_t g = nullptr;
+    REQUIRE(cudaStreamEndCapture(cap.get(), &g) == cudaSuccess);
+    if (g) cudaGraphDestroy(g);
+    t.clear();
+  }
+  // Capture once: a kernel that reads the target (its address never changes) into `out`.
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  s.synchronize();
+  REQUIRE(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  read_target<<<8, 128, 0, s.get()>>>(t.view(), out.data());
+  REQUIRE(cudaStreamEndCapture(s.get(), &graph) == cudaSuccess);
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  model<T> ref(rows, cols);
+  std::mt19937_64 rng(5);
+  for (int step = 0; step < 6; ++step) {
+    for (int w = 0; w < 20; ++w) {
+      const std::size_t row = rng() % rows, start = rng() % cols, len = rng() % (cols - start + 1);
+      auto v = random_bits<T>(len, rng);
+      t.stage_write(row, start, v);
+      ref.write(row, start, v);
+    }
+    t.apply_write(s);                                   // eager, before the replay
+    REQUIRE(cudaGraphLaunch(exec, s.get()) == cudaSuccess);
+    ferry::detail::backend_ops<B>::copy_async(host.host().data(), out.data(), rows * cols * sizeof(T), s);
+    s.synchronize();
+    INFO("step " << step);
+    REQUIRE(std::equal(ref.data.begin(), ref.data.end(), host.host().begin()));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+#endif  // __CUDACC__

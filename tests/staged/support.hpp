@@ -1,0 +1,63 @@
+// Test support for staged writes: random element values (bit patterns, so that every element
+// type, __half included, is covered without conversions), a host model of a target, and reading
+// a target back.
+#pragma once
+
+#include <support/backends.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace ferry_test {
+
+/// n random elements of T made from random bits (bitwise comparisons only).
+template <class T>
+std::vector<T> random_bits(std::size_t n, std::mt19937_64& rng) {
+  std::vector<T> v(n);
+  for (auto& x : v) {
+    const std::uint64_t bits = rng() | 1;  // never all zeros
+    std::memcpy(static_cast<void*>(&x), &bits, sizeof(T));
+  }
+  return v;
+}
+
+/// The host model of a rows x cols target: a row-major copy, zero at first.
+template <class T>
+struct model {
+  std::size_t rows, cols;
+  std::vector<T> data;
+  model(std::size_t r, std::size_t c) : rows(r), cols(c), data(r * c) {
+    std::memset(static_cast<void*>(data.data()), 0, data.size() * sizeof(T));
+  }
+  void write(std::size_t row, std::size_t start, const std::vector<T>& v) {
+    if (v.empty()) return;
+    std::memcpy(static_cast<void*>(data.data() + row * cols + start), v.data(), v.size() * sizeof(T));
+  }
+};
+
+/// The whole target, read back through a stream-ordered copy into pinned memory.
+template <class T, class B, class Tensor>
+std::vector<T> read_back(const Tensor& t, ferry::stream_ref<B> s) {
+  ferry::pinned_buffer<T, B> out(t.size());
+  ferry::detail::backend_ops<B>::copy_async(out.host().data(), t.span().data(), t.size() * sizeof(T), s);
+  s.synchronize();
+  return std::vector<T>(out.host().begin(), out.host().end());
+}
+
+/// Bitwise equality of two element vectors.
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+/// The first differing element index, or -1 (for messages).
+template <class T>
+long long first_difference(const std::vector<T>& a, const std::vector<T>& b) {
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return static_cast<long long>(i);
+  return a.size() == b.size() ? -1 : static_cast<long long>(std::min(a.size(), b.size()));
+}
+
+}  // namespace ferry_test
