@@ -93,7 +93,7 @@ class fused_staged_writer {
   /// twice, or more than max_tensors tensors: std::invalid_argument. Whatever throws before the
   /// launch is enqueued leaves every tensor's staged writes and target as they were.
   template <class... Tensors>
-  void apply(stream_ref<B> s, Tensors&... tensors) {
+  FERRY_KERNEL_VISIBILITY void apply(stream_ref<B> s, Tensors&... tensors) {
     static_assert((detail::is_staged_write_tensor<std::remove_cv_t<Tensors>> && ...),
                   "ferry: fused_staged_writer::apply takes staged_write_tensor arguments.");
     static_assert((std::is_same_v<typename Tensors::value_type, T> && ...),

@@ -184,7 +184,7 @@ class staged_write_tensor {
   /// read over PCIe, no fence). Never synchronizes. Throws ferry::error on a stream
   /// of another device or one that is capturing a graph; whatever throws before the launch is
   /// enqueued leaves the staged writes and the target as they were.
-  void apply_write(stream_ref<B> s) {
+  FERRY_KERNEL_VISIBILITY void apply_write(stream_ref<B> s) {
     ops::check_stream(s, device_);
     core_type& c = core();
     if (c.empty()) return;

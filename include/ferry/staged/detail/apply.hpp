@@ -39,7 +39,7 @@ constexpr bool staged_reads_in_place(std::size_t content_bytes) noexcept {
 /// Loads the CUDA apply kernels for T (see preload_apply_kernels); a no-op on the host backend
 /// and in translation units not built by nvcc (they cannot apply on CUDA anyway).
 template <class T, class B>
-void preload_apply() {
+FERRY_KERNEL_VISIBILITY void preload_apply() {
 #if defined(__CUDACC__)
   if constexpr (!std::is_same_v<B, backend::host>) preload_apply_kernels<word_t<T>>();
 #endif
@@ -48,7 +48,7 @@ void preload_apply() {
 /// Enqueues the apply of `n` chunks of elements of T on `s` (chunk table and contents fenced by
 /// the caller). CUDA: one kernel launch; host: one host task.
 template <class T, class B>
-void launch_apply(stream_ref<B> s, const chunk_desc* descs, std::size_t n, std::uintptr_t dst_base,
+FERRY_KERNEL_VISIBILITY void launch_apply(stream_ref<B> s, const chunk_desc* descs, std::size_t n, std::uintptr_t dst_base,
                   std::uintptr_t src_base) {
   if constexpr (std::is_same_v<B, backend::host>) {
     enqueue_apply_chunks(s, descs, n, dst_base, src_base, sizeof(T));
@@ -68,7 +68,7 @@ void launch_apply(stream_ref<B> s, const chunk_desc* descs, std::size_t n, std::
 /// into the launch; the slot is not read by the device) and returns true. Otherwise, and on the
 /// host backend, enqueues nothing and returns false.
 template <class T, class B>
-bool launch_apply_inline(stream_ref<B> s, const chunk_desc* descs, std::size_t n,
+FERRY_KERNEL_VISIBILITY bool launch_apply_inline(stream_ref<B> s, const chunk_desc* descs, std::size_t n,
                          const void* contents, std::size_t content_bytes, std::uintptr_t dst_base) {
   if constexpr (std::is_same_v<B, backend::host>) {
     (void)s, (void)descs, (void)n, (void)contents, (void)content_bytes, (void)dst_base;

@@ -127,6 +127,8 @@ FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::apply_block_th
 }  // namespace staged_kernels
 }  // namespace FERRY_KERNEL_NAMESPACE
 
+// The host functions on the way to a launch are hidden too: were one of them interposed across
+// shared objects built for different architectures, it would launch the other object's kernel.
 namespace detail {
 
 /// Loads the apply kernels of word type U into the current context once per process (the first
@@ -135,7 +137,7 @@ namespace detail {
 /// enqueued while the stream is held (by a blocking host function, say) would then never return.
 /// Owners call this at construction, outside any such window.
 template <class U>
-void preload_apply_kernels() {
+FERRY_KERNEL_VISIBILITY void preload_apply_kernels() {
   static const bool loaded = [] {
     cudaFuncAttributes a{};
     FERRY_CUDA_CHECK(cudaFuncGetAttributes(&a, staged_kernels::apply_chunks<U>));
@@ -149,7 +151,7 @@ void preload_apply_kernels() {
 /// Launches the apply kernel for `n` chunks (n > 0) of elements of `sizeof(U)` bytes on `s`.
 /// Checked with cudaPeekAtLastError (the caller's sticky error state is left alone).
 template <class U>
-void launch_apply_chunks(const chunk_desc* descs, std::size_t n, std::uintptr_t dst_base,
+FERRY_KERNEL_VISIBILITY void launch_apply_chunks(const chunk_desc* descs, std::size_t n, std::uintptr_t dst_base,
                          std::uintptr_t src_base, cudaStream_t s) {
   if (n > static_cast<std::size_t>(INT_MAX))
     throw capacity_error("ferry: a staged-write apply of " + std::to_string(n) +
@@ -160,7 +162,7 @@ void launch_apply_chunks(const chunk_desc* descs, std::size_t n, std::uintptr_t 
 }
 
 template <class U, std::size_t Bytes>
-void launch_apply_inline_as(const chunk_desc* descs, std::size_t n, const void* contents,
+FERRY_KERNEL_VISIBILITY void launch_apply_inline_as(const chunk_desc* descs, std::size_t n, const void* contents,
                             std::size_t content_bytes, std::uintptr_t dst_base, cudaStream_t s) {
   inline_apply_params<Bytes> p;  // only the bytes written below are read by the kernel
   const std::size_t table = n * sizeof(chunk_desc);
@@ -177,7 +179,7 @@ void launch_apply_inline_as(const chunk_desc* descs, std::size_t n, const void* 
 /// (inline_apply_max_bytes); returns false (nothing enqueued) otherwise. `descs` and `contents`
 /// are host memory, copied into the launch before this returns.
 template <class U>
-bool launch_apply_inline_chunks(const chunk_desc* descs, std::size_t n, const void* contents,
+FERRY_KERNEL_VISIBILITY bool launch_apply_inline_chunks(const chunk_desc* descs, std::size_t n, const void* contents,
                          std::size_t content_bytes, std::uintptr_t dst_base, cudaStream_t s) {
   const std::size_t need = inline_apply_data_bytes(n, content_bytes);
   if (n == 0) return false;
