@@ -164,12 +164,12 @@ class uva_pool {
   template <class R>
   device_span<const T> copy_to_uva(R&& src, stream_ref<B> stream) {
     detail::check_pool_source<std::remove_reference_t<R>, T>();
-    ops::check_stream(stream, device_);
-    return put(src, detail::source_size(src), stream);
+    [[maybe_unused]] const auto on_device = ops::enter(stream, device_);
+    return put(src, detail::count_of(src), stream);
   }
   /// copy_to_uva of a braced list: `pool.copy_to_uva({1, 2, 3}, stream)`.
   device_span<const T> copy_to_uva(std::initializer_list<T> src, stream_ref<B> stream) {
-    ops::check_stream(stream, device_);
+    [[maybe_unused]] const auto on_device = ops::enter(stream, device_);
     return put(src, src.size(), stream);
   }
 
@@ -180,8 +180,8 @@ class uva_pool {
   template <class R>
   device_span<T> copy_to_device(R&& src, device_span<T> out, stream_ref<B> stream) {
     detail::check_pool_source<std::remove_reference_t<R>, T>();
-    ops::check_stream(stream, device_);
-    const std::size_t n = detail::source_size(src);
+    [[maybe_unused]] const auto on_device = ops::enter(stream, device_);
+    const std::size_t n = detail::count_of(src);
     if (n > out.size())
       throw std::out_of_range("ferry: uva_pool::copy_to_device: the source has " + std::to_string(n) +
                               " elements but out has room for " + std::to_string(out.size()));
@@ -200,7 +200,7 @@ class uva_pool {
   /// has passed this point. Needed for readers on a stream other than the pool's next call's.
   /// A no-op under reuse::caller_fenced, and after an empty call.
   void record_use(stream_ref<B> stream) {
-    ops::check_stream(stream, device_);
+    [[maybe_unused]] const auto on_device = ops::enter(stream, device_);
     if constexpr (event_fenced) {
       if (has_view_) fence_slot(cur_, stream);
     }
@@ -332,7 +332,7 @@ class uva_pool {
     }
     T* const dst = fresh.block ? data_of(fresh) : data_of(slots_[next]);
     try {
-      detail::write_source(dst, src, n);
+      detail::fill(src, dst, n);
       // The grown-out block goes back to the arena behind a fence on this stream (its own fences
       // have all passed: a busy slot is never grown, a new one is inserted instead).
       if (grow && fresh.block) arena_->release(slots_[next].block, stream);

@@ -101,12 +101,15 @@ class fused_staged_writer {
                   "tensor's element type must be T.");
     static_assert((std::is_same_v<typename Tensors::backend_type, B> && ...),
                   "ferry: fused_staged_writer applies tensors of its own backend only.");
-    ops::check_stream(s, device_);
+    [[maybe_unused]] const auto on_device = ops::enter(s, device_);
     constexpr std::size_t n = sizeof...(Tensors);
     if (n > max_tensors_)
       throw std::invalid_argument("ferry: fused_staged_writer::apply got " + std::to_string(n) +
                                   " tensors; this writer takes at most " +
                                   std::to_string(max_tensors_));
+    if (((tensors.device_ != device_) || ...))
+      throw error("ferry: fused_staged_writer::apply got a tensor made on another device than "
+                  "the writer (device " + std::to_string(device_) + ")");
     if constexpr (n > 1) {
       const std::array<const void*, n> ids{static_cast<const void*>(&tensors)...};
       for (std::size_t i = 0; i < n; ++i)
@@ -157,7 +160,7 @@ class fused_staged_writer {
           if (!failure) failure = std::current_exception();
         }
       };
-      fence([&] { pool_.commit(s); });
+      fence([&] { pool_.commit(s, 0); });  // the chunk table alone
       (fence([&] {
          if (!tensors.core().empty()) tensors.core().commit(s);
        }),

@@ -105,7 +105,7 @@ class staged_write_tensor {
   /// constructor sees zeros).
   staged_write_tensor(std::size_t rows, std::size_t cols, stream_ref<B> s, std::size_t slots = 2)
       : staged_write_tensor(rows, cols, slots, nullptr) {
-    ops::check_stream(s, device_);
+    [[maybe_unused]] const auto on_device = ops::enter(s, device_);
     if constexpr (!uva_target) {
       ops::fill_zero_async(target_.data(), bytes(), s);
       core_->pool().note_use(s);
@@ -185,7 +185,7 @@ class staged_write_tensor {
   /// of another device or one that is capturing a graph; whatever throws before the launch is
   /// enqueued leaves the staged writes and the target as they were.
   FERRY_KERNEL_VISIBILITY void apply_write(stream_ref<B> s) {
-    ops::check_stream(s, device_);
+    [[maybe_unused]] const auto on_device = ops::enter(s, device_);
     core_type& c = core();
     if (c.empty()) return;
     c.prepare();

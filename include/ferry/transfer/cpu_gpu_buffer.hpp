@@ -77,7 +77,7 @@ class cpu_gpu_buffer {
   /// it at once); caller_fenced: see the class comment. n > size() → std::out_of_range, nothing
   /// enqueued; n == 0 enqueues nothing.
   device_span<T> copy_to_device(std::size_t n, stream_ref<B> s) {
-    ops::check_stream(s, device_id_);
+    [[maybe_unused]] const auto on_device = ops::enter(s, device_id_);
     check_count("copy_to_device", n);
     if (n == 0) return device().first(0);
     const std::size_t bytes = n * sizeof(T);
@@ -96,7 +96,7 @@ class cpu_gpu_buffer {
   /// once host()[0, n) may be read. Never blocks the host. n > size() → std::out_of_range,
   /// nothing enqueued; n == 0 enqueues nothing and returns an event that is already ready.
   event<B> copy_to_host(std::size_t n, stream_ref<B> s) {
-    ops::check_stream(s, device_id_);
+    [[maybe_unused]] const auto on_device = ops::enter(s, device_id_);
     check_count("copy_to_host", n);
     event<B> done;
     if (n == 0) return done;

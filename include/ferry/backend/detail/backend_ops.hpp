@@ -31,6 +31,13 @@ struct backend_ops<backend::host> {
   static void check_stream(stream_type s, int /*device*/) {
     if (s.get() == nullptr) throw error("ferry: the stream is empty (a moved-from stream)");
   }
+  /// check_stream(s, device), then `device` current until the returned scope ends (one device
+  /// on the host backend: nothing to switch).
+  struct device_scope {};
+  [[nodiscard]] static device_scope enter(stream_type s, int device) {
+    check_stream(s, device);
+    return {};
+  }
 
   static void* alloc_pinned(std::size_t bytes) {
     count(counters<backend::host>().pinned_allocations);
@@ -109,6 +116,14 @@ struct backend_ops<backend::cuda> {
     if (d != device)
       throw error("ferry: the stream belongs to device " + std::to_string(d) +
                   " but the object was made on device " + std::to_string(device));
+  }
+
+  /// check_stream(s, device), then `device` current until the returned scope ends (restoring the
+  /// caller's device): for calls on objects made on another device than the caller's current one.
+  using device_scope = detail::device_scope;
+  [[nodiscard]] static device_scope enter(stream_type s, int device) {
+    check_stream(s, device);
+    return device_scope(device);
   }
 
   static void* alloc_pinned(std::size_t bytes) {

@@ -27,6 +27,30 @@ inline void check_cuda(cudaError_t code, const char* call, const char* file, int
   if (code != cudaSuccess) throw_cuda(code, call, file, line);
 }
 
+/// Makes `device` the calling thread's current device for its lifetime, when it is not already,
+/// and restores the caller's device at the end: ferry never changes the caller's current device,
+/// yet kernel launches, event creation and device allocations must happen on the device of the
+/// object (and stream) they serve.
+class device_scope {
+ public:
+  explicit device_scope(int device) {
+    int current = 0;
+    check_cuda(cudaGetDevice(&current), "cudaGetDevice", __FILE__, __LINE__);
+    if (current != device) {
+      check_cuda(cudaSetDevice(device), "cudaSetDevice", __FILE__, __LINE__);
+      previous_ = current;
+    }
+  }
+  device_scope(const device_scope&) = delete;
+  device_scope& operator=(const device_scope&) = delete;
+  ~device_scope() {
+    if (previous_ >= 0) static_cast<void>(cudaSetDevice(previous_));  // was current a moment ago
+  }
+
+ private:
+  int previous_ = -1;
+};
+
 // Errors thrown by host functions enqueued on CUDA streams (ferry::enqueue_host), kept per stream
 // until the next synchronizing call on that stream (or an event recorded on it) hands them out.
 class stream_error_registry {

@@ -59,6 +59,12 @@ class fence_clock<backend::host> {
 };
 
 #if FERRY_HAS_CUDA
+/// CUDA: a timeline per stream, identified by cudaStreamGetId (unique for the process's
+/// lifetime, so a destroyed stream whose handle is reused, or the legacy stream of another
+/// device, never shares a timeline), fences as CUDA events created on the stream's device (an
+/// event records only on a stream of its own device; one clock, e.g. a portable arena's, serves
+/// streams of every device). A timeline whose fences have all passed is recycled for a new
+/// stream, its numbering continued, so that the table stays small when streams come and go.
 template <>
 class fence_clock<backend::cuda> {
  public:
@@ -75,23 +81,21 @@ class fence_clock<backend::cuda> {
   ~fence_clock() {
     for (auto& t : timelines_)
       while (!t.pending.empty()) cudaEventDestroy(t.pending.pop_front().second);
-    for (auto ev : spare_) cudaEventDestroy(ev);
+    for (auto& e : spare_) cudaEventDestroy(e.event);
   }
 
   fence record(stream_ref<backend::cuda> s) {
-    std::uint32_t i = 0;
-    while (i < timelines_.size() && timelines_[i].stream != s.get()) ++i;
-    if (i == timelines_.size()) timelines_.push_back(timeline{s.get(), 0, 0, {}});
+    unsigned long long id = 0;
+    FERRY_CUDA_CHECK(cudaStreamGetId(s.get(), &id));
+    const std::uint32_t i = timeline_of(id, s);
     auto& t = timelines_[i];
-    cudaEvent_t ev = nullptr;
-    if (spare_.empty()) {
+    cudaEvent_t ev = take_spare(t.device);
+    if (!ev) {
+      const device_scope on_device(t.device);
       FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    } else {
-      ev = spare_.back();
-      spare_.pop_back();
     }
     if (const cudaError_t r = cudaEventRecord(ev, s.get()); r != cudaSuccess) {
-      spare_.push_back(ev);
+      spare_.push_back({t.device, ev});
       throw_cuda(r, "cudaEventRecord(fence)", __FILE__, __LINE__);
     }
     t.pending.push_back({++t.next, ev});
@@ -140,12 +144,48 @@ class fence_clock<backend::cuda> {
 
  private:
   struct timeline {
-    cudaStream_t stream;
+    unsigned long long stream_id;
+    int device;
     std::uint64_t next = 0;
     std::uint64_t known = 0;
     ring<std::pair<std::uint64_t, cudaEvent_t>> pending;  // reuses its storage: no allocation in steady state
   };
+  struct spare_event {
+    int device;
+    cudaEvent_t event;
+  };
 
+  // The timeline of stream `id`: its own, else a recycled one (all its fences passed: every old
+  // fence stays at or below `known`, and numbering goes on above it), else a new one.
+  std::uint32_t timeline_of(unsigned long long id, stream_ref<backend::cuda> s) {
+    std::uint32_t i = 0;
+    while (i < timelines_.size() && timelines_[i].stream_id != id) ++i;
+    if (i < timelines_.size()) return i;
+    int device = 0;
+    FERRY_CUDA_CHECK(cudaStreamGetDevice(s.get(), &device));
+    if (timelines_.size() >= recycle_from) {
+      for (i = 0; i < timelines_.size(); ++i) {
+        auto& t = timelines_[i];
+        if (t.pending.empty()) {
+          t.stream_id = id;
+          t.device = device;
+          return i;
+        }
+      }
+    }
+    timelines_.push_back(timeline{id, device, 0, 0, {}});
+    return static_cast<std::uint32_t>(timelines_.size() - 1);
+  }
+  cudaEvent_t take_spare(int device) noexcept {
+    for (std::size_t k = spare_.size(); k-- > 0;) {
+      if (spare_[k].device != device) continue;
+      const cudaEvent_t ev = spare_[k].event;
+      spare_[k] = spare_.back();
+      spare_.pop_back();
+      return ev;
+    }
+    return nullptr;
+  }
   static bool query(cudaEvent_t ev) {
     const cudaError_t r = cudaEventQuery(ev);
     if (r == cudaErrorNotReady) return false;
@@ -158,14 +198,15 @@ class fence_clock<backend::cuda> {
   }
   void retire(timeline& t, std::uint64_t seq) {
     while (!t.pending.empty() && t.pending.front().first <= seq) {
-      spare_.push_back(t.pending.front().second);
+      spare_.push_back({t.device, t.pending.front().second});
       t.pending.pop_front();
     }
     t.known = std::max(t.known, seq);
   }
 
+  static constexpr std::size_t recycle_from = 4;  // streams one clock usually serves
   std::vector<timeline> timelines_;
-  std::vector<cudaEvent_t> spare_;
+  std::vector<spare_event> spare_;
 };
 #endif
 
