@@ -19,8 +19,10 @@
 // and are otherwise a bare launch of the kernel ferry launches, with the same arguments: for
 // points whose chunk table and contents fit in 4 KiB ferry passes them in the launch's
 // parameters (column "inline"), and the floor launches that same inline kernel with the same
-// parameter block. Device times hold the stream 50 ms; "enqueue/hold" >= 1 would mean the host
-// could not enqueue the burst inside the hold (then the figure measures the host).
+// parameter block. Device times queue bursts of 32 operations behind a hold of at least 5x the
+// burst's host time (larger bursts of launches fill a held stream's launch queue and block the
+// host, which then sets the pace); "enqueue/hold" >= 1 would mean the host could not enqueue the
+// burst inside the hold (then the figure measures the host).
 // Targets: host <= 1.3x floor (worst point), >= 20x PyTorch (worst measured point), uva_direct
 // device time >= 0.95x h2d_copy at every point and >= 1.3x median, applies of >= 4 MiB at >= 80% of
 // the zero-copy read bandwidth measured in this run (a kernel reading 256 MiB of pinned memory).
@@ -117,19 +119,28 @@ std::vector<double> host_us_interleaved(const ferry_bench::options& o,
 // warm-up rep, which also grows every pool to the burst's depth), plus the largest fraction of
 // the hold that the host spent enqueueing a burst: at or above 1 the host, not the device, set
 // the pace and the figure is not a device time.
+// ferry's pinned and device allocations so far (a steady-state apply makes none).
+std::uint64_t allocations() {
+  const auto st = ferry::backend_stats_of<B>();
+  return st.pinned_allocations + st.device_allocations;
+}
+
 struct device_result {
   double us;
   double host_fraction;
+  double allocations;  // ferry's allocations during the measured reps (after the warm-up rep)
 };
 template <class Op>
-device_result device_us_checked(cudaStream_t s, int burst, Op&& op, double hold_ms, int reps = 5) {
+device_result device_us_checked(cudaStream_t s, int burst, Op&& op, double hold_ms, int reps) {
   cudaEvent_t e0, e1;
   BENCH_CUDA(cudaEventCreate(&e0));
   BENCH_CUDA(cudaEventCreate(&e1));
   std::vector<double> v;
   double worst = 0;
   std::size_t i = 0;
+  std::uint64_t allocs_before = 0;
   for (int r = 0; r < reps + 1; ++r) {
+    if (r == 1) allocs_before = allocations();
     ferry_bench::hold_stream(s, hold_ms);
     BENCH_CUDA(cudaEventRecord(e0, s));
     const auto t0 = std::chrono::steady_clock::now();
@@ -146,7 +157,7 @@ device_result device_us_checked(cudaStream_t s, int burst, Op&& op, double hold_
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  return {ferry_bench::median(v), worst};
+  return {ferry_bench::median(v), worst, static_cast<double>(allocations() - allocs_before)};
 }
 
 }  // namespace
@@ -221,6 +232,33 @@ int main(int argc, char** argv) {
                                         static_cast<void**>(nullptr), static_cast<std::size_t*>(nullptr), 256, cs));
   ferry::device_buffer<std::uint8_t, B> cub_temp(cub_temp_bytes + 1);
 
+  // Steady state before the first grid point (SPEC §3: no allocation once the largest case has
+  // been seen): every tensor's staging pool grown to the deepest backlog a burst can leave (a
+  // burst of 256 applies that each read their slot, queued behind a hold, so that none is free
+  // again before the burst ends), and the whole path warmed up (CPU clocks, caches, the launch
+  // path), so that the first points are not measured on a colder machine than the rest.
+  {
+    const std::vector<T> row(1024, 7);  // beyond the inline path's 4 KiB: the apply reads a slot
+    auto grow = [&](auto& t) {
+      ferry_bench::hold_stream(cs, 3000);
+      for (int i = 0; i < 256; ++i) {
+        t.stage_write(static_cast<std::size_t>(i), 0, row);
+        t.apply_write(s);
+      }
+      drain();
+    };
+    grow(t_uva);
+    grow(t_h2d);
+    grow(t_thr);
+    grow(t_uvat);
+    for (int i = 0; i < 4096; ++i) {
+      t_uva.stage_write(0, 0, {1, 2, 3});
+      t_uva.apply_write(s);
+      if (i % 256 == 255) drain();
+    }
+    drain();
+  }
+
   std::vector<double> host_floor_ratios, torch_ratios, uva_h2d_ratios;
   double large_fraction = -1;
   double worst_host_fraction = 0;
@@ -282,9 +320,11 @@ int main(int argc, char** argv) {
 
       // Host time: ferry and its floors in interleaved bursts (same burst, same drain, same
       // machine state).
+      const auto allocs_before = allocations();
       const auto h = host_us_interleaved(o, {ferry_op(t_uva), floor_uva, ferry_op(t_h2d), floor_h2d,
                                              ferry_op(t_uvat), launch_only}, drain);
       const double h_uva = h[0], f_uva = h[1], h_h2d = h[2], f_h2d = h[3], h_uvat = h[4], f_launch = h[5];
+      const double host_allocs = static_cast<double>(allocations() - allocs_before);
 
       // ---- baselines' inputs
       for (int w = 0; w < W; ++w) {
@@ -320,25 +360,25 @@ int main(int argc, char** argv) {
         BENCH_CUDA(cudaMemcpyAsync(dev_contents.data(), raw_contents.host().data(), L * sizeof(T), cudaMemcpyDefault, cs));
       };
 
-      // ---- device time (burst sized so that enqueueing takes at most a fifth of the hold; the
-      // warm-up rep grows the staging pools to the burst's depth; host_fraction reports whether
-      // the host still kept ahead)
-      constexpr double hold_ms = 50;
-      const int burst = std::clamp(static_cast<int>(hold_ms * 1000 / 5 / std::max(h_uva, h_h2d)), 8, o.burst);
-      const auto dr_uva = device_us_checked(cs, burst, ferry_op(t_uva), hold_ms);
-      const auto dr_h2d = device_us_checked(cs, burst, ferry_op(t_h2d), hold_ms);
-      const auto dr_thr = device_us_checked(cs, burst, ferry_op(t_thr), hold_ms);
+      // ---- device time (a burst of 32 behind a hold of at least 5x its host time; the warm-up
+      // rep grows the staging pools to the burst's depth; host_fraction reports whether the host
+      // still kept ahead)
+      const int burst = std::min(32, o.burst), reps = o.quick ? 3 : 11;
+      const double hold_ms = std::max(2.0, 5 * burst * std::max(h_uva, h_h2d) / 1000);
+      const auto dr_uva = device_us_checked(cs, burst, ferry_op(t_uva), hold_ms, reps);
+      const auto dr_h2d = device_us_checked(cs, burst, ferry_op(t_h2d), hold_ms, reps);
+      const auto dr_thr = device_us_checked(cs, burst, ferry_op(t_thr), hold_ms, reps);
       const double d_uva = dr_uva.us, d_h2d = dr_h2d.us, d_thr = dr_thr.us;
       const double host_fraction = std::max({dr_uva.host_fraction, dr_h2d.host_fraction, dr_thr.host_fraction});
       worst_host_fraction = std::max(worst_host_fraction, host_fraction);
-      const double d_naive_uva = device_us(cs, burst, [&](std::size_t) { naive(raw_contents.device().data()); }, 5, hold_ms);
-      const double d_naive_h2d = device_us(cs, burst, [&](std::size_t) { h2d_copy(); naive(dev_contents.data()); }, 5, hold_ms);
-      const double d_cub_uva = device_us(cs, burst, [&](std::size_t) { cub_run(reinterpret_cast<void**>(cub_src_uva.data())); }, 5, hold_ms);
-      const double d_cub_h2d = device_us(cs, burst, [&](std::size_t) { h2d_copy(); cub_run(reinterpret_cast<void**>(cub_src_dev.data())); }, 5, hold_ms);
+      const double d_naive_uva = device_us(cs, burst, [&](std::size_t) { naive(raw_contents.device().data()); }, reps, hold_ms);
+      const double d_naive_h2d = device_us(cs, burst, [&](std::size_t) { h2d_copy(); naive(dev_contents.data()); }, reps, hold_ms);
+      const double d_cub_uva = device_us(cs, burst, [&](std::size_t) { cub_run(reinterpret_cast<void**>(cub_src_uva.data())); }, reps, hold_ms);
+      const double d_cub_h2d = device_us(cs, burst, [&](std::size_t) { h2d_copy(); cub_run(reinterpret_cast<void**>(cub_src_dev.data())); }, reps, hold_ms);
       const double d_kernel = device_us(cs, burst, [&](std::size_t) {
         if (inline_point) raw_launch_inline();
         else raw_launch(raw_contents.device().data());
-      }, 5, hold_ms);
+      }, reps, hold_ms);
 
       const double r_uva = h_uva / f_uva, r_h2d = h_h2d / f_h2d;
       host_floor_ratios.push_back(std::max(r_uva, r_h2d));
@@ -354,7 +394,8 @@ int main(int argc, char** argv) {
                          {"naive uva /ferry", d_naive_uva / d_uva}, {"naive h2d /ferry", d_naive_h2d / d_uva},
                          {"cub uva /ferry", d_cub_uva / d_uva}, {"cub h2d /ferry", d_cub_h2d / d_uva},
                          {"bare kernel dev us", d_kernel}, {"inline", inline_point ? 1.0 : 0.0},
-                         {"enqueue/hold", host_fraction}};
+                         {"enqueue/hold", host_fraction}, {"allocs in host timing", host_allocs},
+                         {"allocs in device timing", dr_uva.allocations + dr_h2d.allocations + dr_thr.allocations}};
       if (auto it = torch.find({W, per}); it != torch.end()) {
         // The target compares the PyTorch way with ferry's way of doing the same job: the
         // block_table preset (device target, contents read in place, uva_direct). The slower

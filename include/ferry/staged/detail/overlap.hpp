@@ -21,6 +21,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -28,21 +29,31 @@ namespace ferry::detail {
 
 class overlap_tracker {
  public:
-  explicit overlap_tracker(std::size_t rows)
-      : table_(std::bit_ceil(std::clamp<std::size_t>(rows, 1, 4096))), mask_(table_.size() - 1) {}
+  /// A tracker for a rows x cols target. Entries are 16 bytes (32-bit row tag and column bounds),
+  /// so that the table stays in the L1 cache; a target with more than 2^32 columns, or rows beyond
+  /// what a 32-bit tag tells apart, is always suspected (the resolver's exact check decides).
+  overlap_tracker(std::size_t rows, std::size_t cols)
+      : table_(std::bit_ceil(std::clamp<std::size_t>(rows, 1, 4096))),
+        mask_(table_.size() - 1),
+        shift_(static_cast<unsigned>(std::countr_zero(table_.size()))),
+        exact_(cols <= std::numeric_limits<std::uint32_t>::max() &&
+               (rows >> shift_) <= std::numeric_limits<std::uint32_t>::max()),
+        suspect_(!exact_) {}
 
   /// Notes a write to [lo, hi) of `row`.
   void note(std::uint64_t row, std::uint64_t lo, std::uint64_t hi) noexcept {
     if (suspect_) return;
     entry& e = table_[row & mask_];
+    const auto tag = static_cast<std::uint32_t>(row >> shift_);
+    const auto l = static_cast<std::uint32_t>(lo), h = static_cast<std::uint32_t>(hi);
     if (e.epoch != epoch_) {
-      e = {row, lo, hi, epoch_};
-    } else if (e.row != row) {
+      e = {tag, l, h, epoch_};
+    } else if (e.tag != tag) {
       suspect_ = true;
-    } else if (lo >= e.hi) {
-      e.hi = hi;
-    } else if (hi <= e.lo) {
-      e.lo = lo;
+    } else if (l >= e.hi) {
+      e.hi = h;
+    } else if (h <= e.lo) {
+      e.lo = l;
     } else {
       suspect_ = true;
     }
@@ -50,10 +61,10 @@ class overlap_tracker {
   /// True when two writes of this batch may overlap.
   [[nodiscard]] bool suspect() const noexcept { return suspect_; }
   /// The batch's chunks are known disjoint (the hulls stay: later writes are still checked).
-  void resolved() noexcept { suspect_ = false; }
+  void resolved() noexcept { suspect_ = !exact_; }
   /// A new, empty batch.
   void reset() noexcept {
-    suspect_ = false;
+    suspect_ = !exact_;
     if (++epoch_ == 0) {
       for (auto& e : table_) e.epoch = 0;
       epoch_ = 1;
@@ -62,13 +73,14 @@ class overlap_tracker {
 
  private:
   struct entry {
-    std::uint64_t row = 0, lo = 0, hi = 0;
-    std::uint32_t epoch = 0;
+    std::uint32_t tag = 0, lo = 0, hi = 0, epoch = 0;
   };
   std::vector<entry> table_;
   std::size_t mask_;
+  unsigned shift_;
+  bool exact_;
   std::uint32_t epoch_ = 1;
-  bool suspect_ = false;
+  bool suspect_;
 };
 
 class overlap_resolver {

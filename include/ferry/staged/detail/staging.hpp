@@ -2,6 +2,7 @@
 // its capacity rules (growth::pow2 / growth::fixed), and its overlap bookkeeping.
 #pragma once
 
+#include <ferry/detail/source_range.hpp>
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
 #include <ferry/policies/growth.hpp>
@@ -28,7 +29,7 @@ class staging_core {
   using pool_type = slot_pool<B, CallerFenced>;
 
   staging_core(std::size_t rows, std::size_t cols, std::size_t slots, pinned_arena<B>& arena)
-      : rows_(rows), cols_(cols), pool_(slots, arena), tracker_(rows) {}
+      : rows_(rows), cols_(cols), pool_(slots, arena), tracker_(rows, cols) {}
 
   // ---- staging --------------------------------------------------------------------------------
 
@@ -36,8 +37,7 @@ class staging_core {
   /// or ferry::capacity_error (growth::fixed, arena cap) with nothing recorded.
   template <class R>
   void stage(std::size_t row, std::size_t start, R&& r) {
-    const auto n = std::ranges::distance(r);
-    const std::size_t len = n < 0 ? 0 : static_cast<std::size_t>(n);
+    const std::size_t len = count_of(r);
     check_bounds(row, start, len);
     if (len == 0) return;
     const std::uint64_t dst = static_cast<std::uint64_t>(row) * cols_ + start;
@@ -49,22 +49,21 @@ class staging_core {
     }
     const std::size_t chunks = (len + per_chunk - 1) / per_chunk;
     ensure(chunks, off + bytes, len);  // may throw: nothing recorded
-    T* out = reinterpret_cast<T*>(contents() + off);
-    if constexpr (std::ranges::contiguous_range<R>) {
-      std::memcpy(out, std::ranges::data(r), bytes);
-    } else {
-      std::size_t i = 0;
-      for (auto&& v : r) out[i++] = static_cast<T>(v);  // same element type (dtype rule checked)
-    }
-    chunk_desc* d = descs() + chunks_;
+    // The slot's addresses are read before the contents are written: a write through a byte
+    // pointer may alias any member, which would otherwise be reloaded after it (a few ns a write).
+    std::byte* const slot = pool_.current().block.data;
+    T* const out = reinterpret_cast<T*>(slot + content_off_ + off);
+    chunk_desc* const d = reinterpret_cast<chunk_desc*>(slot) + chunks_;
     const std::uint64_t src = off / sizeof(T);
+    tracker_.note(row, start, start + len);  // before a gather that may throw: only conservative
+    if constexpr (!std::ranges::contiguous_range<R>) fill(r, out, len);  // may throw: nothing recorded
     for (std::size_t c = 0, e = 0; e < len; ++c, e += per_chunk)
       d[c] = {dst + e, src + e, static_cast<std::uint32_t>(std::min(per_chunk, len - e)), 0};
-    tracker_.note(row, start, start + len);
     chunks_ += chunks;
     used_ = off + bytes;
     ++writes_;
     elements_ += len;
+    if constexpr (std::ranges::contiguous_range<R>) fill(r, out, len);  // a memcpy: cannot throw
   }
 
   [[nodiscard]] std::size_t pending() const noexcept { return writes_; }
@@ -89,7 +88,7 @@ class staging_core {
     std::size_t wb = std::max(want_bytes_, bytes_needed);
     if constexpr (!Fixed) {
       wd = growth::pow2::capacity_for(wd);
-      wb = growth::pow2::capacity_for(wb);
+      wb = pow2_contents(wd, wb);
     }
     resolver_.reserve(wd);
     want_descs_ = wd;
@@ -142,7 +141,7 @@ class staging_core {
   /// The launch has been enqueued on `s`: fence and rotate the slot, and start a new batch.
   void commit(stream_ref<B> s) {
     try {
-      pool_.commit(s);
+      pool_.commit(s, used_);
     } catch (...) {
       clear();
       throw;
@@ -172,7 +171,7 @@ class staging_core {
     } else {
       if (!pool_.has_current() || chunks_ + chunks > desc_cap_ || end_bytes > content_cap_) {
         want_descs_ = std::max(want_descs_, growth::pow2::capacity_for(chunks_ + chunks));
-        want_bytes_ = std::max(want_bytes_, growth::pow2::capacity_for(end_bytes));
+        want_bytes_ = std::max(want_bytes_, pow2_contents(want_descs_, end_bytes));
       }
     }
     if (!pool_.has_current()) {
@@ -187,6 +186,13 @@ class staging_core {
     }
   }
 
+  // growth::pow2: the content capacity of the smallest power-of-two slot that holds `descs`
+  // descriptors and `bytes` of contents. The slot is rounded as a whole (arena blocks are powers
+  // of two): rounding each part would make a slot for 4 MiB of contents a 16 MiB block.
+  static std::size_t pow2_contents(std::size_t descs, std::size_t bytes) noexcept {
+    const std::size_t table = round_up(descs * sizeof(chunk_desc), content_alignment);
+    return growth::pow2::capacity_for(table + bytes) - table;
+  }
   [[nodiscard]] std::size_t slot_bytes() const noexcept {
     return round_up(want_descs_ * sizeof(chunk_desc), content_alignment) + want_bytes_;
   }

@@ -1,8 +1,9 @@
 // ferry/transfer/detail/source.hpp: how a transfer reads its source range: the kinds of source
-// (pinned span, contiguous pageable, countable, single-pass), counting, filling a staging block,
-// and gathering a single-pass range into a growing arena block.
+// (pinned span, contiguous pageable, countable, single-pass; counting and filling are in
+// detail/source_range.hpp), and gathering a single-pass range into a growing arena block.
 #pragma once
 
+#include <ferry/detail/source_range.hpp>
 #include <ferry/element.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/memory/pinned_span.hpp>
@@ -31,31 +32,9 @@ concept pinned_source = is_pinned_span_v<std::remove_cvref_t<S>>;
 template <class S>
 concept contiguous_source = std::ranges::contiguous_range<S> && std::ranges::sized_range<S>;
 
-/// A source whose element count is known before it is read (sized, or traversable twice).
-template <class S>
-concept countable_source = std::ranges::sized_range<S> || std::ranges::forward_range<S>;
-
 /// The element type of a source range, without cv.
 template <class S>
 using source_element_t = std::remove_cv_t<std::ranges::range_value_t<S>>;
-
-template <class S>
-std::size_t count_of(S& s) {
-  if constexpr (std::ranges::sized_range<S>)
-    return static_cast<std::size_t>(std::ranges::size(s));
-  else
-    return static_cast<std::size_t>(std::ranges::distance(s));
-}
-
-/// Writes the first `n` elements of `s` (all of them; n == count_of(s)) to `dst`.
-template <class T, class S>
-void fill(S& s, T* dst, std::size_t n) {
-  if constexpr (contiguous_source<S>) {
-    if (n != 0) std::memcpy(dst, std::ranges::data(s), n * sizeof(T));
-  } else {
-    for (auto&& x : s) *dst++ = static_cast<T>(x);
-  }
-}
 
 [[noreturn]] inline void throw_too_small(const char* fn, std::size_t need, std::size_t have) {
   throw std::out_of_range(std::string("ferry: ") + fn + ": the source has " + std::to_string(need) +
