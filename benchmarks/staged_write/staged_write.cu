@@ -42,6 +42,7 @@
 #include <regex>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -233,26 +234,28 @@ int main(int argc, char** argv) {
   ferry::device_buffer<std::uint8_t, B> cub_temp(cub_temp_bytes + 1);
 
   // Steady state before the first grid point (SPEC §3: no allocation once the largest case has
-  // been seen): every tensor's staging pool grown to the backlog that host-time bursts leave
-  // (bursts of 256 applies that read their slot, drained between bursts, as measured below), and
-  // the whole path warmed up (CPU clocks, caches, the launch path), so that the first points are
-  // not measured on a colder machine than the rest.
+  // been seen): every tensor's staging pool grown to the deepest backlog a burst can leave (256
+  // applies that each read their slot, queued behind a hold so that none is free again before the
+  // burst ends: host-time bursts leave backlogs of up to ~200 applies where the device is slower
+  // than the host, and any growth inside a timed burst would be measured), a pause for the host
+  // to settle after those pinned allocations, and the whole path warmed up (CPU clocks, caches,
+  // the launch path), so that the first points are not measured on a colder machine than the rest.
   {
-    const std::vector<T> row(4096, 7);  // beyond the inline path's 4 KiB: the apply reads a slot
+    const std::vector<T> row(1024, 7);  // beyond the inline path's 4 KiB: the apply reads a slot
     auto grow = [&](auto& t) {
-      for (int b = 0; b < 12; ++b) {
-        for (int i = 0; i < 256; ++i) {
-          t.stage_write(static_cast<std::size_t>(i), 0, row);
-          t.apply_write(s);
-        }
-        drain();
+      ferry_bench::hold_stream(cs, 3000);
+      for (int i = 0; i < 256; ++i) {
+        t.stage_write(static_cast<std::size_t>(i), 0, row);
+        t.apply_write(s);
       }
+      drain();
     };
     grow(t_uva);
     grow(t_h2d);
     grow(t_thr);
     grow(t_uvat);
-    for (int i = 0; i < 4096; ++i) {
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    for (int i = 0; i < 8192; ++i) {
       t_uva.stage_write(0, 0, {1, 2, 3});
       t_uva.apply_write(s);
       if (i % 256 == 255) drain();
