@@ -12,12 +12,6 @@
 #include <stdexcept>
 #include <vector>
 
-#if defined(__CUDACC__)
-#define STAGED_BACKENDS ferry::backend::host, ferry::backend::cuda
-#else
-#define STAGED_BACKENDS ferry::backend::host
-#endif
-
 using ferry_test::model;
 using ferry_test::random_bits;
 using ferry_test::read_back;

@@ -15,13 +15,6 @@
 #include <string>
 #include <vector>
 
-// Kernel-launching CUDA cases need nvcc; a .cu built as C++ tests the host backend only.
-#if defined(__CUDACC__)
-#define STAGED_BACKENDS ferry::backend::host, ferry::backend::cuda
-#else
-#define STAGED_BACKENDS ferry::backend::host
-#endif
-
 namespace {
 
 using ferry_test::model;

@@ -10,6 +10,14 @@
 #include <random>
 #include <vector>
 
+/// The backends of staged-write tests: kernel-launching CUDA cases need nvcc, so a .cu built as
+/// C++ (no nvcc) tests the host backend only.
+#if defined(__CUDACC__)
+#define STAGED_BACKENDS ferry::backend::host, ferry::backend::cuda
+#else
+#define STAGED_BACKENDS ferry::backend::host
+#endif
+
 namespace ferry_test {
 
 /// n random elements of T made from random bits (bitwise comparisons only).
