@@ -1,9 +1,13 @@
 // ferry/policies/growth.hpp: GrowthPolicy, how staging capacity follows demand.
 #pragma once
 
+#include <ferry/error.hpp>
 #include <ferry/policies/detail/families.hpp>
 
+#include <bit>
 #include <cstddef>
+#include <limits>
+#include <string>
 
 namespace ferry::growth {
 
@@ -12,10 +16,13 @@ namespace ferry::growth {
 struct pow2 {
   using ferry_policy_family = families::growth;  ///< Names the GrowthPolicy family.
   /// The capacity for a request of `n`: the next power of two at or above n (1 for n == 0).
-  static constexpr std::size_t capacity_for(std::size_t n) noexcept {
-    std::size_t c = 1;
-    while (c < n) c <<= 1;
-    return c;
+  /// Throws ferry::capacity_error when no power of two in size_t holds n (n > 2^63 on 64 bits).
+  static constexpr std::size_t capacity_for(std::size_t n) {
+    constexpr std::size_t largest = std::size_t{1} << (std::numeric_limits<std::size_t>::digits - 1);
+    if (n > largest)
+      throw capacity_error("ferry: growth::pow2 has no power-of-two capacity for " +
+                           std::to_string(n) + " (the largest is " + std::to_string(largest) + ")");
+    return n <= 1 ? 1 : std::bit_ceil(n);
   }
 };
 

@@ -39,13 +39,21 @@ struct backend_ops<backend::host> {
     return {};
   }
 
+  /// Blocks until all work on every stream has run (cudaDeviceSynchronize); counted.
+  static void synchronize_device(int /*device*/) {
+    count(counters<backend::host>().synchronizations);
+    host_queue::drain_all();
+  }
+
   static void* alloc_pinned(std::size_t bytes) {
     count(counters<backend::host>().pinned_allocations);
     return aligned(bytes);
   }
+  /// Waits for the work of every stream first, as cudaFreeHost does.
   static void free_pinned(void* p) noexcept {
     if (!p) return;
     count(counters<backend::host>().pinned_frees);
+    destructor_guard([] { host_queue::drain_all(); });
     ::operator delete(p, std::align_val_t{alignment});
   }
   /// The address kernels use for pinned memory: on the host backend the host address itself.
@@ -55,14 +63,16 @@ struct backend_ops<backend::host> {
     count(counters<backend::host>().device_allocations);
     return aligned(bytes);
   }
+  /// Waits for the work of every stream first, as cudaFree does.
   static void free_device(void* p) noexcept {
     if (!p) return;
-    count(counters<backend::host>().device_frees);
-    ::operator delete(p, std::align_val_t{alignment});
+    destructor_guard([] { host_queue::drain_all(); });
+    release_device(p);
   }
   static void* alloc_device_async(std::size_t bytes, stream_type) { return alloc_device(bytes); }
+  /// Stream-ordered: the memory goes once the work enqueued before it on `s` has run.
   static void free_device_async(void* p, stream_type s) {
-    s.get()->enqueue([p] { free_device(p); });
+    s.get()->enqueue([p] { release_device(p); });
   }
 
   static void copy_async(void* dst, const void* src, std::size_t bytes, stream_type s) {
@@ -79,6 +89,10 @@ struct backend_ops<backend::host> {
   }
 
  private:
+  static void release_device(void* p) noexcept {
+    count(counters<backend::host>().device_frees);
+    ::operator delete(p, std::align_val_t{alignment});
+  }
   static void* aligned(std::size_t bytes) {
     void* p = ::operator new(bytes ? bytes : 1, std::align_val_t{alignment});
     std::memset(p, 0, bytes);
@@ -124,6 +138,13 @@ struct backend_ops<backend::cuda> {
   [[nodiscard]] static device_scope enter(stream_type s, int device) {
     check_stream(s, device);
     return device_scope(device);
+  }
+
+  /// cudaDeviceSynchronize on `device` (the caller's current device is kept); counted.
+  static void synchronize_device(int device) {
+    const detail::device_scope on_device(device);
+    count(counters<backend::cuda>().synchronizations);
+    FERRY_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
   static void* alloc_pinned(std::size_t bytes) {

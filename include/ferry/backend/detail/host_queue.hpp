@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace ferry::detail {
 
@@ -26,18 +27,40 @@ namespace ferry::detail {
 /// by take_error(); later tasks still run.
 class host_queue : public std::enable_shared_from_this<host_queue> {
  public:
-  host_queue() : worker_([this] { run(); }) {}
+  host_queue() : worker_([this] { run(); }) { registry().add(this); }
   host_queue(const host_queue&) = delete;
   host_queue& operator=(const host_queue&) = delete;
 
   /// Drains the queue, then stops the worker.
   ~host_queue() {
+    registry().remove(this);
     {
       std::lock_guard lock(mutex_);
       stopping_ = true;
     }
     work_cv_.notify_one();
     worker_.join();
+  }
+
+  /// Blocks until everything enqueued so far on every live queue has finished (the host
+  /// backend's cudaDeviceSynchronize, and the implicit wait of its frees, as cudaFree's). Called
+  /// from a task, it skips the queue running that task (which cannot wait for itself).
+  static void drain_all() {
+    for (;;) {
+      // Snapshot, then drain outside the registry lock: a queue's tasks may create or destroy
+      // queues. A queue destroyed meanwhile has drained itself (its destructor does).
+      std::vector<std::shared_ptr<host_queue>> live = registry().snapshot();
+      bool waited = false;
+      for (auto& q : live) {
+        if (q.get() == running_queue()) continue;
+        const std::uint64_t upto = q->enqueued();
+        if (q->completed() < upto) {
+          q->wait_for(upto);
+          waited = true;
+        }
+      }
+      if (!waited) return;  // one more pass: work may have been enqueued on a drained queue
+    }
   }
 
   /// Appends a task; returns its sequence number.
@@ -79,12 +102,44 @@ class host_queue : public std::enable_shared_from_this<host_queue> {
     return std::exchange(error_, nullptr);
   }
 
-  [[nodiscard]] bool on_worker_thread() const noexcept {
-    return std::this_thread::get_id() == worker_.get_id();
+  /// The queue whose task the calling thread is running (null outside a worker).
+  static host_queue*& running_queue() noexcept {
+    thread_local host_queue* q = nullptr;
+    return q;
   }
 
  private:
+  // Every live queue, for drain_all(). Leaked: queues may outlive static destruction.
+  class queue_registry {
+   public:
+    void add(host_queue* q) {
+      std::lock_guard lock(mutex_);
+      queues_.push_back(q);
+    }
+    void remove(host_queue* q) {
+      std::lock_guard lock(mutex_);
+      std::erase(queues_, q);
+    }
+    std::vector<std::shared_ptr<host_queue>> snapshot() {
+      std::lock_guard lock(mutex_);
+      std::vector<std::shared_ptr<host_queue>> out;
+      out.reserve(queues_.size());
+      for (host_queue* q : queues_)
+        if (auto p = q->weak_from_this().lock()) out.push_back(std::move(p));
+      return out;
+    }
+
+   private:
+    std::mutex mutex_;
+    std::vector<host_queue*> queues_;
+  };
+  static queue_registry& registry() {
+    static auto* r = new queue_registry;
+    return *r;
+  }
+
   void run() {
+    running_queue() = this;
     std::unique_lock lock(mutex_);
     for (;;) {
       work_cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
