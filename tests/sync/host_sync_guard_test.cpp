@@ -27,6 +27,9 @@ TEST_CASE("host_sync_guard counts host backend synchronizations", "[host_sync_gu
   CHECK(g.syncs() == 2);
   CHECK(g.allocations() == 0);
   CHECK(g.report() == "host backend: synchronizations x2");
+  CHECK(g.count("synchronizations") == 2);
+  CHECK(g.count("device frees") == 0);
+  CHECK(g.count("cudaStreamSynchronize") == 0);  // names are the host backend's, as report() spells them
 }
 
 TEST_CASE("host_sync_guard counts pinned and device allocations and frees", "[host_sync_guard]") {
@@ -38,6 +41,10 @@ TEST_CASE("host_sync_guard counts pinned and device allocations and frees", "[ho
     CHECK(g.allocations() == 3);
     CHECK(g.syncs() == 0);
     CHECK(g.report() == "host backend: pinned allocations x1, device allocations x1, device frees x1");
+    CHECK(g.count("pinned allocations") == 1);
+    CHECK(g.count("device allocations") == 1);
+    CHECK(g.count("device frees") == 1);
+    CHECK(g.count("pinned frees") == 0);
   }
   {
     ferry::host_sync_guard g;

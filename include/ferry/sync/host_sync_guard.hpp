@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace ferry {
 
@@ -56,22 +57,27 @@ class host_sync_guard {
     return d.pinned_allocations + d.pinned_frees + d.device_allocations + d.device_frees;
   }
 
+  /// How many calls of the kind `what` were seen, by the names report() uses: "synchronizations",
+  /// "pinned allocations", "pinned frees", "device allocations", "device frees" (sync_guard's
+  /// count() takes CUDA API names instead). 0 for any other name.
+  [[nodiscard]] std::uint64_t count(std::string_view what) const {
+    std::uint64_t n = 0;
+    each_kind(delta(), [&](std::string_view name, std::uint64_t k) {
+      if (name == what) n = k;
+    });
+    return n;
+  }
+
   /// Names each kind of call seen with its count, e.g. "host backend: synchronizations x2, pinned
   /// allocations x1"; "host backend: no synchronizing calls and no allocations" when none.
   [[nodiscard]] std::string report() const {
-    const backend_stats d = delta();
     std::string out;
-    auto add = [&](const char* what, std::uint64_t n) {
+    each_kind(delta(), [&](std::string_view what, std::uint64_t n) {
       if (n == 0) return;
       out += out.empty() ? "host backend: " : ", ";
       out += what;
       out += " x" + std::to_string(n);
-    };
-    add("synchronizations", d.synchronizations);
-    add("pinned allocations", d.pinned_allocations);
-    add("pinned frees", d.pinned_frees);
-    add("device allocations", d.device_allocations);
-    add("device frees", d.device_frees);
+    });
     return out.empty() ? std::string("host backend: no synchronizing calls and no allocations") : out;
   }
 
@@ -82,6 +88,14 @@ class host_sync_guard {
   }
 
  private:
+  template <class F>
+  static void each_kind(const backend_stats& d, F&& f) {
+    f("synchronizations", d.synchronizations);
+    f("pinned allocations", d.pinned_allocations);
+    f("pinned frees", d.pinned_frees);
+    f("device allocations", d.device_allocations);
+    f("device frees", d.device_frees);
+  }
   [[nodiscard]] backend_stats delta() const noexcept {
     const backend_stats now = backend_stats_of<backend::host>();
     return {now.pinned_allocations - start_.pinned_allocations, now.pinned_frees - start_.pinned_frees,
