@@ -1,0 +1,1037 @@
+// The bad-input table (docs/bad_input.md) against the library: one test case per row, named by the
+// row's id, runs the bad call on every backend and checks the exception's exact type and what is
+// kept; two more cases check that the page and the registry below list the same rows, and that
+// every row has its case. A .cu: the staged rows apply on CUDA, which needs nvcc.
+#include <support/backends.hpp>
+
+#include <ferry/ferry.hpp>
+#if defined(__CUDACC__)
+#include <ferry/ferry.cuh>
+#endif
+
+#include <catch2/catch_template_test_macros.hpp>
+#include <catch2/catch_test_case_info.hpp>
+#include <catch2/interfaces/catch_interfaces_capture.hpp>
+#include <catch2/interfaces/catch_interfaces_registry_hub.hpp>
+#include <catch2/interfaces/catch_interfaces_testcase.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <random>
+#include <ranges>
+#include <set>
+#include <span>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <typeinfo>
+#include <vector>
+
+namespace {
+
+using i32 = std::int32_t;
+using i64 = std::int64_t;
+using host = ferry::backend::host;
+
+// ---- the registry: the rows of docs/bad_input.md ------------------------------------------------
+
+struct row {
+  std::string_view id, exception, kept;
+};
+
+constexpr std::string_view enqueue_kept = "nothing enqueued, out unchanged, arena unchanged";
+constexpr std::string_view pool_kept = "pool rotation, stats and earlier views unchanged";
+constexpr std::string_view staged_kept = "staged writes kept, target unchanged";
+constexpr std::string_view fused_kept = "every tensor's staged writes kept, targets unchanged";
+
+constexpr row registry[] = {
+    {"stream.moved_from", "ferry::error", enqueue_kept},
+    {"stream.other_device", "ferry::error",
+     "nothing enqueued, out unchanged, arena unchanged, current device unchanged"},
+    {"stream.capturing", "ferry::error", "nothing captured, arena unchanged"},
+    {"memory.pinned_buffer.bytes_overflow", "std::invalid_argument", "nothing allocated"},
+    {"memory.device_buffer.bytes_overflow", "std::invalid_argument", "nothing allocated"},
+    {"arena.cap.staging", "ferry::capacity_error", enqueue_kept},
+    {"arena.cap.reserve", "ferry::capacity_error", "arena unchanged"},
+    {"h2d.too_small.contiguous", "std::out_of_range", enqueue_kept},
+    {"h2d.too_small.pinned_span", "std::out_of_range", enqueue_kept},
+    {"h2d.too_small.forward_range", "std::out_of_range", enqueue_kept},
+    {"h2d.too_small.input_range", "std::out_of_range",
+     "nothing enqueued, out unchanged, staging block given back"},
+    {"h2d.bytes_overflow", "std::out_of_range", enqueue_kept},
+    {"h2d.buffer.bytes_overflow", "std::invalid_argument", "nothing allocated, nothing enqueued"},
+    {"h2d_packed.too_small.typed", "std::out_of_range", enqueue_kept},
+    {"h2d_packed.too_small.bytes", "std::out_of_range", enqueue_kept},
+    {"h2d_packed.bytes_overflow", "std::out_of_range", enqueue_kept},
+    {"h2d_packed.misaligned", "std::invalid_argument", enqueue_kept},
+    {"d2h.too_small", "std::out_of_range", "nothing enqueued, out unchanged"},
+    {"cpu_gpu_buffer.bytes_overflow", "std::invalid_argument", "nothing allocated"},
+    {"cpu_gpu_buffer.copy_to_device.n_above_size", "std::out_of_range",
+     "nothing enqueued, device() unchanged, arena unchanged"},
+    {"cpu_gpu_buffer.copy_to_host.n_above_size", "std::out_of_range",
+     "nothing enqueued, host() unchanged"},
+    {"cpu_gpu_buffer.moved_from", "std::out_of_range", "nothing enqueued, arena unchanged"},
+    {"pool.slots_zero", "std::invalid_argument", "arena unchanged"},
+    {"pool.slots_above_max", "std::invalid_argument", "arena unchanged"},
+    {"pool.max_slots", "ferry::capacity_error", pool_kept},
+    {"pool.fixed.exceeded", "ferry::capacity_error", pool_kept},
+    {"pool.fixed.busy", "ferry::capacity_error", pool_kept},
+    {"pool.request_overflow", "ferry::capacity_error", pool_kept},
+    {"pool.copy_to_device.too_small", "std::out_of_range",
+     "pool rotation, stats and earlier views unchanged, nothing enqueued"},
+    {"pool.moved_from", "ferry::error", "nothing enqueued, arena unchanged"},
+    {"uva_backed.publish.n_above_size", "std::out_of_range", pool_kept},
+    {"staged.ctor.bytes_overflow", "std::invalid_argument", "nothing allocated"},
+    {"staged.bounds.row", "std::out_of_range", staged_kept},
+    {"staged.bounds.start", "std::out_of_range", staged_kept},
+    {"staged.bounds.len", "std::out_of_range", staged_kept},
+    {"staged.bounds.empty_range", "std::out_of_range", staged_kept},
+    {"staged.fixed.exceeded", "ferry::capacity_error", staged_kept},
+    {"staged.reserve.writes_overflow", "ferry::capacity_error", "capacities and staged writes unchanged"},
+    {"staged.reserve.elements_overflow", "ferry::capacity_error", "capacities and staged writes unchanged"},
+    {"staged.moved_from", "ferry::error", "the moved-to tensor's staged writes kept, nothing enqueued"},
+    {"staged.capturing", "ferry::error", "staged writes kept, target unchanged, nothing captured"},
+    {"fused.same_tensor_twice", "std::invalid_argument", fused_kept},
+    {"fused.too_many_tensors", "std::invalid_argument", fused_kept},
+    {"fused.fixed.exceeded", "ferry::capacity_error", fused_kept},
+    {"fused.reserve.writes_overflow", "ferry::capacity_error",
+     "capacity and every tensor's staged writes unchanged"},
+    {"growth.pow2.unrepresentable", "ferry::capacity_error", "no state (a pure function)"},
+};
+
+const std::type_info* exception_type(std::string_view name) {
+  if (name == "ferry::error") return &typeid(ferry::error);
+  if (name == "ferry::capacity_error") return &typeid(ferry::capacity_error);
+  if (name == "std::out_of_range") return &typeid(std::out_of_range);
+  if (name == "std::invalid_argument") return &typeid(std::invalid_argument);
+  return nullptr;
+}
+
+const row* find_row(std::string_view id) {
+  for (const row& r : registry)
+    if (r.id == id) return &r;
+  return nullptr;
+}
+
+// The row of the running test case: its name up to " - <backend>".
+std::string current_row_id() {
+  std::string name = Catch::getResultCapture().getCurrentTestName();
+  if (const auto cut = name.find(" - "); cut != std::string::npos) name.resize(cut);
+  return name;
+}
+
+// Runs the row's bad call `f`: it must throw exactly the row's exception type (a subclass or a
+// base does not count), with a message starting "ferry: ".
+template <class F>
+void expect_throw(F&& f) {
+  const std::string id = current_row_id();
+  const row* r = find_row(id);
+  REQUIRE(r != nullptr);
+  const std::type_info* want = exception_type(r->exception);
+  REQUIRE(want != nullptr);
+  try {
+    f();
+  } catch (const std::exception& e) {
+    INFO(id << " threw " << typeid(e).name() << " (expected " << r->exception << "): " << e.what());
+    CHECK(typeid(e) == *want);
+    CHECK(std::string_view(e.what()).starts_with("ferry: "));
+    return;
+  } catch (...) {
+    FAIL(id << ": threw a non-standard exception; expected " << r->exception);
+  }
+  FAIL(id << ": nothing was thrown; expected " << r->exception);
+}
+
+// ---- observing what is kept -----------------------------------------------------------------
+
+bool same(const ferry::arena_stats& a, const ferry::arena_stats& b) {
+  return a.allocations == b.allocations && a.reuses == b.reuses &&
+         a.bytes_reserved == b.bytes_reserved && a.bytes_in_use == b.bytes_in_use;
+}
+bool same(const ferry::pool_stats& a, const ferry::pool_stats& b) {
+  return a.slots == b.slots && a.max_slots == b.max_slots && a.calls == b.calls &&
+         a.grows == b.grows && a.fence_hits == b.fence_hits && a.inserted == b.inserted &&
+         a.fences == b.fences;
+}
+
+// The stream's position before a bad call: on the host backend the queue's task count (an event
+// recorded now marks that point); CUDA streams show "nothing enqueued" through unchanged contents.
+template <class B>
+std::uint64_t tasks_of(ferry::stream_ref<B> s) {
+  if constexpr (std::is_same_v<B, host>)
+    return s.get()->enqueued();
+  else
+    return 0;
+}
+
+// What the backend has allocated so far (pinned and device).
+template <class B>
+std::uint64_t allocations() {
+  const auto st = ferry::backend_stats_of<B>();
+  return st.pinned_allocations + st.device_allocations;
+}
+
+template <class T, class B>
+void upload(ferry::device_span<T> d, const std::vector<T>& v, ferry::stream_ref<B> s) {
+  ferry::pinned_buffer<T, B> p(v.size());
+  std::copy(v.begin(), v.end(), p.host().begin());
+  ferry::async_h2d(ferry::pinned_span<const T>(p.host()), d, s);
+  s.synchronize();
+}
+
+template <class T, class B>
+std::vector<T> download(ferry::device_span<const T> d, ferry::stream_ref<B> s) {
+  ferry::pinned_buffer<T, B> p(d.size());
+  ferry::async_d2h(d, p.host(), s);
+  s.synchronize();
+  return std::vector<T>(p.host().begin(), p.host().end());
+}
+
+// A sized range of n int64_t that owns no memory (so 2^61 elements cost nothing until read).
+auto huge_range(std::uint64_t n) {
+  return std::views::iota(std::uint64_t{0}, n) |
+         std::views::transform([](std::uint64_t i) { return static_cast<i64>(i * 0x9E3779B97F4A7C15ull); });
+}
+constexpr std::uint64_t two_61 = std::uint64_t{1} << 61;
+
+enum class arena_kind { open, full };
+
+// A transfer's stream, arena (warmed by one good upload) and random destination, with the state a
+// bad call must leave as it was. A full arena (its cap of one block reached by a block the test
+// holds) makes any staging throw ferry::capacity_error: a bounds check made after staging shows.
+template <class B, class T = i32>
+struct transfer_scene {
+  ferry::stream<B> s;
+  ferry::pinned_arena<B> arena;
+  ferry::device_buffer<T, B> out;
+  std::vector<T> before;
+  ferry::pinned_block held;
+  std::uint64_t tasks = 0;
+  ferry::arena_stats arena_before{};
+
+  transfer_scene(std::size_t n, std::uint64_t seed, arena_kind kind = arena_kind::full)
+      : arena(kind == arena_kind::full ? ferry::pinned_arena<B>::min_block
+                                       : ferry::pinned_arena<B>::unlimited),
+        out(n),
+        before(ferry_test::random_values<T>(n, seed)) {
+    const auto warm = ferry_test::random_values<T>(n, seed + 1);
+    ferry::async_h2d(warm, out.span(), s, arena);
+    s.synchronize();
+    if (kind == arena_kind::full) held = arena.acquire(1);
+    upload(out.span(), before, ferry::stream_ref<B>(s));
+    mark();
+  }
+  ~transfer_scene() { arena.release(held); }
+  void mark() {
+    tasks = tasks_of<B>(s);
+    arena_before = arena.stats();
+  }
+  void nothing_enqueued() { CHECK(tasks_of<B>(s) == tasks); }
+  void arena_unchanged() { CHECK(same(arena.stats(), arena_before)); }
+  void out_unchanged() { CHECK(download(ferry::device_span<const T>(out.span()), ferry::stream_ref<B>(s)) == before); }
+  void all_kept() {
+    nothing_enqueued();
+    arena_unchanged();
+    out_unchanged();
+  }
+};
+
+// ---- staged writes: a tensor with one batch applied and one staged, against a host model --------
+
+constexpr std::size_t rows = 8, cols = 64;
+
+template <class Tensor, class B>
+struct staged_scene {
+  ferry::stream<B> s;
+  Tensor t;
+  std::vector<i32> applied = std::vector<i32>(rows * cols, 0);  // the target now
+  std::vector<i32> model = applied;                            // the target once pending applies
+  std::mt19937_64 rng;
+
+  // reserve(4, 32) first (the capacity under growth::fixed), then two writes of `len` applied and
+  // two staged.
+  explicit staged_scene(std::uint64_t seed, std::size_t len = 8) : t(rows, cols, s), rng(seed) {
+    t.reserve(4, 32);
+    stage(2, len);
+    apply();
+    stage(2, len);
+  }
+  void stage(std::size_t writes, std::size_t len) {
+    for (std::size_t w = 0; w < writes; ++w) {
+      const std::size_t row = rng() % rows, start = rng() % (cols - len + 1);
+      const auto v = ferry_test::random_values<i32>(len, rng());
+      t.stage_write(row, start, v);
+      std::copy(v.begin(), v.end(), model.begin() + static_cast<std::ptrdiff_t>(row * cols + start));
+    }
+  }
+  void apply() {
+    t.apply_write(s);
+    applied = model;
+  }
+  std::vector<i32> target() { return download(ferry::device_span<const i32>(t.span()), ferry::stream_ref<B>(s)); }
+  // The staged writes are kept (the same counts) and the target is as the last apply left it.
+  void unchanged(std::size_t writes, std::size_t elements) {
+    CHECK(t.pending() == writes);
+    CHECK(t.pending_elements() == elements);
+    CHECK(target() == applied);
+  }
+  // A later apply writes exactly what was staged.
+  void later_apply_matches() {
+    apply();
+    CHECK(t.pending() == 0);
+    CHECK(target() == model);
+  }
+};
+
+template <class B>
+using tensor = ferry::staged_write_tensor<i32, B>;
+template <class B>
+using fixed_tensor = ferry::staged_write_tensor<i32, ferry::growth::fixed, B>;
+
+// The row's bad call on a staged scene, then what is kept.
+template <class Tensor, class B, class F>
+void staged_row(std::uint64_t seed, F&& bad) {
+  staged_scene<Tensor, B> sc(seed);
+  const std::size_t writes = sc.t.pending(), elements = sc.t.pending_elements();
+  expect_throw([&] { bad(sc.t); });
+  sc.unchanged(writes, elements);
+  sc.later_apply_matches();
+}
+
+#if FERRY_HAS_CUDA
+// Runs `f` while `s` captures a graph; returns the number of nodes captured.
+template <class F>
+std::size_t captured_nodes(cudaStream_t s, F&& f) {
+  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  f();
+  cudaGraph_t g = nullptr;
+  REQUIRE(cudaStreamEndCapture(s, &g) == cudaSuccess);
+  std::size_t n = 0;
+  CHECK(cudaGraphGetNodes(g, nullptr, &n) == cudaSuccess);
+  cudaGraphDestroy(g);
+  return n;
+}
+#endif
+
+// stream_ref from 0 or nullptr does not compile (tests/compile_fail/stream_ref_from_*.cpp).
+static_assert(!std::is_constructible_v<ferry::stream_ref<host>, int>);
+static_assert(!std::is_constructible_v<ferry::stream_ref<host>, std::nullptr_t>);
+
+}  // namespace
+
+#define BAD_INPUT_ROW(id) TEMPLATE_TEST_CASE(id, "[bad_input]", FERRY_TEST_BACKENDS)
+#define CUDA_ONLY(B)                                                       \
+  if constexpr (std::is_same_v<B, host>) SKIP("a CUDA-only row");          \
+  else
+
+// ---- the page and the registry ----------------------------------------------------------------
+
+TEST_CASE("bad_input: docs/bad_input.md lists exactly the registry's rows", "[bad_input][docs]") {
+  std::ifstream in(FERRY_BAD_INPUT_DOC);
+  REQUIRE(in.good());
+  auto trim = [](std::string_view v) {
+    while (!v.empty() && (v.front() == ' ' || v.front() == '`')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == '`')) v.remove_suffix(1);
+    return std::string(v);
+  };
+  std::map<std::string, std::pair<std::string, std::string>> doc;  // id -> (exception, kept)
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.starts_with("| `")) continue;  // a table row whose first cell is an id
+    std::vector<std::string> cells;
+    std::string_view rest(line);
+    rest.remove_prefix(1);
+    for (auto bar = rest.find('|'); bar != std::string_view::npos; bar = rest.find('|')) {
+      cells.push_back(trim(rest.substr(0, bar)));
+      rest.remove_prefix(bar + 1);
+    }
+    INFO("docs/bad_input.md: " << line);
+    REQUIRE(cells.size() == 4);
+    CHECK(doc.emplace(cells[0], std::pair{cells[2], cells[3]}).second);  // ids are unique
+  }
+  std::set<std::string> ids;
+  for (const row& r : registry) {
+    CHECK(ids.emplace(r.id).second);
+    const auto it = doc.find(std::string(r.id));
+    if (it == doc.end()) {
+      FAIL_CHECK("row " << r.id << " is in the test's registry but not in docs/bad_input.md");
+      continue;
+    }
+    if (it->second.first != r.exception)
+      FAIL_CHECK("row " << r.id << ": docs/bad_input.md says exception '" << it->second.first
+                        << "', the registry '" << r.exception << "'");
+    if (it->second.second != r.kept)
+      FAIL_CHECK("row " << r.id << ": docs/bad_input.md says kept '" << it->second.second
+                        << "', the registry '" << r.kept << "'");
+  }
+  for (const auto& [id, cells] : doc)
+    if (!ids.contains(id)) FAIL_CHECK("row " << id << " is in docs/bad_input.md but not in the test's registry");
+}
+
+TEST_CASE("bad_input: every registry row has its test case, and its exception is known", "[bad_input]") {
+  std::set<std::string> cases;
+  for (const Catch::TestCaseInfo* info : Catch::getRegistryHub().getTestCaseRegistry().getAllInfos()) {
+    std::string name = info->name;
+    if (const auto cut = name.find(" - "); cut != std::string::npos) name.resize(cut);
+    cases.insert(name);
+  }
+  for (const row& r : registry) {
+    if (!cases.contains(std::string(r.id))) FAIL_CHECK("row " << r.id << " has no test case");
+    if (exception_type(r.exception) == nullptr) FAIL_CHECK("row " << r.id << ": unknown exception " << r.exception);
+  }
+}
+
+// ---- streams ------------------------------------------------------------------------------------
+
+BAD_INPUT_ROW("stream.moved_from") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  transfer_scene<B> sc(16, 101);
+  ferry::stream<B> taken(std::move(sc.s));
+  sc.s = std::move(taken);  // sc.s owns the stream again; `taken` is moved-from
+  sc.mark();
+  const auto src = ferry_test::random_values<i32>(16, 102);
+  expect_throw([&] { ferry::async_h2d(src, sc.out.span(), taken, sc.arena); });
+  sc.all_kept();
+}
+
+BAD_INPUT_ROW("stream.other_device") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  CUDA_ONLY(B) {
+#if FERRY_HAS_CUDA
+    int devices = 0;
+    REQUIRE(cudaGetDeviceCount(&devices) == cudaSuccess);
+    if (devices < 2) SKIP("needs two GPUs");
+    transfer_scene<B> sc(16, 111);
+    REQUIRE(cudaSetDevice(1) == cudaSuccess);
+    ferry::stream<B> other;
+    REQUIRE(cudaSetDevice(0) == cudaSuccess);
+    other.synchronize();
+    sc.mark();
+    const auto src = ferry_test::random_values<i32>(16, 112);
+    expect_throw([&] { ferry::async_h2d(src, sc.out.span(), other, sc.arena); });
+    int current = -1;
+    REQUIRE(cudaGetDevice(&current) == cudaSuccess);
+    CHECK(current == 0);
+    other.synchronize();
+    sc.all_kept();
+#endif
+  }
+}
+
+BAD_INPUT_ROW("stream.capturing") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  CUDA_ONLY(B) {
+#if FERRY_HAS_CUDA
+    transfer_scene<B> sc(16, 121);
+    const auto src = ferry_test::random_values<i32>(16, 122);
+    CHECK(captured_nodes(sc.s.get(), [&] {
+            expect_throw([&] { ferry::async_h2d(src, sc.out.span(), sc.s, sc.arena); });
+          }) == 0);
+    sc.arena_unchanged();
+    sc.out_unchanged();
+#endif
+  }
+}
+
+// ---- memory -------------------------------------------------------------------------------------
+
+BAD_INPUT_ROW("memory.pinned_buffer.bytes_overflow") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  const auto before = allocations<B>();
+  expect_throw([] { ferry::pinned_buffer<i64, B> b(two_61); });
+  CHECK(allocations<B>() == before);
+}
+
+BAD_INPUT_ROW("memory.device_buffer.bytes_overflow") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::stream<B> s;
+  const auto before = allocations<B>();
+  expect_throw([] { ferry::device_buffer<i64, B> b(two_61); });
+  expect_throw([&] { ferry::device_buffer<i64, B> b(two_61, s); });
+  s.synchronize();
+  CHECK(allocations<B>() == before);
+}
+
+BAD_INPUT_ROW("arena.cap.staging") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::stream<B> s;
+  ferry::pinned_arena<B> arena(1024);  // one block of 1 KiB at most
+  ferry::device_buffer<i32, B> out(512);
+  const auto before = ferry_test::random_values<i32>(512, 131);
+  upload(out.span(), before, ferry::stream_ref<B>(s));
+  ferry::async_h2d(ferry_test::random_values<i32>(16, 132), out.span(), s, arena);  // warm: 256 B
+  s.synchronize();
+  upload(out.span(), before, ferry::stream_ref<B>(s));
+  const auto tasks = tasks_of<B>(s);
+  const auto stats = arena.stats();
+  const auto src = ferry_test::random_values<i32>(512, 133);  // 2 KiB: above the cap
+  expect_throw([&] { ferry::async_h2d(src, out.span(), s, arena); });
+  CHECK(tasks_of<B>(s) == tasks);
+  CHECK(same(arena.stats(), stats));
+  CHECK(download(ferry::device_span<const i32>(out.span()), ferry::stream_ref<B>(s)) == before);
+}
+
+BAD_INPUT_ROW("arena.cap.reserve") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::pinned_arena<B> arena(1024);
+  arena.reserve(256);
+  const auto stats = arena.stats();
+  expect_throw([&] { arena.reserve(2048); });
+  CHECK(same(arena.stats(), stats));
+}
+
+// ---- transfers ----------------------------------------------------------------------------------
+
+BAD_INPUT_ROW("h2d.too_small.contiguous") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  transfer_scene<B> sc(16, 141);
+  const auto src = ferry_test::random_values<i32>(17, 142);
+  expect_throw([&] { ferry::async_h2d(src, sc.out.span(), sc.s, sc.arena); });
+  sc.all_kept();
+}
+
+BAD_INPUT_ROW("h2d.too_small.pinned_span") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  transfer_scene<B> sc(16, 151);
+  ferry::pinned_buffer<i32, B> src(17);
+  const auto v = ferry_test::random_values<i32>(17, 152);
+  std::copy(v.begin(), v.end(), src.host().begin());
+  sc.mark();
+  expect_throw([&] { ferry::async_h2d(src.host(), sc.out.span(), sc.s, sc.arena); });
+  sc.all_kept();
+}
+
+BAD_INPUT_ROW("h2d.too_small.forward_range") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  transfer_scene<B> sc(16, 161);
+  const auto v = ferry_test::random_values<i32>(17, 162);
+  auto src = v | std::views::filter([](i32) { return true; });  // forward, not sized
+  expect_throw([&] { ferry::async_h2d(src, sc.out.span(), sc.s, sc.arena); });
+  sc.all_kept();
+}
+
+BAD_INPUT_ROW("h2d.too_small.input_range") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  transfer_scene<B> sc(16, 171, arena_kind::open);  // a single-pass source needs staging to be read
+  std::ostringstream text;
+  for (i32 x : ferry_test::random_values<i32>(17, 172)) text << x << ' ';
+  std::istringstream in(text.str());
+  auto src = std::views::istream<i32>(in);  // single-pass
+  expect_throw([&] { ferry::async_h2d(src, sc.out.span(), sc.s, sc.arena); });
+  sc.nothing_enqueued();
+  CHECK(sc.arena.stats().bytes_in_use == sc.arena_before.bytes_in_use);
+  sc.out_unchanged();
+}
+
+BAD_INPUT_ROW("h2d.bytes_overflow") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  transfer_scene<B, i64> sc(4, 181);
+  expect_throw([&] { ferry::async_h2d(huge_range(two_61 + 1), sc.out.span(), sc.s, sc.arena); });
+  sc.all_kept();
+}
+
+BAD_INPUT_ROW("h2d.buffer.bytes_overflow") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::stream<B> s;
+  ferry::pinned_arena<B> arena;
+  const auto before = allocations<B>();
+  const auto tasks = tasks_of<B>(s);
+  expect_throw([&] { auto buf = ferry::async_h2d(huge_range(two_61 + 1), s, arena); });
+  CHECK(tasks_of<B>(s) == tasks);
+  s.synchronize();
+  CHECK(allocations<B>() == before);
+}
+
+BAD_INPUT_ROW("h2d_packed.too_small.typed") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  transfer_scene<B> sc(7, 191);
+  const auto a = ferry_test::random_values<i32>(4, 192), b = ferry_test::random_values<i32>(4, 193);
+  expect_throw([&] { ferry::async_h2d_packed(sc.out.span(), sc.s, sc.arena, a, b); });
+  sc.all_kept();
+}
+
+BAD_INPUT_ROW("h2d_packed.too_small.bytes") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  transfer_scene<B> sc(8, 201);
+  // 1 + 16 bytes of parts fit 24 bytes, but the second part starts at 16: 32 bytes needed.
+  const ferry::device_span<std::byte> out(reinterpret_cast<std::byte*>(sc.out.span().data()), 24);
+  const std::vector<std::int8_t> a{0x5d};
+  const auto b = ferry_test::random_values<i32>(4, 202);
+  expect_throw([&] { ferry::async_h2d_packed(out, sc.s, sc.arena, a, b); });
+  sc.all_kept();
+}
+
+BAD_INPUT_ROW("h2d_packed.bytes_overflow") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  transfer_scene<B, i64> sc(4, 211);
+  // 2^61 elements of 8 bytes: the part's bytes wrap to 0.
+  expect_throw([&] { ferry::async_h2d_packed(sc.out.span(), sc.s, sc.arena, huge_range(two_61)); });
+  sc.all_kept();
+}
+
+BAD_INPUT_ROW("h2d_packed.misaligned") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  transfer_scene<B> sc(16, 221);
+  const ferry::device_span<std::byte> out(reinterpret_cast<std::byte*>(sc.out.span().data()) + 4, 60);
+  const auto a = ferry_test::random_values<i32>(4, 222);
+  expect_throw([&] { ferry::async_h2d_packed(out, sc.s, sc.arena, a); });
+  sc.all_kept();
+}
+
+BAD_INPUT_ROW("d2h.too_small") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::stream<B> s;
+  ferry::device_buffer<i32, B> src(8);
+  upload(src.span(), ferry_test::random_values<i32>(8, 231), ferry::stream_ref<B>(s));
+  ferry::pinned_buffer<i32, B> out(7);
+  const auto before = ferry_test::random_values<i32>(7, 232);
+  std::copy(before.begin(), before.end(), out.host().begin());
+  const auto tasks = tasks_of<B>(s);
+  expect_throw([&] { ferry::async_d2h(src.span(), out.host(), s); });
+  CHECK(tasks_of<B>(s) == tasks);
+  s.synchronize();
+  CHECK(std::vector<i32>(out.host().begin(), out.host().end()) == before);
+}
+
+BAD_INPUT_ROW("cpu_gpu_buffer.bytes_overflow") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  const auto before = allocations<B>();
+  expect_throw([] { ferry::cpu_gpu_buffer<i64, B> b(two_61); });
+  CHECK(allocations<B>() == before);
+}
+
+// A cpu_gpu_buffer whose device() holds `dev` and whose host() holds `hst` (different random data).
+template <class B>
+struct pair_scene {
+  ferry::stream<B> s;
+  ferry::pinned_arena<B> arena;
+  ferry::cpu_gpu_buffer<i32, B> buf{8, arena};
+  std::vector<i32> dev, hst;
+  std::uint64_t tasks = 0;
+  ferry::arena_stats arena_before{};
+  explicit pair_scene(std::uint64_t seed)
+      : dev(ferry_test::random_values<i32>(8, seed)), hst(ferry_test::random_values<i32>(8, seed + 1)) {
+    std::copy(dev.begin(), dev.end(), buf.host().begin());
+    buf.copy_to_device(8, s);
+    s.synchronize();
+    std::copy(hst.begin(), hst.end(), buf.host().begin());
+    tasks = tasks_of<B>(s);
+    arena_before = arena.stats();
+  }
+};
+
+BAD_INPUT_ROW("cpu_gpu_buffer.copy_to_device.n_above_size") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  pair_scene<B> sc(241);
+  expect_throw([&] { sc.buf.copy_to_device(9, sc.s); });
+  CHECK(tasks_of<B>(sc.s) == sc.tasks);
+  CHECK(same(sc.arena.stats(), sc.arena_before));
+  CHECK(download(ferry::device_span<const i32>(sc.buf.device()), ferry::stream_ref<B>(sc.s)) == sc.dev);
+}
+
+BAD_INPUT_ROW("cpu_gpu_buffer.copy_to_host.n_above_size") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  pair_scene<B> sc(251);
+  expect_throw([&] { sc.buf.copy_to_host(9, sc.s); });
+  CHECK(tasks_of<B>(sc.s) == sc.tasks);
+  sc.s.synchronize();
+  CHECK(std::vector<i32>(sc.buf.host().begin(), sc.buf.host().end()) == sc.hst);
+}
+
+BAD_INPUT_ROW("cpu_gpu_buffer.moved_from") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  pair_scene<B> sc(261);
+  ferry::cpu_gpu_buffer<i32, B> taken(std::move(sc.buf));
+  expect_throw([&] { sc.buf.copy_to_device(1, sc.s); });
+  CHECK(tasks_of<B>(sc.s) == sc.tasks);
+  CHECK(same(sc.arena.stats(), sc.arena_before));
+  CHECK(download(ferry::device_span<const i32>(taken.device()), ferry::stream_ref<B>(sc.s)) == sc.dev);
+}
+
+// ---- pools --------------------------------------------------------------------------------------
+
+BAD_INPUT_ROW("pool.slots_zero") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::pinned_arena<B> arena;
+  arena.reserve(256);
+  const auto stats = arena.stats();
+  expect_throw([&] { ferry::uva_pool<i32, B> p(4, 0, 8, arena); });
+  expect_throw([&] { ferry::uva_backed<i32, B> u(4, 0, 8, arena); });
+  CHECK(same(arena.stats(), stats));
+}
+
+BAD_INPUT_ROW("pool.slots_above_max") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::pinned_arena<B> arena;
+  arena.reserve(256);
+  const auto stats = arena.stats();
+  expect_throw([&] { ferry::uva_pool<i32, B> p(4, 3, 2, arena); });
+  CHECK(same(arena.stats(), stats));
+}
+
+// A pool with views handed out, and the pool's state a bad call must leave as it was.
+template <class Pool, class B>
+struct pool_scene {
+  ferry::stream<B> s;
+  ferry::pinned_arena<B> arena;
+  Pool pool;
+  std::vector<std::vector<i32>> values;  // what each view holds
+  std::vector<ferry::device_span<const i32>> views;
+  ferry::pool_stats stats_before{};
+  std::size_t slot_before = 0;
+  std::mt19937_64 rng;
+
+  pool_scene(std::size_t capacity, std::size_t slots, std::size_t max_slots, std::uint64_t seed)
+      : pool(capacity, slots, max_slots, arena), rng(seed) {}
+  void put(std::size_t n) {
+    values.push_back(ferry_test::random_values<i32>(n, rng()));
+    views.push_back(pool.copy_to_uva(values.back(), s));
+  }
+  void mark() {
+    stats_before = pool.stats();
+    slot_before = pool.current_slot();
+  }
+  // The views are pinned, mapped memory: read on the host while their readers may still be held.
+  void unchanged() {
+    CHECK(same(pool.stats(), stats_before));
+    CHECK(pool.current_slot() == slot_before);
+    for (std::size_t i = 0; i < views.size(); ++i)
+      CHECK(std::vector<i32>(views[i].data(), views[i].data() + views[i].size()) == values[i]);
+  }
+  // The next call rotates from where the pool was, as if the bad call had not happened.
+  void next_call_rotates() {
+    s.synchronize();
+    put(4);
+    CHECK(pool.current_slot() == (slot_before + 1) % pool.slots());
+    CHECK(std::vector<i32>(views.back().data(), views.back().data() + 4) == values.back());
+  }
+};
+
+BAD_INPUT_ROW("pool.max_slots") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  pool_scene<ferry::uva_pool<i32, B>, B> sc(4, 1, 2, 271);
+  {
+    ferry_test::gate<B> held(sc.s);  // every view's reader is still queued behind it
+    sc.put(4);
+    sc.put(4);  // slot 0 busy: a second slot is inserted
+    REQUIRE(sc.pool.slots() == 2);
+    sc.mark();
+    const auto src = ferry_test::random_values<i32>(4, 272);
+    expect_throw([&] { sc.pool.copy_to_uva(src, sc.s); });
+    sc.unchanged();
+  }
+  sc.next_call_rotates();
+}
+
+BAD_INPUT_ROW("pool.fixed.exceeded") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  pool_scene<ferry::uva_pool<i32, ferry::growth::fixed, B>, B> sc(4, 2, 8, 281);
+  sc.put(4);
+  sc.mark();
+  const auto src = ferry_test::random_values<i32>(5, 282);
+  expect_throw([&] { sc.pool.copy_to_uva(src, sc.s); });
+  sc.unchanged();
+  sc.next_call_rotates();
+}
+
+BAD_INPUT_ROW("pool.fixed.busy") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  pool_scene<ferry::uva_pool<i32, ferry::growth::fixed, B>, B> sc(4, 1, 8, 291);
+  {
+    ferry_test::gate<B> held(sc.s);
+    sc.put(4);
+    sc.mark();
+    const auto src = ferry_test::random_values<i32>(4, 292);
+    expect_throw([&] { sc.pool.copy_to_uva(src, sc.s); });
+    sc.unchanged();
+  }
+  sc.next_call_rotates();
+}
+
+BAD_INPUT_ROW("pool.request_overflow") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  pool_scene<ferry::uva_pool<i64, B>, B> sc(4, 2, 8, 301);
+  const auto first = ferry_test::random_values<i64>(4, 302);
+  const auto view = sc.pool.copy_to_uva(first, sc.s);
+  const auto stats = sc.pool.stats();
+  const auto slot = sc.pool.current_slot();
+  expect_throw([&] { sc.pool.copy_to_uva(huge_range(two_61 + 1), sc.s); });
+  CHECK(same(sc.pool.stats(), stats));
+  CHECK(sc.pool.current_slot() == slot);
+  CHECK(std::vector<i64>(view.data(), view.data() + 4) == first);
+}
+
+BAD_INPUT_ROW("pool.copy_to_device.too_small") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  pool_scene<ferry::uva_pool<i32, B>, B> sc(4, 2, 8, 311);
+  sc.put(4);
+  ferry::device_buffer<i32, B> out(3);
+  const auto before = ferry_test::random_values<i32>(3, 312);
+  upload(out.span(), before, ferry::stream_ref<B>(sc.s));
+  sc.mark();
+  const auto tasks = tasks_of<B>(sc.s);
+  const auto src = ferry_test::random_values<i32>(4, 313);
+  expect_throw([&] { sc.pool.copy_to_device(src, out.span(), sc.s); });
+  CHECK(tasks_of<B>(sc.s) == tasks);
+  sc.unchanged();
+  CHECK(download(ferry::device_span<const i32>(out.span()), ferry::stream_ref<B>(sc.s)) == before);
+  sc.next_call_rotates();
+}
+
+BAD_INPUT_ROW("pool.moved_from") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  pool_scene<ferry::uva_pool<i32, B>, B> sc(4, 2, 8, 321);
+  sc.put(4);
+  ferry::uva_pool<i32, B> taken(std::move(sc.pool));
+  const auto tasks = tasks_of<B>(sc.s);
+  const auto stats = sc.arena.stats();
+  const auto src = ferry_test::random_values<i32>(4, 322);
+  expect_throw([&] { sc.pool.copy_to_uva(src, sc.s); });
+  CHECK(tasks_of<B>(sc.s) == tasks);
+  CHECK(same(sc.arena.stats(), stats));
+  CHECK(std::vector<i32>(sc.views[0].data(), sc.views[0].data() + 4) == sc.values[0]);
+}
+
+BAD_INPUT_ROW("uva_backed.publish.n_above_size") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::stream<B> s;
+  ferry::pinned_arena<B> arena;
+  ferry::uva_backed<i32, B> u(8, 2, 8, arena);
+  const auto first = ferry_test::random_values<i32>(8, 331);
+  std::copy(first.begin(), first.end(), u.host().begin());
+  const auto view = u.publish(8, s);
+  const auto stats = u.stats();
+  expect_throw([&] { u.publish(9, s); });
+  CHECK(same(u.stats(), stats));
+  CHECK(std::vector<i32>(view.data(), view.data() + 8) == first);
+  // The next publish takes the other slot (rotation unchanged) and holds the new host state.
+  s.synchronize();
+  const auto second = ferry_test::random_values<i32>(8, 332);
+  std::copy(second.begin(), second.end(), u.host().begin());
+  const auto next = u.publish(8, s);
+  CHECK(next.data() != view.data());
+  CHECK(std::vector<i32>(next.data(), next.data() + 8) == second);
+}
+
+// ---- staged writes ------------------------------------------------------------------------------
+
+BAD_INPUT_ROW("staged.ctor.bytes_overflow") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  const auto before = allocations<B>();
+  expect_throw([] { ferry::staged_write_tensor<i64, B> t(two_61, 1); });
+  CHECK(allocations<B>() == before);
+}
+
+BAD_INPUT_ROW("staged.bounds.row") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  const auto v = ferry_test::random_values<i32>(4, 341);
+  staged_row<tensor<B>, B>(342, [&](auto& t) { t.stage_write(rows, 0, v); });
+}
+
+BAD_INPUT_ROW("staged.bounds.start") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  const auto v = ferry_test::random_values<i32>(1, 351);
+  staged_row<tensor<B>, B>(352, [&](auto& t) { t.stage_write(0, cols + 1, v); });
+}
+
+BAD_INPUT_ROW("staged.bounds.len") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  const auto v = ferry_test::random_values<i32>(cols - 10 + 1, 361);
+  staged_row<tensor<B>, B>(362, [&](auto& t) { t.stage_write(1, 10, v); });
+}
+
+BAD_INPUT_ROW("staged.bounds.empty_range") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  const std::vector<i32> none;
+  SECTION("row == rows") { staged_row<tensor<B>, B>(371, [&](auto& t) { t.stage_write(rows, 0, none); }); }
+  SECTION("start == cols + 1") {
+    staged_row<tensor<B>, B>(372, [&](auto& t) { t.stage_write(0, cols + 1, none); });
+  }
+}
+
+BAD_INPUT_ROW("staged.fixed.exceeded") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  // reserve(4, 32) with 16 elements pending: 17 more exceed it.
+  const auto v = ferry_test::random_values<i32>(17, 381);
+  staged_row<fixed_tensor<B>, B>(382, [&](auto& t) { t.stage_write(2, 0, v); });
+}
+
+// A reserve that cannot be represented leaves the capacity as it was: under growth::fixed the
+// writes that reserve(4, 32) allows still fit and one more does not; nothing is allocated.
+template <class Tensor, class B>
+void reserve_row(std::uint64_t seed, std::size_t writes, std::size_t elements) {
+  staged_scene<Tensor, B> sc(seed);
+  const std::size_t pending = sc.t.pending(), pending_elements = sc.t.pending_elements();
+  const auto arena = ferry::default_arena<B>().stats();
+  expect_throw([&] { sc.t.reserve(writes, elements); });
+  CHECK(ferry::default_arena<B>().stats().bytes_reserved == arena.bytes_reserved);
+  sc.unchanged(pending, pending_elements);
+  sc.stage(2, 8);  // up to the reserved 4 writes of 32 elements
+  if constexpr (std::is_same_v<Tensor, fixed_tensor<B>>) {
+    const auto one = ferry_test::random_values<i32>(1, seed + 1);
+    CHECK_THROWS_AS(sc.t.stage_write(0, 0, one), ferry::capacity_error);
+  }
+  sc.later_apply_matches();
+}
+
+BAD_INPUT_ROW("staged.reserve.writes_overflow") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  constexpr std::size_t writes = std::size_t{1} << 62;
+  SECTION("growth::pow2") { reserve_row<tensor<B>, B>(391, writes, 0); }
+  SECTION("growth::fixed") { reserve_row<fixed_tensor<B>, B>(392, writes, 0); }
+}
+
+BAD_INPUT_ROW("staged.reserve.elements_overflow") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  constexpr std::size_t elements = std::numeric_limits<std::size_t>::max();
+  SECTION("growth::pow2") { reserve_row<tensor<B>, B>(401, 0, elements); }
+  SECTION("growth::fixed") { reserve_row<fixed_tensor<B>, B>(402, 0, elements); }
+}
+
+BAD_INPUT_ROW("staged.moved_from") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  staged_scene<tensor<B>, B> sc(411);
+  const std::size_t writes = sc.t.pending(), elements = sc.t.pending_elements();
+  tensor<B> taken(std::move(sc.t));
+  const auto tasks = tasks_of<B>(sc.s);
+  const auto v = ferry_test::random_values<i32>(4, 412);
+  expect_throw([&] { sc.t.stage_write(0, 0, v); });
+  expect_throw([&] { sc.t.apply_write(sc.s); });
+  CHECK(tasks_of<B>(sc.s) == tasks);
+  CHECK(taken.pending() == writes);
+  CHECK(taken.pending_elements() == elements);
+  taken.apply_write(sc.s);
+  CHECK(download(ferry::device_span<const i32>(taken.span()), ferry::stream_ref<B>(sc.s)) == sc.model);
+}
+
+BAD_INPUT_ROW("staged.capturing") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  CUDA_ONLY(B) {
+#if FERRY_HAS_CUDA
+    staged_scene<tensor<B>, B> sc(421);
+    const std::size_t writes = sc.t.pending(), elements = sc.t.pending_elements();
+    CHECK(captured_nodes(sc.s.get(), [&] { expect_throw([&] { sc.t.apply_write(sc.s); }); }) == 0);
+    sc.unchanged(writes, elements);
+    sc.later_apply_matches();
+#endif
+  }
+}
+
+// Two tensors with writes applied and staged, the writer's bad apply, then what is kept.
+template <class Writer, class B, class F>
+void fused_row(std::uint64_t seed, Writer& w, F&& bad, std::size_t len = 8) {
+  staged_scene<tensor<B>, B> a(seed, len), b(seed + 1, len);
+  const std::size_t aw = a.t.pending(), ae = a.t.pending_elements();
+  const std::size_t bw = b.t.pending(), be = b.t.pending_elements();
+  expect_throw([&] { bad(a, b); });
+  a.s.synchronize();
+  a.unchanged(aw, ae);
+  b.unchanged(bw, be);
+  // A good fused apply afterwards writes exactly what each tensor had staged.
+  w.apply(a.s, a.t, b.t);
+  a.s.synchronize();
+  CHECK(a.t.pending() == 0);
+  CHECK(b.t.pending() == 0);
+  CHECK(a.target() == a.model);
+  CHECK(b.target() == b.model);
+}
+
+BAD_INPUT_ROW("fused.same_tensor_twice") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::fused_staged_writer<i32, B> w(3);
+  fused_row<decltype(w), B>(431, w, [&](auto& a, auto& b) { w.apply(a.s, a.t, b.t, a.t); });
+}
+
+BAD_INPUT_ROW("fused.too_many_tensors") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::fused_staged_writer<i32, B> w(2);
+  staged_scene<tensor<B>, B> c(443);
+  const std::size_t cw = c.t.pending();
+  fused_row<decltype(w), B>(441, w, [&](auto& a, auto& b) { w.apply(a.s, a.t, b.t, c.t); });
+  CHECK(c.t.pending() == cw);
+  c.s.synchronize();
+  CHECK(c.target() == c.applied);
+}
+
+BAD_INPUT_ROW("fused.fixed.exceeded") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::fused_staged_writer<i32, B> w(2);
+  ferry::fused_staged_writer<i32, ferry::growth::fixed, B> small(2);
+  small.reserve(1, 8);  // scratch for 8 elements: two tensors' 128 staged elements exceed it
+  fused_row<decltype(w), B>(451, w, [&](auto& a, auto& b) { small.apply(a.s, a.t, b.t); }, 64);
+}
+
+BAD_INPUT_ROW("fused.reserve.writes_overflow") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::fused_staged_writer<i32, ferry::growth::fixed, B> w(2);
+  w.reserve(4, 32);  // the good apply afterwards (4 writes of 32 elements) needs exactly this
+  fused_row<decltype(w), B>(461, w, [&](auto&, auto&) {
+    const auto reserved = ferry::default_arena<B>().stats().bytes_reserved;
+    try {
+      w.reserve(std::size_t{1} << 62, 0);
+    } catch (...) {
+      CHECK(ferry::default_arena<B>().stats().bytes_reserved == reserved);  // nothing allocated
+      throw;
+    }
+  });
+}
+
+// ---- policies -----------------------------------------------------------------------------------
+
+BAD_INPUT_ROW("growth.pow2.unrepresentable") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  expect_throw([] { (void)ferry::growth::pow2::capacity_for((std::size_t{1} << 63) + 1); });
+  expect_throw([] { (void)ferry::growth::pow2::capacity_for(std::numeric_limits<std::size_t>::max()); });
+  CHECK(ferry::growth::pow2::capacity_for(std::size_t{1} << 63) == (std::size_t{1} << 63));
+}
