@@ -240,9 +240,9 @@ TEMPLATE_TEST_CASE("a destroyed stream leaves no worker behind and its fences re
 TEST_CASE("a CUDA error that ferry throws is consumed, so no later check reports it again",
           "[stream]") {
   FERRY_REQUIRE_BACKEND(ferry::backend::cuda);
+  using buffer = ferry::device_buffer<float, ferry::backend::cuda>;
   REQUIRE(cudaGetLastError() == cudaSuccess);
-  CHECK_THROWS_AS(ferry::device_buffer<float, ferry::backend::cuda>(std::size_t{1} << 50),
-                  ferry::cuda_error);  // cudaMalloc: out of memory, not sticky
+  CHECK_THROWS_AS(buffer(std::size_t{1} << 50), ferry::cuda_error);  // cudaMalloc: out of memory, not sticky
   CHECK(cudaPeekAtLastError() == cudaSuccess);
 }
 #endif
