@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <future>
+#include <memory>
 #include <stdexcept>
 
 TEMPLATE_TEST_CASE("an event is ready only once its stream has passed it", "[event]", FERRY_TEST_BACKENDS) {
@@ -57,9 +58,9 @@ TEMPLATE_TEST_CASE("an error in stream work is thrown by an event recorded after
 // would take the stream's errors).
 template <class B>
 static void reach(ferry::stream_ref<B> s) {
-  std::promise<void> reached;
-  ferry::enqueue_host(s, [&] { reached.set_value(); });
-  reached.get_future().wait();
+  auto reached = std::make_shared<std::promise<void>>();
+  ferry::enqueue_host(s, [reached] { reached->set_value(); });
+  reached->get_future().wait();
 }
 
 TEMPLATE_TEST_CASE("an event does not throw an error of work enqueued after it", "[event]",
