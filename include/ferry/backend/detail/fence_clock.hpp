@@ -6,6 +6,7 @@
 #include <ferry/detail/ring.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -32,10 +33,11 @@ struct fence {
 template <class B>
 class fence_clock;
 
-/// Host: a timeline per queue, held weakly, so that a clock (e.g. the default arena's) keeps
-/// neither a destroyed stream's queue nor its worker. A queue that is gone drained before it
-/// went, so its fences have passed; its timeline is recycled for a new queue, numbering continued
-/// above every fence it gave out (a fence is the timeline's base plus the queue's task count).
+/// Host: a timeline per queue, holding the queue weakly and its completion counter strongly, so
+/// that a clock (e.g. the default arena's) keeps neither a destroyed stream's queue nor its worker,
+/// and "passed?" stays one atomic load. A queue goes only once drained, so its counter's last value
+/// passes all its fences. A timeline whose queue is gone is recycled for a new queue, numbering
+/// continued above every fence it gave out: a fence is the timeline's base plus a task number.
 template <>
 class fence_clock<backend::host> {
  public:
@@ -49,14 +51,12 @@ class fence_clock<backend::host> {
   [[nodiscard]] bool passed(fence f) const noexcept {
     if (f.empty()) return true;
     const auto& t = timelines_[f.timeline];
-    if (f.seq <= t.base) return true;
-    const auto q = t.queue.lock();
-    return !q || t.base + q->completed() >= f.seq;
+    return f.seq <= t.base + t.completed->load(std::memory_order_acquire);
   }
   void wait(fence f) const {
     if (passed(f)) return;
     const auto& t = timelines_[f.timeline];
-    if (const auto q = t.queue.lock()) q->wait_for(f.seq - t.base);
+    if (const auto q = t.queue.lock()) q->wait_for(f.seq - t.base);  // else gone, so drained
   }
   /// True when `f` is known passed without asking the backend (host: same as passed()).
   [[nodiscard]] bool known(fence f) const noexcept { return passed(f); }
@@ -67,9 +67,10 @@ class fence_clock<backend::host> {
  private:
   struct timeline {
     std::weak_ptr<host_queue> queue;
-    const host_queue* id;     // compared only while `queue` lives (an address may be reused)
-    std::uint64_t base = 0;   // every fence at or below it has passed
-    std::uint64_t last = 0;   // the newest fence given out
+    std::shared_ptr<const std::atomic<std::uint64_t>> completed;  // the queue's completion()
+    const host_queue* id;    // compared only while `queue` lives (an address may be reused)
+    std::uint64_t base = 0;  // every fence at or below it has passed
+    std::uint64_t last = 0;  // the newest fence given out
   };
 
   // The timeline of `q`: its own, else one whose queue is gone, else a new one.
@@ -80,11 +81,11 @@ class fence_clock<backend::host> {
     for (i = 0; i < timelines_.size(); ++i) {
       auto& t = timelines_[i];
       if (t.queue.expired()) {
-        t = timeline{q->weak_from_this(), q, t.last, t.last};
+        t = timeline{q->weak_from_this(), q->completion(), q, t.last, t.last};
         return i;
       }
     }
-    timelines_.push_back(timeline{q->weak_from_this(), q, 0, 0});
+    timelines_.push_back(timeline{q->weak_from_this(), q->completion(), q, 0, 0});
     return static_cast<std::uint32_t>(timelines_.size() - 1);
   }
 

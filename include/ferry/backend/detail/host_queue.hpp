@@ -92,14 +92,19 @@ class host_queue : public std::enable_shared_from_this<host_queue> {
 
   /// How many tasks have finished; every task with a sequence number at or below it is done.
   [[nodiscard]] std::uint64_t completed() const noexcept {
-    return completed_.load(std::memory_order_acquire);
+    return completed_->load(std::memory_order_acquire);
+  }
+  /// The counter behind completed(), shared: it outlives the queue, and a queue goes only once
+  /// drained, so its last value passes every task the queue ever had.
+  [[nodiscard]] std::shared_ptr<const std::atomic<std::uint64_t>> completion() const noexcept {
+    return completed_;
   }
 
   /// Blocks until task `seq` has finished.
   void wait_for(std::uint64_t seq) {
     if (completed() >= seq) return;
     std::unique_lock lock(mutex_);
-    done_cv_.wait(lock, [&] { return completed_.load(std::memory_order_acquire) >= seq; });
+    done_cv_.wait(lock, [&] { return completed_->load(std::memory_order_acquire) >= seq; });
   }
 
   /// Blocks until everything enqueued so far has finished.
@@ -165,9 +170,9 @@ class host_queue : public std::enable_shared_from_this<host_queue> {
       }
       task = nullptr;  // destroy captures on the worker, before the task counts as done
       lock.lock();
-      const std::uint64_t seq = completed_.load(std::memory_order_relaxed) + 1;
+      const std::uint64_t seq = completed_->load(std::memory_order_relaxed) + 1;
       if (failure) errors_.add(seq, std::move(failure));
-      completed_.store(seq, std::memory_order_release);
+      completed_->store(seq, std::memory_order_release);
       done_cv_.notify_all();
     }
   }
@@ -177,7 +182,7 @@ class host_queue : public std::enable_shared_from_this<host_queue> {
   std::condition_variable done_cv_;
   std::deque<std::function<void()>> tasks_;
   std::uint64_t enqueued_ = 0;
-  std::atomic<std::uint64_t> completed_{0};
+  std::shared_ptr<std::atomic<std::uint64_t>> completed_ = std::make_shared<std::atomic<std::uint64_t>>(0);
   stream_errors errors_;
   bool stopping_ = false;
   std::thread worker_;  // last: starts after every other member is constructed
