@@ -98,7 +98,8 @@ class stream_ref<backend::cuda> {
 /// An owning stream of backend B; publicly a `stream_ref<B>`, so every function taking a stream
 /// accepts both. Host: a new work queue with its own worker thread (destroying it drains it).
 /// CUDA: a non-blocking stream on the device current at construction. Destroying a stream drops
-/// the errors of its work that no synchronizing call took, counting them in swallowed_errors().
+/// the errors of its work that no synchronizing call took; the one a synchronize would have
+/// thrown counts in swallowed_errors().
 template <class B = default_backend>
 class stream;
 
