@@ -2,8 +2,11 @@
 #include <support/backends.hpp>
 
 #include <catch2/catch_template_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <atomic>
+#include <future>
+#include <memory>
 #include <stdexcept>
 
 TEMPLATE_TEST_CASE("an event is ready only once its stream has passed it", "[event]", FERRY_TEST_BACKENDS) {
@@ -49,4 +52,52 @@ TEMPLATE_TEST_CASE("an error in stream work is thrown by an event recorded after
   e.record(s);
   CHECK_THROWS_AS(e.synchronize(), ferry::error);
   CHECK_NOTHROW(s.synchronize());  // handed out once
+}
+
+// Returns once every task enqueued on `s` so far has run, without a synchronizing call (which
+// would take the stream's errors).
+template <class B>
+static void reach(ferry::stream_ref<B> s) {
+  auto reached = std::make_shared<std::promise<void>>();
+  ferry::enqueue_host(s, [reached] { reached->set_value(); });
+  reached->get_future().wait();
+}
+
+TEMPLATE_TEST_CASE("an event does not throw an error of work enqueued after it", "[event]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  std::atomic<int> ran{0};
+  ferry::enqueue_host(s, [&] { ++ran; });
+  ferry::event<TestType> before;
+  before.record(s);
+  ferry::enqueue_host(s, [] { throw std::runtime_error("later failure"); });
+  reach<TestType>(s);
+  CHECK_NOTHROW(before.synchronize());
+  CHECK(ran == 1);
+  REQUIRE_THROWS_WITH(s.synchronize(), Catch::Matchers::ContainsSubstring("later failure"));
+  CHECK_NOTHROW(s.synchronize());  // thrown once
+}
+
+TEMPLATE_TEST_CASE("each event throws the first error before it, once; later errors wait for later calls",
+                   "[event]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::event<TestType> first;
+  ferry::event<TestType> second;
+  ferry::event<TestType> third;
+  ferry::enqueue_host(s, [] { throw std::runtime_error("first failure"); });
+  ferry::enqueue_host(s, [] { throw std::runtime_error("also before the first event"); });
+  first.record(s);
+  ferry::enqueue_host(s, [] { throw std::runtime_error("second failure"); });
+  second.record(s);
+  third.record(s);
+  ferry::enqueue_host(s, [] { throw std::runtime_error("third failure"); });
+  reach<TestType>(s);
+  REQUIRE_THROWS_WITH(first.synchronize(), Catch::Matchers::ContainsSubstring("first failure"));
+  CHECK_NOTHROW(first.synchronize());
+  REQUIRE_THROWS_WITH(second.synchronize(), Catch::Matchers::ContainsSubstring("second failure"));
+  CHECK_NOTHROW(third.synchronize());
+  REQUIRE_THROWS_WITH(s.synchronize(), Catch::Matchers::ContainsSubstring("third failure"));
+  CHECK_NOTHROW(s.synchronize());
 }

@@ -4,11 +4,17 @@
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <iterator>
 #include <stdexcept>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 using namespace std::chrono_literals;
 
@@ -125,3 +131,117 @@ TEST_CASE("destroying a host stream drains its queue", "[stream]") {
   }
   CHECK(n == 50);
 }
+
+TEMPLATE_TEST_CASE("every call on a moved-from stream throws and changes nothing", "[stream]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> dead;
+  ferry::stream<TestType> live(std::move(dead));
+  ferry_test::gate<TestType> g(live);
+  ferry::event<TestType> e;
+  e.record(live);  // not ready: the gate holds `live`
+  std::atomic<bool> ran{false};
+  const auto check = [&](const ferry::stream_ref<TestType> r) {
+    const std::string empty = "ferry: the stream is empty (a moved-from stream)";
+    CHECK_THROWS_WITH(r.synchronize(), empty);
+    CHECK_THROWS_WITH(ferry::enqueue_host(r, [&] { ran = true; }), empty);
+    CHECK_THROWS_WITH(e.record(r), empty);
+    CHECK_THROWS_WITH(r.wait(e), empty);
+  };
+  check(dead);  // NOLINT(bugprone-use-after-move): the moved-from state is what is tested
+  const ferry::stream_ref<TestType> ref = dead;  // NOLINT(bugprone-use-after-move)
+  check(ref);
+  CHECK_THROWS_AS(dead.synchronize(), ferry::error);  // NOLINT(bugprone-use-after-move)
+  CHECK_FALSE(e.ready());  // the failed record left the event on `live`
+  g.open();
+  e.synchronize();
+  live.synchronize();
+  CHECK_FALSE(ran.load());
+}
+
+TEMPLATE_TEST_CASE("destroying a stream counts the error no synchronizing call took", "[stream]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  const std::uint64_t before = ferry::swallowed_errors();
+  ferry::event<TestType> after_failure;
+  {
+    ferry::stream<TestType> s;
+    ferry::enqueue_host(s, [] { throw std::runtime_error("never synchronized"); });
+    ferry::enqueue_host(s, [] { throw std::runtime_error("never synchronized either"); });
+    after_failure.record(s);
+  }
+  CHECK_NOTHROW(after_failure.synchronize());      // the errors went with their stream ...
+  CHECK(ferry::swallowed_errors() == before + 1);  // ... counted: the one a synchronize would throw
+  ferry::stream<TestType> next;                    // may reuse the destroyed stream's handle
+  CHECK_NOTHROW(next.synchronize());
+  {
+    ferry::stream<TestType> s;
+    ferry::enqueue_host(s, [] { throw std::runtime_error("synchronized"); });
+    CHECK_THROWS_AS(s.synchronize(), ferry::error);
+  }
+  CHECK(ferry::swallowed_errors() == before + 1);  // taken, so not swallowed
+}
+
+static std::size_t threads_alive() {
+  const std::filesystem::directory_iterator tasks("/proc/self/task");
+  return static_cast<std::size_t>(std::distance(begin(tasks), end(tasks)));
+}
+
+TEMPLATE_TEST_CASE("a destroyed stream leaves no worker behind and its fences read as passed",
+                   "[stream]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using ops = ferry::detail::backend_ops<TestType>;
+  std::uint64_t seed = 7;
+  const auto cycle = [&] {
+    ferry::stream<TestType> s;
+    const auto v = ferry_test::random_values<std::int32_t>(64, seed++);
+    ferry::device_buffer<std::int32_t, TestType> d(v.size());
+    ferry::async_h2d(v, d.span(), s);  // fenced by the default arena's clock
+    ferry::pinned_buffer<std::int32_t, TestType> back(v.size());
+    ferry::async_d2h(ferry::device_span<const std::int32_t>(d.span()), back.host(), s);
+    s.synchronize();
+    REQUIRE(std::equal(v.begin(), v.end(), back.host().begin()));
+  };
+  cycle();  // first use: the default arena and the runtime's own threads
+  const std::size_t threads = threads_alive();
+  for (int i = 0; i < 200; ++i) cycle();
+  CHECK(threads_alive() <= threads + 2);
+
+  // Events outlive their streams without keeping their workers.
+  std::vector<ferry::event<TestType>> events(200);
+  for (auto& e : events) {
+    ferry::stream<TestType> s;
+    e.record(s);
+  }
+  CHECK(threads_alive() <= threads + 2);
+  for (auto& e : events) {
+    e.synchronize();
+    CHECK(e.ready());
+  }
+
+  // A destroyed stream's fences stay passed when its timeline serves new streams.
+  ferry::detail::fence_clock<TestType> clock;
+  std::vector<ferry::detail::fence> old;
+  for (int i = 0; i < 8; ++i) {
+    ops::synchronize_device(ops::current_device());  // CUDA: destroying a stream does not wait
+    ferry::stream<TestType> s;
+    ferry_test::gate<TestType> g(s);
+    const auto f = clock.record(s);  // may take over the timeline of a destroyed stream
+    CHECK_FALSE(clock.passed(f));
+    for (const auto o : old) CHECK(clock.passed(o));
+    old.push_back(f);
+  }  // the gate opens, then the stream is destroyed
+  ops::synchronize_device(ops::current_device());
+  for (const auto o : old) CHECK(clock.passed(o));
+}
+
+#if FERRY_HAS_CUDA
+TEST_CASE("a CUDA error that ferry throws is consumed, so no later check reports it again",
+          "[stream]") {
+  FERRY_REQUIRE_BACKEND(ferry::backend::cuda);
+  using buffer = ferry::device_buffer<float, ferry::backend::cuda>;
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  CHECK_THROWS_AS(buffer(std::size_t{1} << 50), ferry::cuda_error);  // cudaMalloc: out of memory, not sticky
+  CHECK(cudaPeekAtLastError() == cudaSuccess);
+}
+#endif

@@ -11,7 +11,8 @@
 namespace ferry {
 
 /// Host backend: an event is (queue, sequence number) — recording it is free and testing it is
-/// one atomic load.
+/// one atomic load. The event shares ownership of the queue object, not of its worker thread:
+/// destroying the stream still ends the worker, and the event then reads as ready.
 template <>
 class event<backend::host> {
  public:
@@ -19,17 +20,18 @@ class event<backend::host> {
 
   /// Marks the current end of `s`'s work.
   void record(stream_ref<backend::host> s) {
-    queue_ = s.get()->shared_from_this();
+    queue_ = detail::checked(s)->shared_from_this();
     seq_ = queue_->enqueued();
   }
   /// True once every task enqueued before record() has run (true if never recorded).
   [[nodiscard]] bool ready() const noexcept { return !queue_ || queue_->completed() >= seq_; }
-  /// Blocks until ready(); rethrows (once) the first error raised by the recorded stream's work.
+  /// Blocks until ready(); rethrows (once) the first error raised by the recorded stream's work
+  /// before record() (a later error is left to synchronizing calls ordered after it).
   void synchronize() const {
     if (!queue_) return;
     detail::count(detail::counters<backend::host>().synchronizations);
     queue_->wait_for(seq_);
-    detail::rethrow_if(queue_->take_error());
+    detail::rethrow_if(queue_->take_error(seq_));
   }
 
  private:
@@ -39,11 +41,12 @@ class event<backend::host> {
 };
 
 inline void stream_ref<backend::host>::wait(const event<backend::host>& e) const {
+  detail::host_queue* self = detail::checked(*this);
   if (e.ready()) return;
   auto q = e.queue_;
   auto seq = e.seq_;
-  if (q.get() == queue_) return;  // a stream is always ordered after its own earlier work
-  queue_->enqueue([q = std::move(q), seq] { q->wait_for(seq); });
+  if (q.get() == self) return;  // a stream is always ordered after its own earlier work
+  self->enqueue([q = std::move(q), seq] { q->wait_for(seq); });
 }
 
 #if FERRY_HAS_CUDA
@@ -55,11 +58,14 @@ class event<backend::cuda> {
   event() { FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
   /// Takes over `o`'s event; `o` is left empty.
   event(event&& o) noexcept
-      : event_(std::exchange(o.event_, nullptr)), stream_(std::exchange(o.stream_, nullptr)) {}
+      : event_(std::exchange(o.event_, nullptr)),
+        stream_id_(o.stream_id_),
+        host_ticket_(std::exchange(o.host_ticket_, 0)) {}
   /// Swaps events with `o`.
   event& operator=(event&& o) noexcept {
     std::swap(event_, o.event_);
-    std::swap(stream_, o.stream_);
+    std::swap(stream_id_, o.stream_id_);
+    std::swap(host_ticket_, o.host_ticket_);
     return *this;
   }
   ~event() {
@@ -68,8 +74,11 @@ class event<backend::cuda> {
 
   /// Marks the current end of `s`'s work (cudaEventRecord, about 0.3 µs).
   void record(stream_ref<backend::cuda> s) {
-    FERRY_CUDA_CHECK(cudaEventRecord(event_, s.get()));
-    stream_ = s.get();
+    const cudaStream_t handle = detail::checked(s);
+    FERRY_CUDA_CHECK(cudaEventRecord(event_, handle));
+    // The host functions ordered before this point: none if none was ever enqueued (no lookup).
+    host_ticket_ = detail::stream_error_registry::instance().ticket();
+    if (host_ticket_ != 0) stream_id_ = detail::stream_id(handle);
   }
   /// cudaEventQuery (about 1.5 µs on the H200: keep it off per-operation hot paths).
   [[nodiscard]] bool ready() const {
@@ -79,22 +88,24 @@ class event<backend::cuda> {
     return true;
   }
   /// Blocks until the recorded work has completed (cudaEventSynchronize); rethrows (once) the
-  /// first error raised by host work enqueued on the recorded stream.
+  /// first error raised by host work enqueued on the recorded stream before record().
   void synchronize() const {
     detail::count(detail::counters<backend::cuda>().synchronizations);
     FERRY_CUDA_CHECK(cudaEventSynchronize(event_));
-    if (stream_) detail::rethrow_if(detail::stream_error_registry::instance().take(stream_));
+    if (host_ticket_ != 0)
+      detail::rethrow_if(detail::stream_error_registry::instance().take(stream_id_, host_ticket_));
   }
   /// The CUDA event.
   [[nodiscard]] cudaEvent_t get() const noexcept { return event_; }
 
  private:
   cudaEvent_t event_ = nullptr;
-  cudaStream_t stream_ = nullptr;
+  unsigned long long stream_id_ = 0;  // the recorded stream (cudaStreamGetId)
+  std::uint64_t host_ticket_ = 0;     // the host functions ordered before record() (0: none)
 };
 
 inline void stream_ref<backend::cuda>::wait(const event<backend::cuda>& e) const {
-  FERRY_CUDA_CHECK(cudaStreamWaitEvent(stream_, e.get(), 0));
+  FERRY_CUDA_CHECK(cudaStreamWaitEvent(detail::checked(*this), e.get(), 0));
 }
 #endif
 

@@ -9,6 +9,8 @@
 #include <ferry/policies/backend.hpp>
 
 #include <cstddef>
+#include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <utility>
@@ -22,6 +24,17 @@ class event;
 /// 0 or nullptr: there is no implicit "default stream" in ferry, the stream is always explicit.
 template <class B>
 class stream_ref;
+
+namespace detail {
+/// The handle `s` names, or throws when it names none (a moved-from stream): every use of a
+/// stream by ferry goes through here.
+template <class B>
+auto checked(stream_ref<B> s) {
+  const auto handle = s.get();
+  if (!handle) [[unlikely]] throw error("ferry: the stream is empty (a moved-from stream)");
+  return handle;
+}
+}  // namespace detail
 
 /// The host backend's stream reference: names an in-order host work queue.
 template <>
@@ -37,7 +50,7 @@ class stream_ref<backend::host> {
   /// The queue this reference names.
   [[nodiscard]] detail::host_queue* get() const noexcept { return queue_; }
   /// Blocks until all work enqueued so far has run; rethrows (once) the first error raised by
-  /// that work.
+  /// that work. Every call on an empty reference (of a moved-from stream) throws ferry::error.
   void synchronize() const;
   /// Makes later work on this stream wait until `e` has completed, without blocking the host.
   void wait(const event<backend::host>& e) const;
@@ -63,14 +76,15 @@ class stream_ref<backend::cuda> {
   /// The CUDA stream this reference names.
   [[nodiscard]] cudaStream_t get() const noexcept { return stream_; }
   /// cudaStreamSynchronize, then rethrows (once) the first error raised by host work enqueued on
-  /// this stream with ferry::enqueue_host.
+  /// this stream with ferry::enqueue_host. Every call on an empty reference (of a moved-from
+  /// stream) throws ferry::error: a null handle would silently mean the legacy default stream.
   void synchronize() const;
   /// cudaStreamWaitEvent: later work waits for `e` on the device; the host does not block.
   void wait(const event<backend::cuda>& e) const;
   /// The device the stream belongs to.
   [[nodiscard]] int device() const {
     int d = 0;
-    FERRY_CUDA_CHECK(cudaStreamGetDevice(stream_, &d));
+    FERRY_CUDA_CHECK(cudaStreamGetDevice(detail::checked(*this), &d));
     return d;
   }
 
@@ -83,7 +97,9 @@ class stream_ref<backend::cuda> {
 
 /// An owning stream of backend B; publicly a `stream_ref<B>`, so every function taking a stream
 /// accepts both. Host: a new work queue with its own worker thread (destroying it drains it).
-/// CUDA: a non-blocking stream on the device current at construction.
+/// CUDA: a non-blocking stream on the device current at construction. Destroying a stream drops
+/// the errors of its work that no synchronizing call took; the one a synchronize would have
+/// thrown counts in swallowed_errors().
 template <class B = default_backend>
 class stream;
 
@@ -95,22 +111,23 @@ class stream<backend::host> : public stream_ref<backend::host> {
   stream() : stream(std::make_shared<detail::host_queue>()) {}
   /// Takes over `o`'s queue; `o` is left empty.
   stream(stream&& o) noexcept : stream_ref(std::exchange(o.queue_, nullptr)), owner_(std::move(o.owner_)) {}
-  /// Drains this stream's queue, then takes over `o`'s.
+  /// Closes this stream's queue, then takes over `o`'s.
   stream& operator=(stream&& o) noexcept {
     if (this != &o) {
-      drain();
+      close();
       owner_ = std::move(o.owner_);
       queue_ = std::exchange(o.queue_, nullptr);
     }
     return *this;
   }
-  /// Drains the queue: every task enqueued on this stream has run when the destructor returns.
-  ~stream() { drain(); }
+  /// Drains the queue and ends its worker thread: every task enqueued on this stream has run
+  /// when the destructor returns. Events recorded on it stay valid (and ready).
+  ~stream() { close(); }
 
  private:
   explicit stream(std::shared_ptr<detail::host_queue> q) : stream_ref(q.get()), owner_(std::move(q)) {}
-  void drain() noexcept {
-    if (queue_) queue_->drain();
+  void close() noexcept {
+    if (queue_) queue_->close();
   }
   std::shared_ptr<detail::host_queue> owner_;
 };
@@ -142,7 +159,13 @@ class stream<backend::cuda> : public stream_ref<backend::cuda> {
     return s;
   }
   void destroy() noexcept {
-    if (stream_) detail::destructor_guard([&] { FERRY_CUDA_CHECK(cudaStreamDestroy(stream_)); });
+    if (stream_) {
+      detail::destructor_guard([&] {
+        const unsigned long long id = detail::stream_id(stream_);
+        FERRY_CUDA_CHECK(cudaStreamDestroy(stream_));
+        detail::stream_error_registry::instance().destroyed(id);
+      });
+    }
     stream_ = nullptr;
   }
 };
@@ -159,14 +182,17 @@ inline void rethrow_if(std::exception_ptr e) {
 template <class F>
 struct host_fn_task {
   F fn;
-  cudaStream_t stream;
+  unsigned long long stream_id;
+  std::uint64_t ticket;
   static void CUDART_CB trampoline(void* p) noexcept {
     std::unique_ptr<host_fn_task> t(static_cast<host_fn_task*>(p));
+    std::exception_ptr failure;
     try {
       t->fn();
     } catch (...) {
-      stream_error_registry::instance().record(t->stream, capture_stream_error());
+      failure = capture_stream_error();
     }
+    stream_error_registry::instance().finish(t->stream_id, t->ticket, std::move(failure));
   }
 };
 #endif
@@ -178,30 +204,39 @@ struct host_fn_task {
 /// CUDA: `f` runs on a CUDA runtime thread (cudaLaunchHostFunc) and must not call CUDA.
 template <class F>
 void enqueue_host(stream_ref<backend::host> s, F&& f) {
-  s.get()->enqueue(std::function<void()>(static_cast<F&&>(f)));
+  detail::checked(s)->enqueue(std::function<void()>(static_cast<F&&>(f)));
 }
 
 #if FERRY_HAS_CUDA
 template <class F>
 void enqueue_host(stream_ref<backend::cuda> s, F&& f) {
   using task = detail::host_fn_task<std::decay_t<F>>;
-  auto t = std::make_unique<task>(task{static_cast<F&&>(f), s.get()});
-  FERRY_CUDA_CHECK(cudaLaunchHostFunc(s.get(), &task::trampoline, t.get()));
+  const cudaStream_t handle = detail::checked(s);
+  const unsigned long long id = detail::stream_id(handle);
+  auto t = std::make_unique<task>(task{static_cast<F&&>(f), id, 0});
+  auto& registry = detail::stream_error_registry::instance();
+  t->ticket = registry.enqueue(id);
+  if (const cudaError_t r = cudaLaunchHostFunc(handle, &task::trampoline, t.get()); r != cudaSuccess) {
+    registry.finish(id, t->ticket, nullptr);
+    detail::throw_cuda(r, "cudaLaunchHostFunc", __FILE__, __LINE__);
+  }
   t.release();
 }
 #endif
 
 inline void stream_ref<backend::host>::synchronize() const {
+  detail::host_queue* q = detail::checked(*this);
   detail::count(detail::counters<backend::host>().synchronizations);
-  queue_->drain();
-  detail::rethrow_if(queue_->take_error());
+  q->drain();
+  detail::rethrow_if(q->take_error());
 }
 
 #if FERRY_HAS_CUDA
 inline void stream_ref<backend::cuda>::synchronize() const {
+  const cudaStream_t handle = detail::checked(*this);
   detail::count(detail::counters<backend::cuda>().synchronizations);
-  FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  detail::rethrow_if(detail::stream_error_registry::instance().take(stream_));
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(handle));
+  detail::rethrow_if(detail::stream_error_registry::instance().take(handle));
 }
 #endif
 

@@ -27,10 +27,9 @@ struct backend_ops<backend::host> {
   static constexpr std::size_t alignment = 256;
 
   static int current_device() noexcept { return 0; }
-  /// Every call on a stream checks this first (device match, not capturing).
-  static void check_stream(stream_type s, int /*device*/) {
-    if (s.get() == nullptr) throw error("ferry: the stream is empty (a moved-from stream)");
-  }
+  /// Every call on a stream checks this first (not empty; on CUDA also device match, not
+  /// capturing).
+  static void check_stream(stream_type s, int /*device*/) { static_cast<void>(checked(s)); }
   /// check_stream(s, device), then `device` current until the returned scope ends (one device
   /// on the host backend: nothing to switch).
   struct device_scope {};
@@ -114,19 +113,20 @@ struct backend_ops<backend::cuda> {
     return d;
   }
 
-  /// The stream must belong to `device` (the device current when the object was made) and must
-  /// not be capturing: ferry's hot paths fence slots with events and reuse memory, which a graph
+  /// The stream must not be empty, must belong to `device` (the device current when the object
+  /// was made) and must not be capturing: ferry's hot paths fence slots with events and reuse memory, which a graph
   /// replayed later would not respect.
   static void check_stream(stream_type s, int device) {
+    const cudaStream_t handle = checked(s);
     // Capture status first: it is the one query that is legal on every capturing stream.
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    FERRY_CUDA_CHECK(cudaStreamIsCapturing(s.get(), &status));
+    FERRY_CUDA_CHECK(cudaStreamIsCapturing(handle, &status));
     if (status != cudaStreamCaptureStatusNone)
       throw error(
           "ferry: the stream is capturing a CUDA graph; ferry calls are eager (apply before "
           "capture, and use growth::fixed for stable addresses that a graph may read)");
     int d = 0;
-    FERRY_CUDA_CHECK(cudaStreamGetDevice(s.get(), &d));
+    FERRY_CUDA_CHECK(cudaStreamGetDevice(handle, &d));
     if (d != device)
       throw error("ferry: the stream belongs to device " + std::to_string(d) +
                   " but the object was made on device " + std::to_string(device));

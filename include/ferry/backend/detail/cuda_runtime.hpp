@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <cstdint>
 #include <exception>
 #include <mutex>
 #include <string>
@@ -16,15 +17,30 @@
 
 namespace ferry::detail {
 
+inline cuda_error make_cuda_error(cudaError_t code, const char* call, const char* file, int line) {
+  return cuda_error(static_cast<int>(code), std::string("ferry: ") + call + " failed with " +
+                                                cudaGetErrorName(code) + " (" +
+                                                cudaGetErrorString(code) + ") at " + file + ":" +
+                                                std::to_string(line));
+}
+
+/// Throws the error `code` that the call ferry just made returned, consuming it from the thread's
+/// last-error state when it is still there (a sticky error stays, as CUDA keeps it), so that a
+/// later launch check cannot report it again.
 [[noreturn]] inline void throw_cuda(cudaError_t code, const char* call, const char* file, int line) {
-  throw cuda_error(static_cast<int>(code), std::string("ferry: ") + call + " failed with " +
-                                               cudaGetErrorName(code) + " (" +
-                                               cudaGetErrorString(code) + ") at " + file + ":" +
-                                               std::to_string(line));
+  if (cudaPeekAtLastError() == code) static_cast<void>(cudaGetLastError());
+  throw make_cuda_error(code, call, file, line);
 }
 
 inline void check_cuda(cudaError_t code, const char* call, const char* file, int line) {
   if (code != cudaSuccess) throw_cuda(code, call, file, line);
+}
+
+/// Checks the launch just made with cudaPeekAtLastError: an error there may be the caller's, so
+/// it is reported but never cleared.
+inline void check_launch(const char* kernel, const char* file, int line) {
+  const cudaError_t code = cudaPeekAtLastError();
+  if (code != cudaSuccess) throw make_cuda_error(code, kernel, file, line);
 }
 
 /// Makes `device` the calling thread's current device for its lifetime, when it is not already,
@@ -51,34 +67,87 @@ class device_scope {
   int previous_ = -1;
 };
 
-// Errors thrown by host functions enqueued on CUDA streams (ferry::enqueue_host), kept per stream
-// until the next synchronizing call on that stream (or an event recorded on it) hands them out.
+/// The process-unique id of stream `s` (a handle may be reused once its stream is destroyed).
+inline unsigned long long stream_id(cudaStream_t s) {
+  unsigned long long id = 0;
+  check_cuda(cudaStreamGetId(s, &id), "cudaStreamGetId", __FILE__, __LINE__);
+  return id;
+}
+
+// Errors thrown by host functions enqueued on CUDA streams (ferry::enqueue_host), per stream id,
+// each with the ticket of the host function that threw, until a synchronizing call ordered after
+// it hands it out. Tickets grow across all streams, so an event that reads ticket() after its
+// cudaEventRecord is ordered after exactly the host functions of its stream with tickets up to
+// that. A stream is listed only while it has host functions in flight or errors to hand out.
 class stream_error_registry {
  public:
   static stream_error_registry& instance() {
     static auto* r = new stream_error_registry;  // leaked: host functions may run at exit
     return *r;
   }
-  void record(cudaStream_t s, std::exception_ptr e) {
+  /// A host function is about to be enqueued on stream `id`: its ticket.
+  std::uint64_t enqueue(unsigned long long id) {
     std::lock_guard lock(mutex_);
-    errors_.try_emplace(s, std::move(e));  // the first error wins
-    any_.store(true, std::memory_order_release);
+    ++streams_[id].in_flight;
+    listed_.store(true, std::memory_order_release);
+    return tickets_.fetch_add(1, std::memory_order_relaxed) + 1;
   }
-  std::exception_ptr take(cudaStream_t s) {
-    if (!any_.load(std::memory_order_acquire)) return nullptr;
+  /// The host function `ticket` on stream `id` has ended, having thrown `e` (or not: null).
+  void finish(unsigned long long id, std::uint64_t ticket, std::exception_ptr e) {
     std::lock_guard lock(mutex_);
-    auto it = errors_.find(s);
-    if (it == errors_.end()) return nullptr;
-    auto e = std::move(it->second);
-    errors_.erase(it);
-    any_.store(!errors_.empty(), std::memory_order_release);
+    const auto it = streams_.find(id);
+    if (e) it->second.errors.add(ticket, std::move(e));
+    --it->second.in_flight;
+    retire_if_done(it);
+  }
+  /// The largest ticket handed out so far (0: no host function was ever enqueued).
+  [[nodiscard]] std::uint64_t ticket() const noexcept { return tickets_.load(std::memory_order_relaxed); }
+  /// The first error of stream `id` from a host function with a ticket up to `upto` (null if
+  /// none); consumes every such error.
+  std::exception_ptr take(unsigned long long id, std::uint64_t upto) {
+    if (!listed_.load(std::memory_order_acquire)) return nullptr;
+    std::lock_guard lock(mutex_);
+    const auto it = streams_.find(id);
+    if (it == streams_.end() || it->second.destroyed) return nullptr;
+    auto e = it->second.errors.take(upto);
+    retire_if_done(it);
     return e;
+  }
+  /// Every error of stream `s` (see take above).
+  std::exception_ptr take(cudaStream_t s) {
+    if (!listed_.load(std::memory_order_acquire)) return nullptr;
+    return take(stream_id(s), stream_errors::all);
+  }
+  /// The owning ferry::stream `id` was destroyed: its errors are dropped (counted in
+  /// swallowed_errors()) once its last host function has ended.
+  void destroyed(unsigned long long id) noexcept {
+    std::lock_guard lock(mutex_);
+    const auto it = streams_.find(id);
+    if (it == streams_.end()) return;
+    it->second.destroyed = true;
+    retire_if_done(it);
   }
 
  private:
+  struct stream_state {
+    std::uint64_t in_flight = 0;
+    bool destroyed = false;
+    stream_errors errors;
+  };
+  using map = std::unordered_map<unsigned long long, stream_state>;
+  void retire_if_done(map::iterator it) noexcept {
+    auto& st = it->second;
+    if (st.in_flight != 0) return;
+    if (st.destroyed) st.errors.drop();
+    if (!st.errors.empty()) return;
+    streams_.erase(it);
+    listed_.store(!streams_.empty(), std::memory_order_release);
+  }
+
   std::mutex mutex_;
-  std::unordered_map<cudaStream_t, std::exception_ptr> errors_;
-  std::atomic<bool> any_{false};
+  map streams_;
+  std::atomic<std::uint64_t> tickets_{0};
+  std::atomic<bool> listed_{false};  // streams_ is not empty: lets synchronizing calls skip the lock
 };
 
 }  // namespace ferry::detail
@@ -88,6 +157,6 @@ class stream_error_registry {
 
 /// Checks a kernel launch without clearing the caller's sticky error state.
 #define FERRY_CUDA_CHECK_LAUNCH(kernel_name) \
-  ::ferry::detail::check_cuda(cudaPeekAtLastError(), "launch of " kernel_name, __FILE__, __LINE__)
+  ::ferry::detail::check_launch("launch of " kernel_name, __FILE__, __LINE__)
 
 #endif  // FERRY_HAS_CUDA

@@ -6,6 +6,7 @@
 #include <ferry/detail/ring.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -32,21 +33,30 @@ struct fence {
 template <class B>
 class fence_clock;
 
+/// Host: a timeline per queue, holding the queue weakly and its completion counter strongly, so
+/// that a clock (e.g. the default arena's) keeps neither a destroyed stream's queue nor its worker,
+/// and "passed?" stays one atomic load. A queue goes only once drained, so its counter's last value
+/// passes all its fences. A timeline whose queue is gone is recycled for a new queue, numbering
+/// continued above every fence it gave out: a fence is the timeline's base plus a task number.
 template <>
 class fence_clock<backend::host> {
  public:
   fence record(stream_ref<backend::host> s) {
-    auto* q = s.get();
-    std::uint32_t i = 0;
-    while (i < queues_.size() && queues_[i].get() != q) ++i;
-    if (i == queues_.size()) queues_.push_back(q->shared_from_this());
-    return {i, q->enqueued()};
+    host_queue* q = s.get();
+    const std::uint32_t i = timeline_of(q);
+    auto& t = timelines_[i];
+    t.last = t.base + q->enqueued();
+    return {i, t.last};
   }
   [[nodiscard]] bool passed(fence f) const noexcept {
-    return f.empty() || queues_[f.timeline]->completed() >= f.seq;
+    if (f.empty()) return true;
+    const auto& t = timelines_[f.timeline];
+    return f.seq <= t.base + t.completed->load(std::memory_order_acquire);
   }
   void wait(fence f) const {
-    if (!f.empty()) queues_[f.timeline]->wait_for(f.seq);
+    if (passed(f)) return;
+    const auto& t = timelines_[f.timeline];
+    if (const auto q = t.queue.lock()) q->wait_for(f.seq - t.base);  // else gone, so drained
   }
   /// True when `f` is known passed without asking the backend (host: same as passed()).
   [[nodiscard]] bool known(fence f) const noexcept { return passed(f); }
@@ -55,7 +65,31 @@ class fence_clock<backend::host> {
   [[nodiscard]] bool query(fence f) const noexcept { return passed(f); }
 
  private:
-  std::vector<std::shared_ptr<host_queue>> queues_;
+  struct timeline {
+    std::weak_ptr<host_queue> queue;
+    std::shared_ptr<const std::atomic<std::uint64_t>> completed;  // the queue's completion()
+    const host_queue* id;    // compared only while `queue` lives (an address may be reused)
+    std::uint64_t base = 0;  // every fence at or below it has passed
+    std::uint64_t last = 0;  // the newest fence given out
+  };
+
+  // The timeline of `q`: its own, else one whose queue is gone, else a new one.
+  std::uint32_t timeline_of(host_queue* q) {
+    std::uint32_t i = 0;
+    while (i < timelines_.size() && (timelines_[i].id != q || timelines_[i].queue.expired())) ++i;
+    if (i < timelines_.size()) return i;
+    for (i = 0; i < timelines_.size(); ++i) {
+      auto& t = timelines_[i];
+      if (t.queue.expired()) {
+        t = timeline{q->weak_from_this(), q->completion(), q, t.last, t.last};
+        return i;
+      }
+    }
+    timelines_.push_back(timeline{q->weak_from_this(), q->completion(), q, 0, 0});
+    return static_cast<std::uint32_t>(timelines_.size() - 1);
+  }
+
+  std::vector<timeline> timelines_;
 };
 
 #if FERRY_HAS_CUDA

@@ -23,23 +23,31 @@ namespace ferry::detail {
 /// have finished, so "the stream has passed task s" is `completed() >= s`: a plain atomic load,
 /// the host backend's equivalent of a host-visible completion counter.
 ///
-/// A task that throws does not stop the queue: the first exception is kept and handed out once
-/// by take_error(); later tasks still run.
+/// A task that throws does not stop the queue: its exception is kept with the task's sequence
+/// number and handed out by take_error(); later tasks still run.
+///
+/// close() (the owning stream's destruction) drains the queue and ends its worker; the closed
+/// queue lives on, with no thread, as long as events recorded on it do.
 class host_queue : public std::enable_shared_from_this<host_queue> {
  public:
   host_queue() : worker_([this] { run(); }) { registry().add(this); }
   host_queue(const host_queue&) = delete;
   host_queue& operator=(const host_queue&) = delete;
+  ~host_queue() { close(); }
 
-  /// Drains the queue, then stops the worker.
-  ~host_queue() {
-    registry().remove(this);
+  /// Drains the queue and ends its worker (idempotent); later enqueues throw. Errors that no
+  /// synchronizing call took are dropped and counted in swallowed_errors().
+  void close() noexcept {
     {
       std::lock_guard lock(mutex_);
+      if (stopping_) return;
       stopping_ = true;
     }
     work_cv_.notify_one();
     worker_.join();
+    registry().remove(this);
+    std::lock_guard lock(mutex_);
+    errors_.drop();
   }
 
   /// Blocks until everything enqueued so far on every live queue has finished (the host
@@ -68,6 +76,7 @@ class host_queue : public std::enable_shared_from_this<host_queue> {
     std::uint64_t seq;
     {
       std::lock_guard lock(mutex_);
+      if (stopping_) throw error("ferry: the stream was destroyed");
       tasks_.push_back(std::move(task));
       seq = ++enqueued_;
     }
@@ -83,23 +92,29 @@ class host_queue : public std::enable_shared_from_this<host_queue> {
 
   /// How many tasks have finished; every task with a sequence number at or below it is done.
   [[nodiscard]] std::uint64_t completed() const noexcept {
-    return completed_.load(std::memory_order_acquire);
+    return completed_->load(std::memory_order_acquire);
+  }
+  /// The counter behind completed(), shared: it outlives the queue, and a queue goes only once
+  /// drained, so its last value passes every task the queue ever had.
+  [[nodiscard]] std::shared_ptr<const std::atomic<std::uint64_t>> completion() const noexcept {
+    return completed_;
   }
 
   /// Blocks until task `seq` has finished.
   void wait_for(std::uint64_t seq) {
     if (completed() >= seq) return;
     std::unique_lock lock(mutex_);
-    done_cv_.wait(lock, [&] { return completed_.load(std::memory_order_acquire) >= seq; });
+    done_cv_.wait(lock, [&] { return completed_->load(std::memory_order_acquire) >= seq; });
   }
 
   /// Blocks until everything enqueued so far has finished.
   void drain() { wait_for(enqueued()); }
 
-  /// The first error raised by a task since the last call, or null; clears it.
-  std::exception_ptr take_error() {
+  /// The first error raised by a task at or before sequence number `upto` (null if none);
+  /// consumes every error up to there.
+  std::exception_ptr take_error(std::uint64_t upto = stream_errors::all) {
     std::lock_guard lock(mutex_);
-    return std::exchange(error_, nullptr);
+    return errors_.take(upto);
   }
 
   /// The queue whose task the calling thread is running (null outside a worker).
@@ -155,8 +170,9 @@ class host_queue : public std::enable_shared_from_this<host_queue> {
       }
       task = nullptr;  // destroy captures on the worker, before the task counts as done
       lock.lock();
-      if (failure && !error_) error_ = failure;
-      completed_.fetch_add(1, std::memory_order_release);
+      const std::uint64_t seq = completed_->load(std::memory_order_relaxed) + 1;
+      if (failure) errors_.add(seq, std::move(failure));
+      completed_->store(seq, std::memory_order_release);
       done_cv_.notify_all();
     }
   }
@@ -166,8 +182,8 @@ class host_queue : public std::enable_shared_from_this<host_queue> {
   std::condition_variable done_cv_;
   std::deque<std::function<void()>> tasks_;
   std::uint64_t enqueued_ = 0;
-  std::atomic<std::uint64_t> completed_{0};
-  std::exception_ptr error_;
+  std::shared_ptr<std::atomic<std::uint64_t>> completed_ = std::make_shared<std::atomic<std::uint64_t>>(0);
+  stream_errors errors_;
   bool stopping_ = false;
   std::thread worker_;  // last: starts after every other member is constructed
 };
