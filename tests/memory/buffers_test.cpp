@@ -2,9 +2,13 @@
 #include <support/backends.hpp>
 
 #include <catch2/catch_template_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_exception.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <cstdint>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 TEMPLATE_TEST_CASE("pinned_buffer is zero-filled, mapped, and owned by RAII", "[memory]", FERRY_TEST_BACKENDS) {
@@ -55,4 +59,31 @@ TEMPLATE_TEST_CASE("device_buffer round-trips data through device memory", "[mem
     CHECK(after.device_allocations == before.device_allocations + 1);
     CHECK(after.device_frees == before.device_frees + 1);
   }
+}
+
+TEMPLATE_TEST_CASE("buffers whose bytes overflow size_t throw invalid_argument and allocate nothing",
+                   "[memory]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using Catch::Matchers::ContainsSubstring;
+  using Catch::Matchers::MessageMatches;
+  using Catch::Matchers::StartsWith;
+  ferry::stream<TestType> s;
+  const auto before = ferry::backend_stats_of<TestType>();
+  // 2^61 int64 are 2^64 bytes (0 after a wrap); 2^61 + 1 are 8 after a wrap.
+  for (std::size_t n : {std::size_t{1} << 61, (std::size_t{1} << 61) + 1}) {
+    CAPTURE(n);
+    CHECK_THROWS_MATCHES((ferry::pinned_buffer<std::int64_t, TestType>(n)),
+                         std::invalid_argument,
+                         MessageMatches(StartsWith("ferry: ") && ContainsSubstring(std::to_string(n))));
+    CHECK_THROWS_MATCHES((ferry::device_buffer<std::int64_t, TestType>(n)),
+                         std::invalid_argument,
+                         MessageMatches(StartsWith("ferry: ") && ContainsSubstring(std::to_string(n))));
+    CHECK_THROWS_MATCHES((ferry::device_buffer<std::int64_t, TestType>(n, s)),
+                         std::invalid_argument,
+                         MessageMatches(StartsWith("ferry: ") && ContainsSubstring(std::to_string(n))));
+  }
+  s.synchronize();
+  const auto after = ferry::backend_stats_of<TestType>();
+  CHECK(after.pinned_allocations == before.pinned_allocations);
+  CHECK(after.device_allocations == before.device_allocations);
 }

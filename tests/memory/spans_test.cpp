@@ -29,6 +29,11 @@ TEST_CASE("device_span first and subspan view the right elements and check bound
   CHECK_THROWS_AS(s.first(11), std::out_of_range);
   CHECK_THROWS_AS(s.subspan(11), std::out_of_range);
   CHECK_THROWS_AS(s.subspan(5, 6), std::out_of_range);
+  // offset + count past SIZE_MAX does not wrap into range.
+  const std::size_t npos = ferry::device_span<int>::npos;
+  CHECK_THROWS_AS(s.subspan(4, npos - 1), std::out_of_range);
+  CHECK_THROWS_AS(s.subspan(npos, 1), std::out_of_range);
+  CHECK_THROWS_AS(s.first(npos - 1), std::out_of_range);
   ferry::device_span<const int> c = s;
   CHECK(c.data() == a.data());
 }
@@ -46,5 +51,7 @@ TEST_CASE("assume_pinned makes a pinned_span with host element access", "[span]"
   CHECK(p.first(2).size() == 2);
   CHECK_THROWS_AS(p.first(5), std::out_of_range);
   CHECK_THROWS_AS(p.subspan(3, 2), std::out_of_range);
+  CHECK_THROWS_AS(p.subspan(2, static_cast<std::size_t>(-2)), std::out_of_range);
+  CHECK_THROWS_AS(p.subspan(static_cast<std::size_t>(-1), 1), std::out_of_range);
   CHECK(p.mapped().data() == a.data());
 }

@@ -3,8 +3,11 @@
 #include <ferry/policies/detail/select.hpp>
 #include <ferry/policies/presets.hpp>
 
+#include <ferry/error.hpp>
+
 #include <catch2/catch_test_macros.hpp>
 
+#include <cstdint>
 #include <type_traits>
 
 namespace {
@@ -56,4 +59,9 @@ TEST_CASE("pow2 growth capacities", "[policies]") {
   CHECK(growth::pow2::capacity_for(5) == 8);
   CHECK(growth::pow2::capacity_for(1024) == 1024);
   CHECK(growth::pow2::capacity_for(1025) == 2048);
+  constexpr std::size_t top = std::size_t{1} << 63;  // the largest power of two in size_t
+  CHECK(growth::pow2::capacity_for(top - 1) == top);
+  CHECK(growth::pow2::capacity_for(top) == top);
+  CHECK_THROWS_AS(growth::pow2::capacity_for(top + 1), ferry::capacity_error);
+  CHECK_THROWS_AS(growth::pow2::capacity_for(SIZE_MAX), ferry::capacity_error);
 }

@@ -155,6 +155,33 @@ TEMPLATE_TEST_CASE("packed upload without room throws out_of_range and enqueues 
   CHECK(ferry_test::same_stats(arena.stats(), st));
 }
 
+TEMPLATE_TEST_CASE("packed parts whose bytes overflow size_t are out_of_range and enqueue nothing",
+                   "[transfer][packed]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::pinned_arena<TestType> arena;
+  ferry::device_buffer<std::uint64_t, TestType> typed(4);
+  const auto before = ferry_test::random_values<std::uint64_t>(4, 41);
+  ferry_test::fill_device(typed.span(), before, s);
+  const ferry::device_span<std::byte> raw(reinterpret_cast<std::byte*>(typed.data()), 32);
+  const auto small = ferry_test::random_values<std::uint64_t>(2, 42);
+  const std::size_t wraps_to_0 = std::size_t{1} << 61;  // 2^64 bytes
+  const auto stats = arena.stats();
+  const auto queued = ferry_test::enqueued<TestType>(s);
+  for (std::size_t n : {wraps_to_0, ferry_test::wrapping_count}) {
+    CAPTURE(n);
+    const auto huge = ferry_test::huge_source(n);
+    CHECK_THROWS_AS(ferry::async_h2d_packed(typed.span(), s, arena, huge), std::out_of_range);
+    CHECK_THROWS_AS(ferry::async_h2d_packed(typed.span(), s, arena, small, huge),
+                    std::out_of_range);
+    CHECK_THROWS_AS(ferry::async_h2d_packed(raw, s, arena, huge), std::out_of_range);
+    CHECK_THROWS_AS(ferry::async_h2d_packed(raw, s, arena, small, huge, small), std::out_of_range);
+  }
+  CHECK(ferry_test::same_stats(arena.stats(), stats));
+  CHECK(ferry_test::enqueued<TestType>(s) == queued);
+  CHECK(read_back(typed.span(), s) == before);
+}
+
 TEMPLATE_TEST_CASE("packed upload of a source is consumed on return", "[transfer][packed]",
                    FERRY_TEST_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);

@@ -6,6 +6,8 @@
 #include "transfer_support.hpp"
 
 #include <catch2/catch_template_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_exception.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <atomic>
 #include <list>
@@ -202,6 +204,85 @@ TEMPLATE_TEST_CASE("a source that does not fit in out throws out_of_range and en
   CHECK(arena.stats().allocations == stats.allocations);
   CHECK(ferry_test::enqueued<TestType>(s) == queued);
   CHECK(read_back(out.span(), s) == before);
+}
+
+TEMPLATE_TEST_CASE("a source whose bytes overflow size_t is rejected before any staging",
+                   "[transfer][async_h2d]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::pinned_arena<TestType> arena;
+  ferry::device_buffer<std::uint64_t, TestType> out(4);
+  const auto before = ferry_test::random_values<std::uint64_t>(4, 13);
+  ferry_test::fill_device(out.span(), before, s);
+  const auto stats = arena.stats();
+  const auto queued = ferry_test::enqueued<TestType>(s);
+  const auto backend = ferry::backend_stats_of<TestType>();
+  const auto huge = ferry_test::huge_source(ferry_test::wrapping_count);
+  CHECK_THROWS_AS(ferry::async_h2d(huge, out.span(), s, arena), std::out_of_range);
+  // The allocating form: no buffer of the wrapped size (8 bytes) is allocated and overrun.
+  using Catch::Matchers::ContainsSubstring;
+  using Catch::Matchers::StartsWith;
+  CHECK_THROWS_MATCHES(ferry::async_h2d(huge, s, arena), std::invalid_argument,
+                       Catch::Matchers::MessageMatches(
+                           StartsWith("ferry: ") &&
+                           ContainsSubstring(std::to_string(ferry_test::wrapping_count))));
+  CHECK(ferry::backend_stats_of<TestType>().device_allocations == backend.device_allocations);
+  CHECK(ferry_test::same_stats(arena.stats(), stats));
+  CHECK(ferry_test::enqueued<TestType>(s) == queued);
+  CHECK(read_back(out.span(), s) == before);
+}
+
+TEMPLATE_TEST_CASE("a source larger than out is out_of_range even when the arena's cap is reached",
+                   "[transfer][async_h2d]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::pinned_arena<TestType> arena(8192);
+  ferry::copy_pool pool(1, 4096, 0);  // every non-empty contiguous source is pipelined
+  const std::size_t n = 16;
+  ferry::device_buffer<std::int32_t, TestType> out(n);
+  const auto before = ferry_test::random_values<std::int32_t>(n, 61);
+  ferry_test::fill_device(out.span(), before, s);
+  const auto big = ferry_test::random_values<std::int32_t>(1024, 62);
+  ferry::device_buffer<std::int32_t, TestType> sink(2 * big.size());
+  ferry::pinned_buffer<std::int32_t, TestType> pinned(n + 3);
+  const auto values = ferry_test::random_values<std::int32_t>(n + 3, 63);
+  std::copy(values.begin(), values.end(), pinned.host().begin());
+  std::list<std::int32_t> l(values.begin(), values.end());
+  auto all = [](std::int32_t) { return true; };
+  {
+    ferry_test::gate<TestType> g(s);
+    // The arena's whole cap in flight behind the gate: any staging now throws capacity_error.
+    ferry::async_h2d(big, sink.span().first(big.size()), s, arena);
+    ferry::async_h2d(big, sink.span().subspan(big.size()), s, arena);
+    const auto stats = arena.stats();
+    REQUIRE(stats.bytes_in_use == 0);
+    REQUIRE(stats.bytes_reserved == 8192);
+    const std::vector<std::int32_t> fits(values.begin(), values.begin() + n);
+    CHECK_THROWS_AS(ferry::async_h2d(fits, out.span(), s, arena), ferry::capacity_error);
+    CHECK_THROWS_AS(ferry::async_h2d(ferry_test::single_pass<std::int32_t>(fits), out.span(), s,
+                                     arena),
+                    ferry::capacity_error);
+    const auto queued = ferry_test::enqueued<TestType>(s);
+
+    CHECK_THROWS_AS(ferry::async_h2d(values, out.span(), s, arena), std::out_of_range);
+    CHECK_THROWS_AS(ferry::async_h2d(std::span(values), out.span(), s, arena), std::out_of_range);
+    CHECK_THROWS_AS(ferry::async_h2d(values, out.span(), s, arena, pool), std::out_of_range);
+    CHECK_THROWS_AS(ferry::async_h2d(l, out.span(), s, arena), std::out_of_range);
+    CHECK_THROWS_AS(ferry::async_h2d(values | std::views::filter(all), out.span(), s, arena),
+                    std::out_of_range);
+    CHECK_THROWS_AS(ferry::async_h2d(ferry_test::single_pass<std::int32_t>(values), out.span(), s,
+                                     arena),
+                    std::out_of_range);
+    CHECK_THROWS_AS(ferry::async_h2d(pinned.host(), out.span(), s, arena), std::out_of_range);
+    CHECK_THROWS_AS(ferry::async_h2d<ferry::pin::allow_sync>(l, out.span(), s, arena),
+                    std::out_of_range);
+    CHECK_THROWS_AS(ferry::async_h2d<ferry::pin::require>(pinned.host(), out.span(), s, arena),
+                    std::out_of_range);
+    CHECK(ferry_test::same_stats(arena.stats(), stats));
+    CHECK(ferry_test::enqueued<TestType>(s) == queued);
+  }
+  CHECK(read_back(out.span(), s) == before);
+  CHECK(read_back(sink.span().first(big.size()), s) == big);
 }
 
 TEMPLATE_TEST_CASE("an empty source returns out.first(0) and enqueues nothing",

@@ -197,6 +197,24 @@ TEMPLATE_TEST_CASE("pipelined uploads stay correct for 1 to 64 chunks and partia
   }
 }
 
+TEMPLATE_TEST_CASE("a chunk size near SIZE_MAX pipelines the source as one chunk",
+                   "[transfer][pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::pinned_arena<TestType> arena;
+  for (std::size_t chunk : {SIZE_MAX, SIZE_MAX / 2 + 1, SIZE_MAX - 4094}) {
+    CAPTURE(chunk);
+    ferry::copy_pool pool(2, chunk, 0);  // every non-empty contiguous source is pipelined
+    const auto v = ferry_test::random_values<std::uint32_t>(5000, chunk % 1000);
+    ferry::device_buffer<std::uint32_t, TestType> out(v.size());
+    CHECK(ferry::async_h2d(v, out.span(), s, arena, pool).size() == v.size());
+    CHECK(pool.stats().chunks == 1);
+    CHECK(pool.stats().bytes == v.size() * sizeof(std::uint32_t));
+    CHECK(read_back(out.span(), s) == v);
+    CHECK(arena.stats().bytes_in_use == 0);
+  }
+}
+
 namespace {
 // Items 0, 1 are chunk 0 and items 2, 3 chunk 1, as the pipeline publishes them. Item 0 finishes
 // only once both items of chunk 1 have finished (or after 20 s, recording the failure): a pool

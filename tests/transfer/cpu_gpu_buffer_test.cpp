@@ -4,7 +4,16 @@
 #include "transfer_support.hpp"
 
 #include <catch2/catch_template_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_exception.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <chrono>
+#include <future>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
 
 using ferry_test::read_back;
@@ -87,6 +96,71 @@ TEMPLATE_TEST_CASE("cpu_gpu_buffer: n beyond size throws out_of_range and enqueu
   CHECK(ferry_test::same_stats(arena.stats(), st));
   CHECK(read_back(buf.device(), s) == dev_before);
   CHECK(std::equal(host_before.begin(), host_before.end(), buf.host().begin()));
+}
+
+TEMPLATE_TEST_CASE("cpu_gpu_buffer of a size whose bytes overflow size_t allocates nothing",
+                   "[transfer][cpu_gpu_buffer]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using Catch::Matchers::ContainsSubstring;
+  using Catch::Matchers::StartsWith;
+  ferry::pinned_arena<TestType> arena;
+  const auto before = ferry::backend_stats_of<TestType>();
+  for (std::size_t n : {std::size_t{1} << 61, (std::size_t{1} << 61) + 1}) {
+    CAPTURE(n);
+    CHECK_THROWS_MATCHES((ferry::cpu_gpu_buffer<std::int64_t, TestType>(n, arena)),
+                         std::invalid_argument,
+                         Catch::Matchers::MessageMatches(StartsWith("ferry: ") &&
+                                                         ContainsSubstring(std::to_string(n))));
+  }
+  const auto after = ferry::backend_stats_of<TestType>();
+  CHECK(after.pinned_allocations == before.pinned_allocations);
+  CHECK(after.device_allocations == before.device_allocations);
+}
+
+TEMPLATE_TEST_CASE("a cpu_gpu_buffer destroyed while its copies are queued waits for them",
+                   "[transfer][cpu_gpu_buffer]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::pinned_arena<TestType> arena;
+  const std::size_t n = 4096;
+  const auto values = ferry_test::random_values<std::int64_t>(n, 81);
+  ferry::pinned_buffer<std::int64_t, TestType> seen(n);
+  struct on_destroy {
+    std::promise<void> done;
+    ~on_destroy() { done.set_value(); }
+  };
+  struct holder {        // members are destroyed in reverse order:
+    on_destroy freed;    // last: once the buffer's destructor has returned
+    ferry::cpu_gpu_buffer<std::int64_t, TestType> buf;
+    on_destroy dying;    // first: as the buffer's destruction begins
+  };
+  std::unique_ptr<holder> h(new holder{{}, ferry::cpu_gpu_buffer<std::int64_t, TestType>(n, arena), {}});
+  std::copy(values.begin(), values.end(), h->buf.host().begin());
+  std::optional<ferry::event<TestType>> host_done;
+  bool freed_behind_closed_gate = false;
+  {
+    ferry_test::gate<TestType> g(s);
+    h->buf.copy_to_device(n, s);
+    std::fill(h->buf.host().begin(), h->buf.host().end(), -1);  // snapshotted: rewritable now
+    ferry::async_d2h(h->buf.device(), seen.host(), s);
+    host_done.emplace(h->buf.copy_to_host(n, s));
+    // The gate opens once the buffer is being destroyed. Its frees wait for the queued copies, so
+    // its destructor cannot return first (frees that did not wait returned at once).
+    std::thread opener([&g, &freed_behind_closed_gate, dying = h->dying.done.get_future(),
+                        freed = h->freed.done.get_future()] {
+      dying.wait();
+      freed_behind_closed_gate =
+          freed.wait_for(std::chrono::milliseconds(100)) == std::future_status::ready;
+      g.open();
+    });
+    h.reset();
+    opener.join();
+  }
+  CHECK_FALSE(freed_behind_closed_gate);
+  CHECK(host_done->ready());
+  s.synchronize();
+  CHECK(std::equal(values.begin(), values.end(), seen.host().begin()));
+  CHECK(arena.stats().bytes_in_use == 0);
 }
 
 TEMPLATE_TEST_CASE("cpu_gpu_buffer moves and keeps its views", "[transfer][cpu_gpu_buffer]",

@@ -7,6 +7,7 @@
 #include <ferry/ferry.hpp>
 
 #include <cstdint>
+#include <ranges>
 #include <vector>
 
 namespace ferry_test {
@@ -94,5 +95,15 @@ class single_pass {
   const std::vector<T>* v_;
   bool begun_ = false;
 };
+
+/// A sized, non-contiguous view of `n` uint64 values that owns no memory (each element is
+/// computed when read), for sizes whose bytes overflow size_t.
+inline auto huge_source(std::size_t n) {
+  return std::views::iota(std::size_t{0}, n) |
+         std::views::transform([](std::size_t i) { return std::uint64_t{i * 0x9E3779B97F4A7C15ull}; });
+}
+
+/// 2^61 + 1 uint64: 2^64 + 8 bytes, which wrap to 8.
+inline constexpr std::size_t wrapping_count = (std::size_t{1} << 61) + 1;
 
 }  // namespace ferry_test

@@ -4,6 +4,8 @@
 // writes all read their sources this way.
 #pragma once
 
+#include <ferry/detail/checked.hpp>
+
 #include <cstddef>
 #include <cstring>
 #include <iterator>
@@ -29,7 +31,9 @@ std::size_t count_of(R& r) {
 template <class T, class R>
 void fill(R& r, T* dst, std::size_t n) {
   if constexpr (std::ranges::contiguous_range<R>) {
-    if (n != 0) std::memcpy(static_cast<void*>(dst), static_cast<const void*>(std::ranges::data(r)), n * sizeof(T));
+    if (n != 0)
+      std::memcpy(static_cast<void*>(dst), static_cast<const void*>(std::ranges::data(r)),
+                  checked_bytes(n, sizeof(T), "a source"));
   } else {
     auto it = std::ranges::begin(r);
     for (std::size_t i = 0; i < n; ++i, ++it) dst[i] = static_cast<T>(*it);

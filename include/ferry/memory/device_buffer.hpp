@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/detail/checked.hpp>
 #include <ferry/element.hpp>
 #include <ferry/memory/device_span.hpp>
 
@@ -17,7 +18,8 @@ namespace ferry {
 ///  - `device_buffer(n, stream)`: stream-ordered (cudaMallocAsync): usable by work on `stream`
 ///    enqueued after the constructor; the destructor frees it in order on the same stream
 ///    (cudaFreeAsync), which therefore must outlive the buffer.
-/// Move-only; a moved-from buffer is empty.
+/// n * sizeof(T) beyond size_t → std::invalid_argument, nothing allocated. Move-only; a
+/// moved-from buffer is empty.
 template <class T, class B = default_backend>
 class device_buffer {
   static_assert((detail::check_element<T>(), true));
@@ -32,11 +34,14 @@ class device_buffer {
   device_buffer() noexcept = default;
   /// `n` elements (cudaMalloc); complete on return.
   explicit device_buffer(std::size_t n)
-      : data_(static_cast<T*>(ops::alloc_device(n * sizeof(T)))), size_(n) {}
+      : data_(static_cast<T*>(
+            ops::alloc_device(detail::checked_bytes(n, sizeof(T), "device_buffer")))),
+        size_(n) {}
   /// `n` elements allocated in stream order on `s` (cudaMallocAsync), freed in order on `s`.
   device_buffer(std::size_t n, stream_ref<B> s) : size_(n), stream_(s) {
     ops::check_stream(s, ops::current_device());
-    data_ = static_cast<T*>(ops::alloc_device_async(n * sizeof(T), s));
+    data_ = static_cast<T*>(
+        ops::alloc_device_async(detail::checked_bytes(n, sizeof(T), "device_buffer"), s));
   }
   /// Takes over `o`'s memory; `o` is left empty.
   device_buffer(device_buffer&& o) noexcept

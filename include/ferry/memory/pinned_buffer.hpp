@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/detail/checked.hpp>
 #include <ferry/element.hpp>
 #include <ferry/memory/device_span.hpp>
 #include <ferry/memory/pinned_span.hpp>
@@ -27,9 +28,12 @@ class pinned_buffer {
 
   /// An empty buffer.
   pinned_buffer() noexcept = default;
-  /// `n` zero-filled elements (cudaHostAlloc, mapped and portable).
+  /// `n` zero-filled elements (cudaHostAlloc, mapped and portable). Throws
+  /// std::invalid_argument, allocating nothing, when n * sizeof(T) does not fit in size_t.
   explicit pinned_buffer(std::size_t n)
-      : data_(static_cast<T*>(ops::alloc_pinned(n * sizeof(T)))), size_(n) {}
+      : data_(static_cast<T*>(
+            ops::alloc_pinned(detail::checked_bytes(n, sizeof(T), "pinned_buffer")))),
+        size_(n) {}
   /// Takes over `o`'s memory; `o` is left empty.
   pinned_buffer(pinned_buffer&& o) noexcept
       : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}

@@ -32,9 +32,9 @@ pinned_span<T> async_d2h(device_span<U> src, pinned_span<T> out, stream_ref<B> s
   using ops = detail::backend_ops<B>;
   ops::check_stream(s, ops::current_device());
   const std::size_t n = src.size();
-  if (n > out.size()) detail::throw_too_small("async_d2h", n, out.size());
+  const std::size_t bytes = detail::fitting_bytes<T>("async_d2h", n, out.size());
   if (n == 0) return out.first(0);
-  ops::copy_async(out.data(), src.data(), n * sizeof(T), s);
+  ops::copy_async(out.data(), src.data(), bytes, s);
   return out.first(n);
 }
 

@@ -57,10 +57,11 @@ void send_block(pinned_block block, std::size_t n, device_span<T> out, stream_re
                 pinned_arena<B>& arena) {
   using ops = backend_ops<B>;
   try {
+    const std::size_t bytes = checked_bytes(n, sizeof(T), "a staging block");
     if constexpr (std::is_same_v<Pin, pin::allow_sync>)
-      ops::copy_blocking(out.data(), block.data, n * sizeof(T), s);
+      ops::copy_blocking(out.data(), block.data, bytes, s);
     else
-      ops::copy_async(out.data(), block.data, n * sizeof(T), s);
+      ops::copy_async(out.data(), block.data, bytes, s);
   } catch (...) {
     arena.release(block);
     throw;
@@ -83,15 +84,15 @@ device_span<T> h2d_into(Src& src, device_span<T> out, stream_ref<B> s, pinned_ar
   if constexpr (pinned_source<Src>) {
     // Pinned by type: DMA'd in place, under every PinPolicy.
     const std::size_t n = src.size();
-    if (n > out.size()) throw_too_small(fn, n, out.size());
+    const std::size_t bytes = fitting_bytes<T>(fn, n, out.size());
     if (n == 0) return out.first(0);
-    ops::copy_async(out.data(), src.data(), n * sizeof(T), s);
+    ops::copy_async(out.data(), src.data(), bytes, s);
     return out.first(n);
   } else if constexpr (countable_source<Src>) {
+    // Sized or forward: counted, and checked against out, before any staging.
     const std::size_t n = count_of(src);
-    if (n > out.size()) throw_too_small(fn, n, out.size());
+    const std::size_t bytes = fitting_bytes<T>(fn, n, out.size());
     if (n == 0) return out.first(0);
-    const std::size_t bytes = n * sizeof(T);
     if constexpr (std::is_same_v<Pin, pin::allow_sync> && contiguous_source<Src>) {
       ops::copy_blocking(out.data(), std::ranges::data(src), bytes, s);
       return out.first(n);
@@ -113,7 +114,8 @@ device_span<T> h2d_into(Src& src, device_span<T> out, stream_ref<B> s, pinned_ar
       return out.first(n);
     }
   } else {
-    // A single-pass range: gathered first (at most out.size() elements), then sent.
+    // A single-pass range: gathered first (at most out.size() elements, and read on to one
+    // element past that if the arena's cap is reached, so a misfit is always out_of_range).
     auto [block, n] = gather_input<T>(src, arena, out.size(), fn);
     if (n == 0) {
       arena.release(block);
@@ -149,10 +151,11 @@ device_span<T> h2d_into(Src& src, device_span<T> out, stream_ref<B> s, pinned_ar
 /// modified or freed at once); a pinned_span source must stay unmodified until `s` has passed
 /// the copy. `out` must stay valid until then.
 ///
-/// Errors: `src` larger than `out` → std::out_of_range, nothing enqueued (a single-pass source is
-/// read first, then rejected; its staging block goes back unused). An empty source enqueues
-/// nothing and returns `out.first(0)`. The arena's cap → ferry::capacity_error, nothing enqueued
-/// (except by the pipeline, which may have enqueued earlier chunks).
+/// Errors: `src` larger than `out` → std::out_of_range, nothing enqueued, whatever the arena's
+/// state: the size is checked before any staging (a single-pass source is read first, then
+/// rejected; its staging block goes back unused). An empty source enqueues nothing and returns
+/// `out.first(0)`. The arena's cap → ferry::capacity_error, nothing enqueued (except by the
+/// pipeline, which may have enqueued earlier chunks).
 template <class... Policies, std::ranges::input_range Src, class T, class B>
 device_span<T> async_h2d(Src&& src, device_span<T> out, stream_ref<B> s, pinned_arena<B>& arena,
                          copy_pool& pool) {
@@ -178,7 +181,8 @@ device_span<T> async_h2d(Src&& src, device_span<T> out, stream_ref<B> s) {
 /// Copies `src` into a new device_buffer of exactly its size, allocated in stream order on `s`
 /// (cudaMallocAsync: an allocation, so not part of steady state) and freed in order on `s` by
 /// its destructor (so `s` must outlive it). The element type is the source's. Policies, blocking
-/// and source lifetime as for async_h2d into `out`; a single-pass source is gathered first.
+/// and source lifetime as for async_h2d into `out`; a single-pass source is gathered first. A
+/// source whose bytes do not fit in size_t → std::invalid_argument, nothing allocated.
 template <class... Policies, std::ranges::input_range Src, class B>
 device_buffer<detail::source_element_t<Src>, B> async_h2d(Src&& src, stream_ref<B> s,
                                                           pinned_arena<B>& arena) {

@@ -4,6 +4,7 @@
 
 #include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/backend/stream.hpp>
+#include <ferry/detail/checked.hpp>
 #include <ferry/element.hpp>
 #include <ferry/memory/device_span.hpp>
 #include <ferry/memory/pinned_arena.hpp>
@@ -44,10 +45,6 @@ constexpr void check_packed_pin() {
   if constexpr (std::is_same_v<Pin, pin::require>) (check_pinned_source<Srcs>(), ...);
 }
 
-constexpr std::size_t align_up(std::size_t n, std::size_t a) noexcept {
-  return (n + a - 1) / a * a;
-}
-
 /// Gathers the parts (at `offsets`, `counts`) of every source into one arena block and sends
 /// [0, total) of it to `dst` in one copy. `zero_gaps`: zero the padding between parts.
 template <class Pin, class B, class... Elems, class... Srcs>
@@ -61,7 +58,7 @@ void packed_send(std::byte* dst, std::size_t total, const std::size_t* offsets,
   auto one = [&]<class E, class S>(E*, S& src) {
     if (offsets[i] > end) std::memset(base + end, 0, offsets[i] - end);
     fill(src, reinterpret_cast<E*>(base + offsets[i]), counts[i]);
-    end = offsets[i] + counts[i] * sizeof(E);
+    end = offsets[i] + checked_bytes(counts[i], sizeof(E), "async_h2d_packed");
     ++i;
   };
   (one(static_cast<Elems*>(nullptr), srcs), ...);
@@ -87,7 +84,8 @@ void packed_send(std::byte* dst, std::size_t total, const std::size_t* offsets,
 /// `pin::allow_sync` sends the block with a host-blocking copy. Source lifetime: every source has
 /// been consumed when the call returns. `out` must stay valid until `s` has passed the copy.
 ///
-/// Errors: not enough room in `out` → std::out_of_range, nothing enqueued; all sources empty →
+/// Errors: not enough room in `out` (also for sources whose bytes overflow size_t) →
+/// std::out_of_range, nothing enqueued; all sources empty →
 /// nothing enqueued (empty spans returned). The arena's cap → ferry::capacity_error, nothing
 /// enqueued.
 template <class... Policies, class T, class B, class... Srcs>
@@ -124,14 +122,24 @@ auto async_h2d_packed(device_span<T> out, stream_ref<B> s, pinned_arena<B>& aren
   constexpr std::array<std::size_t, N> elem_size{sizeof(detail::source_element_t<Srcs>)...};
   constexpr std::array<std::size_t, N> align{
       std::max(alignof(detail::source_element_t<Srcs>), packed_part_alignment)...};
+  // Checked: a part whose bytes (or whose end) overflow size_t cannot fit in any out.
   std::size_t end = 0;
-  for (std::size_t k = 0; k < N; ++k) {
-    offsets[k] = bytes_out ? detail::align_up(end, align[k]) : end;
-    end = offsets[k] + counts[k] * elem_size[k];
+  bool fits = true;
+  for (std::size_t k = 0; k < N && fits; ++k) {
+    std::size_t part = 0;
+    if constexpr (bytes_out) {
+      fits = detail::add_fits(end, align[k] - 1, offsets[k]);
+      offsets[k] -= offsets[k] % align[k];
+    } else {
+      offsets[k] = end;
+    }
+    fits = fits && detail::mul_fits(counts[k], elem_size[k], part) &&
+           detail::add_fits(offsets[k], part, end);
   }
-  const std::size_t room = out.size() * sizeof(T);
-  if (end > room)
-    throw std::out_of_range("ferry: async_h2d_packed: the sources need " + std::to_string(end) +
+  const std::size_t room = detail::checked_bytes(out.size(), sizeof(T), "async_h2d_packed: out");
+  if (!fits || end > room)
+    throw std::out_of_range("ferry: async_h2d_packed: the sources need " +
+                            (fits ? std::to_string(end) : std::string("more than SIZE_MAX")) +
                             " bytes of out (parts and alignment) but out has " +
                             std::to_string(room) + "; nothing was enqueued");
 

@@ -5,6 +5,7 @@
 #include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/backend/event.hpp>
 #include <ferry/backend/stream.hpp>
+#include <ferry/detail/checked.hpp>
 #include <ferry/element.hpp>
 #include <ferry/memory/device_buffer.hpp>
 #include <ferry/memory/device_span.hpp>
@@ -34,6 +35,7 @@ namespace ferry {
 ///    event recorded after the call).
 /// copy_to_host always writes host() in place: read it once the returned event is ready.
 ///
+/// n * sizeof(T) beyond size_t → std::invalid_argument at construction, nothing allocated.
 /// Move-only; the destructor frees both arrays (on CUDA, cudaFreeHost and cudaFree wait for the
 /// whole device: keep these for the life of the engine). Not thread-safe.
 template <class T, class... Policies>
@@ -80,7 +82,7 @@ class cpu_gpu_buffer {
     [[maybe_unused]] const auto on_device = ops::enter(s, device_id_);
     check_count("copy_to_device", n);
     if (n == 0) return device().first(0);
-    const std::size_t bytes = n * sizeof(T);
+    const std::size_t bytes = detail::checked_bytes(n, sizeof(T), "cpu_gpu_buffer");
     if constexpr (std::is_same_v<reuse_policy, reuse::event_fenced>) {
       detail::block_guard<B> guard(*arena_, arena_->acquire(bytes));
       std::memcpy(guard.get().data, host_.host().data(), bytes);
@@ -100,7 +102,8 @@ class cpu_gpu_buffer {
     check_count("copy_to_host", n);
     event<B> done;
     if (n == 0) return done;
-    ops::copy_async(host_.host().data(), device_.data(), n * sizeof(T), s);
+    ops::copy_async(host_.host().data(), device_.data(),
+                    detail::checked_bytes(n, sizeof(T), "cpu_gpu_buffer"), s);
     done.record(s);
     return done;
   }

@@ -46,12 +46,13 @@ template <class B>
 void pipelined_upload(std::byte* dst, const std::byte* src, std::size_t bytes, stream_ref<B> s,
                       pinned_arena<B>& arena, copy_pool& pool) {
   using ops = backend_ops<B>;
-  const std::size_t chunk = pool.chunk_bytes();
-  const std::size_t count = (bytes + chunk - 1) / chunk;
+  // Wrap-free for every chunk size: a source smaller than a chunk is one chunk of its own size.
+  auto ceil_div = [](std::size_t a, std::size_t b) { return a / b + (a % b != 0); };
+  const std::size_t chunk = std::min(pool.chunk_bytes(), bytes);
+  const std::size_t count = ceil_div(bytes, chunk);
   const std::size_t slice = std::min(chunk, copy_slice_bytes);
-  const std::size_t per_chunk = (chunk + slice - 1) / slice;
-  const std::size_t depth =
-      std::max<std::size_t>(2, (pool.threads() + per_chunk - 1) / per_chunk + 1);
+  const std::size_t per_chunk = ceil_div(chunk, slice);
+  const std::size_t depth = std::max<std::size_t>(2, ceil_div(pool.threads(), per_chunk) + 1);
 
   struct job final : pool_job {
     const std::byte* src = nullptr;

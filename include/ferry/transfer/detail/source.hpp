@@ -3,8 +3,10 @@
 // detail/source_range.hpp), and gathering a single-pass range into a growing arena block.
 #pragma once
 
+#include <ferry/detail/checked.hpp>
 #include <ferry/detail/source_range.hpp>
 #include <ferry/element.hpp>
+#include <ferry/error.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/memory/pinned_span.hpp>
 
@@ -48,6 +50,15 @@ using source_element_t = std::remove_cv_t<std::ranges::range_value_t<S>>;
                           " elements, the room in out; nothing was enqueued");
 }
 
+/// The bytes of a source of `n` elements of T bound for `room` elements: std::out_of_range when
+/// it does not fit (checked before any staging, so that a misfit is never reported as anything
+/// else).
+template <class T>
+std::size_t fitting_bytes(const char* fn, std::size_t n, std::size_t room) {
+  if (n > room) throw_too_small(fn, n, room);
+  return checked_bytes<std::out_of_range>(n, sizeof(T), fn);
+}
+
 /// Gives a block back unused unless dismissed (exception safety around user iteration).
 template <class B>
 class block_guard {
@@ -69,20 +80,30 @@ class block_guard {
 
 /// A single-pass source gathered into an arena block that grows (by acquiring a block twice as
 /// large, copying, and giving the old one back unused) as elements arrive. At most `max`
-/// elements: one more throws std::out_of_range after giving the block back. Returns the block
-/// (empty when the source was) and the element count.
+/// elements: one more throws std::out_of_range after giving the block back, also when the arena's
+/// cap is reached first (the rest of the source is then read, up to one element past `max`, so
+/// that a source too large for out is reported as such). Returns the block (empty when the source
+/// was) and the element count.
 template <class T, class B, class S>
 std::pair<pinned_block, std::size_t> gather_input(S& s, pinned_arena<B>& arena, std::size_t max,
                                                   const char* fn) {
   block_guard<B> guard(arena, {});
   std::size_t n = 0;
-  for (auto it = std::ranges::begin(s); it != std::ranges::end(s); ++it) {
+  auto it = std::ranges::begin(s);
+  for (; it != std::ranges::end(s); ++it) {
     if (n == max) throw_too_small_input(fn, max);
     pinned_block b = guard.get();
-    if ((n + 1) * sizeof(T) > b.capacity) {
-      const std::size_t want = b ? b.capacity * 2 : std::size_t{4096};
-      pinned_block bigger = arena.acquire(want);
-      if (n != 0) std::memcpy(bigger.data, b.data, n * sizeof(T));
+    if (n == b.capacity / sizeof(T)) {  // full (block capacities are multiples of sizeof(T))
+      const std::size_t want = b ? b.capacity * 2 : std::size_t{4096};  // capacity <= 2^62
+      pinned_block bigger;
+      try {
+        bigger = arena.acquire(want);
+      } catch (const capacity_error&) {
+        for (; it != std::ranges::end(s); ++it, ++n)
+          if (n == max) throw_too_small_input(fn, max);
+        throw;
+      }
+      if (b) std::memcpy(bigger.data, b.data, b.capacity);
       guard.release();
       if (b) arena.release(b);
       guard.reset(bigger);
