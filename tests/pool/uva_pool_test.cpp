@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <ranges>
 #include <set>
 #include <span>
@@ -231,6 +232,28 @@ TEMPLATE_TEST_CASE("uva_pool rejects zero slots and more slots than max_slots", 
   CHECK_THROWS_AS(pool(16, 3, 2), std::invalid_argument);
   CHECK_NOTHROW(pool(16, 8));
   CHECK_NOTHROW(pool(0, 1, 1));
+}
+
+TEMPLATE_TEST_CASE("uva_pool takes any max_slots and inserts slots up to it", "[pool]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::uva_pool<std::int32_t, TestType> pool(4, 1, std::numeric_limits<std::size_t>::max());
+  CHECK(pool.max_slots() == std::numeric_limits<std::size_t>::max());
+  constexpr std::size_t calls = 12;
+  std::vector<std::int32_t> seen[calls];
+  std::vector<std::vector<std::int32_t>> src;
+  {
+    ferry_test::gate<TestType> g(s);
+    for (std::size_t k = 0; k < calls; ++k) {
+      src.push_back(ferry_test::random_values<std::int32_t>(4, 100 + k));
+      const auto v = pool.copy_to_uva(src.back(), s);
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), v, &seen[k]);
+    }
+    CHECK(pool.slots() == calls);  // every reader is held: each call after the first inserted
+  }
+  s.synchronize();
+  for (std::size_t k = 0; k < calls; ++k) CHECK(seen[k] == src[k]);
 }
 
 TEMPLATE_TEST_CASE("uva_pool leaves everything unchanged when the source throws midway", "[pool]",

@@ -111,7 +111,7 @@ class uva_pool {
       throw capacity_error("ferry: uva_pool initial capacity of " + std::to_string(initial_capacity) +
                            " elements is too large");
     device_ = ops::current_device();
-    slots_.reserve(max_slots);
+    slots_.reserve(slots);
     try {
       for (std::size_t i = 0; i < slots; ++i) slots_.push_back(make_slot(initial_capacity));
     } catch (...) {
@@ -267,7 +267,7 @@ class uva_pool {
   }
 
   // The one write path. Everything that can fail happens before the commit; the commit itself
-  // cannot throw (the ring's storage is reserved for max_slots, slots move without throwing).
+  // cannot throw (the ring's storage is reserved before an insert, slots move without throwing).
   template <class R>
   device_span<const T> put(R& src, std::size_t n, stream_ref<B> stream) {
     if (slots_.empty()) throw error("ferry: uva_pool used after it was moved from");
@@ -338,6 +338,7 @@ class uva_pool {
     // 3. Prepare: a fresh block when inserting, or growing beyond what the block holds.
     detail::uva_slot fresh;
     if (insert) {
+      slots_.reserve(slots_.size() + 1);
       fresh = make_slot(new_cap);
     } else if (grow && slots_[next].block.capacity < bytes_for(new_cap)) {
       fresh.block = arena_->acquire(bytes_for(new_cap));
