@@ -40,9 +40,9 @@ namespace ferry {
 /// the other slots untouched; the grown-out block goes back to the arena behind a fence);
 /// `growth::fixed` throws ferry::capacity_error instead. The returned view holds exactly the
 /// source's elements (stale elements beyond them are never exposed). An empty source rotates but
-/// writes and grows nothing and puts no fence on the slot it rotates onto (under event_fenced it
-/// fences the last view's slot on its stream, as every call does). A call that throws changes
-/// nothing, rotation included.
+/// writes and grows nothing; the last view stays valid, and under event_fenced its slot is fenced
+/// on the empty call's stream, as every call does. A call that throws changes nothing, rotation
+/// included.
 ///
 /// **Lifetime rule: a view stays valid for GPU work enqueued before the pool's next use of that
 /// slot.** Destroying (or moving over) the pool is a use of every slot.
@@ -407,9 +407,8 @@ class uva_pool {
   int device_ = 0;
   std::size_t cur_ = 0;          // the slot of the last call
   std::size_t view_ = none;      // the slot of the last non-empty view
-  std::size_t unfenced_ = none;  // view_, while its readers on its own stream are not yet fenced
+  std::size_t unfenced_ = none;  // view_, until copy_to_device has fenced its only reader
   std::optional<stream_ref<B>> view_stream_;  // the stream view_ was returned for, while unfenced
-
   pool_stats stats_{};
 };
 
