@@ -5,6 +5,7 @@
 #include <catch2/catch_template_test_macros.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <thread>
 #include <vector>
@@ -61,6 +62,29 @@ TEMPLATE_TEST_CASE("under the byte cap an in-flight block is never handed out: c
   auto b = arena.acquire(4096);
   CHECK(b.data == a.data);
   arena.release(b, s);
+}
+
+TEMPLATE_TEST_CASE("a free block is found behind the in-flight blocks of many streams",
+                   "[arena]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  constexpr std::size_t n = 6;
+  ferry::pinned_arena<TestType> arena(n * 256);
+  std::vector<std::unique_ptr<ferry::stream<TestType>>> streams;
+  std::vector<std::unique_ptr<ferry_test::gate<TestType>>> gates;  // opened before the streams go
+  std::vector<ferry::pinned_block> blocks;
+  for (std::size_t k = 0; k < n; ++k) blocks.push_back(arena.acquire(256));
+  for (std::size_t k = 0; k + 1 < n; ++k) {
+    streams.push_back(std::make_unique<ferry::stream<TestType>>());
+    gates.push_back(std::make_unique<ferry_test::gate<TestType>>(*streams.back()));
+    arena.release(blocks[k], *streams.back());  // in flight behind its gate
+  }
+  arena.release(blocks[n - 1]);  // unused: free at once
+  const auto b = arena.acquire(256);
+  CHECK(b.data == blocks[n - 1].data);
+  CHECK_THROWS_AS(arena.acquire(256), ferry::capacity_error);  // the others are all in flight
+  arena.release(b);
+  gates.clear();
+  for (auto& s : streams) s->synchronize();
 }
 
 TEMPLATE_TEST_CASE("after warm-up staging allocates nothing (counted by the backend)",

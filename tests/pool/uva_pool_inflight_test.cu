@@ -11,15 +11,20 @@
 // Host backend: the consumer is a stream task held by a gate that the host opens 3 steps later
 // (deterministic: at call k, readers k-3..k-1 are held and k-4 has finished), and that sleeps
 // briefly before it reads.
+//
+// On CUDA, a slow kernel also reads the last view while an empty call on its stream, a call on
+// another stream, or the pool's destruction (its blocks then taken by another arena user) follow.
 #include <pool/pool_support.hpp>
 
 #include <catch2/catch_template_test_macros.hpp>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -226,4 +231,52 @@ TEST_CASE("the in-flight reader test observes the corruption of caller_fenced mi
     s.synchronize();
     for (std::size_t k = 0; k < 8; ++k) CHECK(ok[k] == expected<std::int32_t>(k));
   }
+}
+
+TEST_CASE("uva_pool keeps a slow kernel's view across an empty call and the pool's destruction",
+          "[pool][inflight]") {
+#if defined(__CUDACC__) && FERRY_HAS_CUDA
+  using B = ferry::backend::cuda;
+  FERRY_REQUIRE_BACKEND(B);
+  using T = std::int32_t;
+  constexpr unsigned long long spin_ns = 20'000'000;  // the reader still runs while the host goes on
+  ferry::stream<B> s0;
+  ferry::stream<B> s1;
+  ferry::pinned_arena<B> arena;
+  ferry::device_buffer<unsigned long long, B> results(4);
+  ferry::pinned_buffer<unsigned long long, B> back(4);
+  const auto src = pool_test::generation<T>(5, lengths[2]);
+  const std::vector<T> nines(lengths[2], 9);
+  std::vector<ferry::pinned_block> taken;
+  SECTION("an empty call on the reader's stream, then a call on another stream") {
+    ferry::uva_pool<T, B> pool(lengths[2], 2, 8, arena);
+    const auto v1 = pool.copy_to_uva(src, s0);
+    slow_uva_reader_kernel<T><<<1, 256, 0, s0.get()>>>(v1, spin_ns, results.data());
+    REQUIRE(cudaPeekAtLastError() == cudaSuccess);
+    pool.copy_to_uva(std::span<const T>{}, s0);
+    const auto v3 = pool.copy_to_uva(nines, s1);
+    CHECK(v3.data() != v1.data());
+    s0.synchronize();
+  }
+  SECTION("the pool destroyed, its blocks taken by another arena user") {
+    {
+      ferry::uva_pool<T, B> pool(lengths[2], 2, 8, arena);
+      const auto v = pool.copy_to_uva(src, s0);
+      slow_uva_reader_kernel<T><<<1, 256, 0, s0.get()>>>(v, spin_ns, results.data());
+      REQUIRE(cudaPeekAtLastError() == cudaSuccess);
+    }
+    for (int k = 0; k < 2; ++k) {
+      taken.push_back(arena.acquire(lengths[2] * sizeof(T)));
+      std::fill_n(reinterpret_cast<T*>(taken.back().data), lengths[2], 9);
+    }
+  }
+  ferry::detail::backend_ops<B>::copy_async(back.host().data(), results.data(),
+                                            4 * sizeof(unsigned long long), s0);
+  s0.synchronize();
+  const auto* r = back.host().data();
+  CHECK(observed{r[0], r[1], r[2], r[3]} == observe(src.data(), src.size()));
+  for (const auto& b : taken) arena.release(b);
+#else
+  SKIP("the CUDA in-flight readers are kernels: build this test with nvcc");
+#endif
 }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <ranges>
 #include <set>
 #include <span>
@@ -233,6 +234,28 @@ TEMPLATE_TEST_CASE("uva_pool rejects zero slots and more slots than max_slots", 
   CHECK_NOTHROW(pool(0, 1, 1));
 }
 
+TEMPLATE_TEST_CASE("uva_pool takes any max_slots and inserts slots up to it", "[pool]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::uva_pool<std::int32_t, TestType> pool(4, 1, std::numeric_limits<std::size_t>::max());
+  CHECK(pool.max_slots() == std::numeric_limits<std::size_t>::max());
+  constexpr std::size_t calls = 12;
+  std::vector<std::int32_t> seen[calls];
+  std::vector<std::vector<std::int32_t>> src;
+  {
+    ferry_test::gate<TestType> g(s);
+    for (std::size_t k = 0; k < calls; ++k) {
+      src.push_back(ferry_test::random_values<std::int32_t>(4, 100 + k));
+      const auto v = pool.copy_to_uva(src.back(), s);
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), v, &seen[k]);
+    }
+    CHECK(pool.slots() == calls);  // every reader is held: each call after the first inserted
+  }
+  s.synchronize();
+  for (std::size_t k = 0; k < calls; ++k) CHECK(seen[k] == src[k]);
+}
+
 TEMPLATE_TEST_CASE("uva_pool leaves everything unchanged when the source throws midway", "[pool]",
                    FERRY_TEST_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);
@@ -283,17 +306,87 @@ TEMPLATE_TEST_CASE("uva_pool rotates on an empty source but writes grows and fen
     const auto e = pool.copy_to_uva(std::vector<std::int32_t>{}, s);  // slot 0: nothing written
     CHECK(pool.current_slot() == 0);
     CHECK(e.size() == 0);
-    CHECK(pool.stats().fences == before.fences);
+    CHECK(pool.stats().fences == before.fences + 1);  // slot 1 (the last view), not slot 0
     CHECK(pool.stats().grows == before.grows);
     CHECK(pool.capacity(0) == 8);
-    // The view of call 1 is still being read: its fence was deferred past the empty call, so the
-    // next call finds slot 1 busy and inserts a slot instead of overwriting it.
+    // The view of call 1 is still being read: the next call finds slot 1 busy and inserts a slot
+    // instead of overwriting it.
     const auto v3 = pool.copy_to_uva(generation<std::int32_t>(3, 6), s);
     CHECK(v3.data() != v1.data());
     CHECK(pool.stats().inserted == 1);
   }
   s.synchronize();
   CHECK(seen == generation<std::int32_t>(1, 6));
+}
+
+TEMPLATE_TEST_CASE("uva_pool keeps the last view fenced across an empty call, on any stream",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using ref = ferry::stream_ref<TestType>;
+  ferry::stream<TestType> s0;
+  ferry::stream<TestType> s1;
+  ferry::stream<TestType> s2;
+  ferry::uva_pool<std::int32_t, TestType> pool(4, 2);
+  const auto src = ferry_test::random_values<std::int32_t>(4, 11);
+  const std::vector<std::int32_t> nines(4, 9);
+  const std::span<const std::int32_t> empty;
+  std::vector<std::int32_t> seen;
+  {
+    ferry_test::gate<TestType> g0(s0);
+    ferry_test::gate<TestType> g2(s2);
+    const auto v1 = pool.copy_to_uva(src, s0);  // slot 1
+    SECTION("read on the empty call's stream") {
+      pool_test::enqueue_reader(ref(s0), v1, &seen);
+      pool.copy_to_uva(empty, s0);  // slot 0
+    }
+    SECTION("read on the empty call's stream, record_use there after the empty call") {
+      pool_test::enqueue_reader(ref(s0), v1, &seen);
+      pool.copy_to_uva(empty, s0);
+      pool.record_use(s0);
+    }
+    SECTION("read on a third stream after the empty call, declared with record_use") {
+      pool.copy_to_uva(empty, s0);
+      pool_test::enqueue_reader(ref(s2), v1, &seen);
+      pool.record_use(s2);
+    }
+    const auto v3 = pool.copy_to_uva(nines, s1);  // slot 1 is still read: a slot is inserted
+    CHECK(v3.data() != v1.data());
+    CHECK(pool.stats().inserted == 1);
+  }
+  s0.synchronize();
+  s2.synchronize();
+  CHECK(seen == src);
+}
+
+TEMPLATE_TEST_CASE("uva_pool gives the last view's block back behind its readers", "[pool]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::pinned_arena<TestType> arena;
+  using pool_type = ferry::uva_pool<std::int32_t, TestType>;
+  const auto src = ferry_test::random_values<std::int32_t>(16, 21);
+  std::vector<std::int32_t> seen;
+  std::vector<ferry::pinned_block> taken;
+  {
+    ferry_test::gate<TestType> g(s);
+    SECTION("destroyed") {
+      pool_type pool(16, 2, 8, arena);
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), pool.copy_to_uva(src, s), &seen);
+    }
+    SECTION("moved over") {
+      pool_type pool(16, 2, 8, arena);
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), pool.copy_to_uva(src, s), &seen);
+      pool = pool_type(16, 1, 8, arena);
+    }
+    // Another user of the arena takes the blocks it may reuse now, and overwrites them.
+    for (int k = 0; k < 3; ++k) {
+      taken.push_back(arena.acquire(16 * sizeof(std::int32_t)));
+      std::fill_n(reinterpret_cast<std::int32_t*>(taken.back().data), 16, 9);
+    }
+  }
+  s.synchronize();
+  CHECK(seen == src);
+  for (const auto& b : taken) arena.release(b);
 }
 
 TEMPLATE_TEST_CASE("uva_pool copy_to_device copies the exact prefix and rejects a small out",

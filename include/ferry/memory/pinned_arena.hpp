@@ -154,7 +154,7 @@ class pinned_arena {
 
   // The oldest free block of the class whose fence has passed. Within one stream fences pass in
   // order, so when the oldest block of a stream is still in flight, its later blocks are skipped
-  // without asking.
+  // without asking (for the first few such streams; blocks of the others are asked about).
   pinned_block take_passed(unsigned cls) {
     auto& list = free_[cls];
     std::uint32_t blocked[4];
@@ -165,8 +165,7 @@ class pinned_arena {
       for (std::size_t k = 0; k < n_blocked; ++k) skip |= blocked[k] == f.timeline && !f.empty();
       if (skip) continue;
       if (clock_.passed(f)) return list.take(i).block;
-      if (n_blocked == std::size(blocked)) break;
-      blocked[n_blocked++] = f.timeline;
+      if (n_blocked < std::size(blocked)) blocked[n_blocked++] = f.timeline;
     }
     return {};
   }

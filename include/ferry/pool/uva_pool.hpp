@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -39,16 +40,20 @@ namespace ferry {
 /// the other slots untouched; the grown-out block goes back to the arena behind a fence);
 /// `growth::fixed` throws ferry::capacity_error instead. The returned view holds exactly the
 /// source's elements (stale elements beyond them are never exposed). An empty source rotates but
-/// writes, grows and fences nothing. A call that throws changes nothing, rotation included.
+/// writes and grows nothing; the last view stays valid, and under event_fenced its slot is fenced
+/// on the empty call's stream, as every call does. A call that throws changes nothing, rotation
+/// included.
 ///
 /// **Lifetime rule: a view stays valid for GPU work enqueued before the pool's next use of that
 /// slot.** Destroying (or moving over) the pool is a use of every slot.
 ///
-/// **reuse::event_fenced** (default): each non-empty call first fences the slot of the previous
-/// non-empty call on *this call's* stream, so the kernels that read the previous view, enqueued on
-/// that stream between the two calls, are covered. A reader on any other stream must call
+/// **reuse::event_fenced** (default): each call (empty or not) first fences the slot of the last
+/// non-empty call's view on *this call's* stream, so the kernels that read that view, enqueued on
+/// that stream before the call, are covered. A reader on any other stream must call
 /// record_use(stream) after enqueuing its work and before the pool's next call (a slot may hold
-/// fences on several streams). A slot whose fences have not all passed is never rewritten: a new
+/// fences on several streams). Destroying (or moving over) the pool fences the last view on the
+/// stream it was returned for (which therefore must outlive the pool) and waits for the other
+/// fences still pending. A slot whose fences have not all passed is never rewritten: a new
 /// slot (a block from the arena) is inserted in front of it instead, without blocking, up to
 /// `max_slots`; beyond that, and always under `growth::fixed` (which promises stable addresses),
 /// the call throws ferry::capacity_error. Checks are amortized: a fence already known passed costs
@@ -106,7 +111,7 @@ class uva_pool {
       throw capacity_error("ferry: uva_pool initial capacity of " + std::to_string(initial_capacity) +
                            " elements is too large");
     device_ = ops::current_device();
-    slots_.reserve(max_slots);
+    slots_.reserve(slots);
     try {
       for (std::size_t i = 0; i < slots; ++i) slots_.push_back(make_slot(initial_capacity));
     } catch (...) {
@@ -126,8 +131,9 @@ class uva_pool {
         max_slots_(o.max_slots_),
         device_(o.device_),
         cur_(std::exchange(o.cur_, 0)),
+        view_(std::exchange(o.view_, none)),
         unfenced_(std::exchange(o.unfenced_, none)),
-        has_view_(std::exchange(o.has_view_, false)),
+        view_stream_(std::exchange(o.view_stream_, std::nullopt)),
         stats_(std::exchange(o.stats_, {})) {
     o.slots_.clear();
   }
@@ -143,15 +149,17 @@ class uva_pool {
       max_slots_ = o.max_slots_;
       device_ = o.device_;
       cur_ = std::exchange(o.cur_, 0);
+      view_ = std::exchange(o.view_, none);
       unfenced_ = std::exchange(o.unfenced_, none);
-      has_view_ = std::exchange(o.has_view_, false);
+      view_stream_ = std::exchange(o.view_stream_, std::nullopt);
       stats_ = std::exchange(o.stats_, {});
     }
     return *this;
   }
   /// Waits for the fences the pool holds (synchronizing only if a reader is still running), then
-  /// gives every block back to the arena. Readers of the last view that were not fenced (no
-  /// record_use, no later call) must have finished: destruction ends every view.
+  /// gives every block back to the arena; the last view's block goes back behind a fence on the
+  /// stream it was returned for (without waiting), so that its readers there are covered. Readers
+  /// of the last view on other streams must have been declared with record_use.
   ~uva_pool() { release_all(); }
 
   /// Advances to the next slot, writes `src` into it (growing it per GrowthPolicy when needed)
@@ -191,18 +199,20 @@ class uva_pool {
     if constexpr (event_fenced) {
       fence_slot(cur_, stream);
       unfenced_ = none;
+      view_stream_.reset();
     }
     return out.first(n);
   }
 
   /// Declares that work enqueued on `stream` so far reads the current view (the one the last
-  /// call returned): the slot is fenced on `stream` too, and is not rewritten before `stream`
-  /// has passed this point. Needed for readers on a stream other than the pool's next call's.
-  /// A no-op under reuse::caller_fenced, and after an empty call.
+  /// non-empty call returned; empty calls since then do not end it): the slot is fenced on
+  /// `stream` too, and is not rewritten before `stream` has passed this point. Needed for readers
+  /// on a stream other than the pool's next call's. A no-op under reuse::caller_fenced, and
+  /// before the first non-empty call.
   void record_use(stream_ref<B> stream) {
     [[maybe_unused]] const auto on_device = ops::enter(stream, device_);
     if constexpr (event_fenced) {
-      if (has_view_) fence_slot(cur_, stream);
+      if (view_ != none) fence_slot(view_, stream);
     }
   }
 
@@ -257,14 +267,17 @@ class uva_pool {
   }
 
   // The one write path. Everything that can fail happens before the commit; the commit itself
-  // cannot throw (the ring's storage is reserved for max_slots, slots move without throwing).
+  // cannot throw (the ring's storage is reserved before an insert, slots move without throwing).
   template <class R>
   device_span<const T> put(R& src, std::size_t n, stream_ref<B> stream) {
     if (slots_.empty()) throw error("ferry: uva_pool used after it was moved from");
     const std::size_t next = (cur_ + 1) % slots_.size();
-    if (n == 0) {  // rotates; writes, grows and fences nothing
+    if (n == 0) {  // rotates; writes and grows nothing
+      // The last view stays valid: its readers enqueued on this stream so far are fenced here.
+      if constexpr (event_fenced) {
+        if (unfenced_ != none) fence_slot(unfenced_, stream);
+      }
       cur_ = next;
-      has_view_ = false;
       ++stats_.calls;
       return {data_of(slots_[next]), 0};
     }
@@ -325,6 +338,7 @@ class uva_pool {
     // 3. Prepare: a fresh block when inserting, or growing beyond what the block holds.
     detail::uva_slot fresh;
     if (insert) {
+      slots_.reserve(slots_.size() + 1);
       fresh = make_slot(new_cap);
     } else if (grow && slots_[next].block.capacity < bytes_for(new_cap)) {
       fresh.block = arena_->acquire(bytes_for(new_cap));
@@ -354,28 +368,35 @@ class uva_pool {
       ++stats_.grows;
     }
     cur_ = at;
-    if constexpr (event_fenced) unfenced_ = at;
+    view_ = at;
+    if constexpr (event_fenced) {
+      unfenced_ = at;
+      view_stream_ = stream;
+    }
     stats_.fences += recorded;
-    has_view_ = true;
     ++stats_.calls;
     return {data_of(slots_[at]), n};
   }
 
+  // Destruction is a use of every slot: the last view's block goes back behind a fence on its
+  // stream (as the next call would fence it there), after the slot's other fences have passed.
   void release_all() noexcept {
-    for (auto& s : slots_) {
-      bool waited = true;
-      try {
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      auto& s = slots_[i];
+      // A block whose readers could not be fenced or waited for is leaked, never reused under a
+      // reader.
+      detail::destructor_guard([&] {
         for (const auto& f : s.fences) clock_.wait(f);
-      } catch (...) {
-        detail::swallowed_error_count().fetch_add(1, std::memory_order_relaxed);
-        waited = false;
-      }
-      // A block whose readers could not be waited for is leaked, never reused under a reader.
-      if (waited) detail::destructor_guard([&] { arena_->release(s.block); });
+        if (i == unfenced_)
+          arena_->release(s.block, *view_stream_);
+        else
+          arena_->release(s.block);
+      });
     }
     slots_.clear();
+    view_ = none;
     unfenced_ = none;
-    has_view_ = false;
+    view_stream_.reset();
   }
 
   pinned_arena<B>* arena_;
@@ -385,8 +406,9 @@ class uva_pool {
   std::size_t max_slots_ = 0;
   int device_ = 0;
   std::size_t cur_ = 0;          // the slot of the last call
-  std::size_t unfenced_ = none;  // the slot of the last non-empty view, not yet fenced
-  bool has_view_ = false;        // the last call returned a non-empty view
+  std::size_t view_ = none;      // the slot of the last non-empty view
+  std::size_t unfenced_ = none;  // view_, until copy_to_device has fenced its only reader
+  std::optional<stream_ref<B>> view_stream_;  // the stream view_ was returned for, while unfenced
   pool_stats stats_{};
 };
 
