@@ -6,7 +6,7 @@
 vcpkg_from_git(
   OUT_SOURCE_PATH SOURCE_PATH
   URL "${CMAKE_CURRENT_LIST_DIR}/../.."
-  REF @REF@
+  REF eff34481ca1e950bede7c8124a654f8586db4a43
   HEAD_REF main
 )
 
