@@ -8,7 +8,8 @@
 #   subdirectory   — add_subdirectory(SOURCE);
 #   readme         — README.md's FetchContent block, verbatim but for <ferry-git-url> = REPO;
 #   readme_install — README.md's install recipe (a `sh` block), verbatim but for <ferry-git-url>
-#                    = REPO, run with HOME=WORK/readme_install/home; then find_package on it.
+#                    = REPO, run with HOME=WORK/readme_install/home; then README's find_package
+#                    block, verbatim, finds it.
 # The subproject modes then install the consumer and check that ferry was not installed with it.
 cmake_minimum_required(VERSION 3.25)
 foreach(v MODE SOURCE WORK BACKEND ENABLE_CUDA)
@@ -20,7 +21,7 @@ set(build ${WORK}/${MODE})
 file(REMOVE_RECURSE ${build})
 file(MAKE_DIRECTORY ${build})
 
-# README.md's fenced block of `lang` that contains `marker`, with <ferry-git-url> replaced by REPO.
+# README.md's fenced block of `lang` that contains `marker`, <ferry-git-url> replaced by REPO.
 function(readme_block lang marker out)
   file(READ ${SOURCE}/README.md readme)
   string(REGEX MATCHALL "```${lang}\n[^`]*```" blocks "${readme}")
@@ -36,10 +37,6 @@ function(readme_block lang marker out)
   endif()
   string(REGEX REPLACE "^```${lang}\n" "" found "${found}")
   string(REGEX REPLACE "```$" "" found "${found}")
-  string(FIND "${found}" "<ferry-git-url>" at)
-  if(at EQUAL -1)
-    message(FATAL_ERROR "README.md's ${lang} block with '${marker}' does not name <ferry-git-url>")
-  endif()
   string(REPLACE "<ferry-git-url>" "${REPO}" found "${found}")
   set(${out} "${found}" PARENT_SCOPE)
 endfunction()
@@ -51,7 +48,7 @@ if(MODE STREQUAL "find_package")
 elseif(MODE STREQUAL "subdirectory")
   list(APPEND args -DFERRY_CONSUME=subdirectory)
 elseif(MODE STREQUAL "readme")
-  readme_block(cmake "FetchContent_Declare(ferry" snippet)
+  readme_block(cmake "FetchContent_Declare(ferry GIT_REPOSITORY <ferry-git-url>" snippet)
   # The CPM line README gives takes the same repository and tag.
   string(REGEX MATCH "GIT_REPOSITORY [^ \n]+ GIT_TAG [^ \n)]+" fetch "${snippet}")
   file(READ ${SOURCE}/README.md readme)
@@ -68,7 +65,10 @@ elseif(MODE STREQUAL "readme_install")
   execute_process(COMMAND ${CMAKE_COMMAND} -E env HOME=${build}/home
                           bash -euo pipefail -c "${recipe}"
                   WORKING_DIRECTORY ${build} COMMAND_ERROR_IS_FATAL ANY)
-  list(APPEND args -DFERRY_CONSUME=find_package -DCMAKE_PREFIX_PATH=${build}/home/.local)
+  readme_block(cmake "find_package(ferry" snippet)
+  file(WRITE ${build}/snippet.cmake "${snippet}")
+  list(APPEND args -DFERRY_CONSUME=readme -DFERRY_README_SNIPPET=${build}/snippet.cmake
+       -DCMAKE_PREFIX_PATH=${build}/home/.local)
 else()
   message(FATAL_ERROR "unknown MODE=${MODE}")
 endif()
