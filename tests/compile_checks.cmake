@@ -8,11 +8,8 @@ option(FERRY_HEADER_CHECKS "Compile every public header alone (as tests)" ON)
 
 set(_ferry_inc -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/policies)
 if(FERRY_HAS_CUDA)
-  foreach(d IN LISTS CUDAToolkit_INCLUDE_DIRS)
+  foreach(d IN LISTS CUDAToolkit_INCLUDE_DIRS FERRY_CCCL_INCLUDE_DIR)  # as ferry::ferry gives them
     list(APPEND _ferry_inc -isystem ${d})
-    if(EXISTS ${d}/cccl/cuda/std/mdspan)
-      list(APPEND _ferry_inc -isystem ${d}/cccl)  # CUDA 13 keeps CCCL here: the host compiler too
-    endif()
   endforeach()
   # <ferry/sync/sync_guard.hpp> needs cupti.h, which some toolkits keep in extras/CUPTI/include.
   if(TARGET CUDA::cupti)
@@ -23,7 +20,7 @@ if(FERRY_HAS_CUDA)
       endif()
     endforeach()
   endif()
-  set(_ferry_defs -DFERRY_DEFAULT_BACKEND=cuda -DFERRY_HAS_CUDA=1)
+  set(_ferry_defs -DFERRY_DEFAULT_BACKEND=cuda -DFERRY_HAS_CUDA=1 -DFERRY_HAS_MDSPAN=${FERRY_HAS_MDSPAN})
 else()
   set(_ferry_defs -DFERRY_DEFAULT_BACKEND=host -DFERRY_HAS_CUDA=0)
 endif()

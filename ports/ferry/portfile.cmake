@@ -1,11 +1,23 @@
-# Overlay port: `vcpkg install ferry --overlay-ports=<ferry>/ports`. The source is this checkout.
-# ferry is header-only; the CUDA toolkit is found (or not) by the consumer's find_package.
-set(VCPKG_BUILD_TYPE release)
-set(SOURCE_PATH "${CMAKE_CURRENT_LIST_DIR}/../..")
+# ferry's vcpkg port, used as an overlay from a ferry checkout:
+#   vcpkg install ferry[cuda] --overlay-ports=<ferry>/ports
+# The source is commit REF of the repository that holds this port, fetched by vcpkg_from_git, so
+# vcpkg's ABI hash (which covers this file) changes with the source: a new ferry release bumps REF.
+# A copy of the port for a registry sets URL to ferry's public git remote.
+vcpkg_from_git(
+  OUT_SOURCE_PATH SOURCE_PATH
+  URL "${CMAKE_CURRENT_LIST_DIR}/../.."
+  REF eff34481ca1e950bede7c8124a654f8586db4a43
+  HEAD_REF main
+)
 
+# ferry is header-only: the backend is chosen at the consumer's configure (its ferryConfig.cmake
+# finds CUDAToolkit there); the `cuda` feature makes the CUDA backend that configure's default.
+vcpkg_check_features(OUT_FEATURE_OPTIONS FEATURE_OPTIONS FEATURES cuda FERRY_ENABLE_CUDA)
+set(VCPKG_BUILD_TYPE release)
 vcpkg_cmake_configure(
   SOURCE_PATH "${SOURCE_PATH}"
   OPTIONS
+    ${FEATURE_OPTIONS}
     -DFERRY_BUILD_TESTS=OFF
     -DFERRY_BUILD_BENCHMARKS=OFF
     -DFERRY_BUILD_EXAMPLES=OFF

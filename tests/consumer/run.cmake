@@ -1,23 +1,93 @@
-# cmake -DMODE=<find_package|subdirectory|fetchcontent> -DSOURCE=<ferry> -DWORK=<dir>
-#       [-DPREFIX=<install prefix>] [-DNVCC=ON] -P run.cmake
-# Configures, builds and runs the consumer project one way; fails on any error.
-foreach(v MODE SOURCE WORK)
+# cmake -DMODE=<find_package|subdirectory|readme|readme_install> -DSOURCE=<ferry> -DWORK=<dir>
+#       -DBACKEND=<cuda|host> -DENABLE_CUDA=<ON|OFF> [-DNVCC=ON] [-DREPO=<git repository>]
+#       [-DPREFIX=<install prefix>] -P run.cmake
+# Configures and builds the consumer project (tests/consumer) one way and runs `app`; fails on any
+# error. FERRY_ENABLE_CUDA=ENABLE_CUDA is the consumer's choice; BACKEND the default backend it
+# must get. consumer_model (NVCC) is built here and run by its own test.
+#   find_package   — ferry installed at PREFIX;
+#   subdirectory   — add_subdirectory(SOURCE);
+#   readme         — README.md's FetchContent block, verbatim but for <ferry-git-url> = REPO;
+#   readme_install — README.md's install recipe (a `sh` block), verbatim but for <ferry-git-url>
+#                    = REPO, run with HOME=WORK/readme_install/home; then README's find_package
+#                    block, verbatim, finds it.
+# The subproject modes then install the consumer and check that ferry was not installed with it.
+cmake_minimum_required(VERSION 3.25)
+foreach(v MODE SOURCE WORK BACKEND ENABLE_CUDA)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "run.cmake needs -D${v}=...")
   endif()
 endforeach()
 set(build ${WORK}/${MODE})
 file(REMOVE_RECURSE ${build})
-set(args -S ${SOURCE}/tests/consumer -B ${build} -G Ninja -DFERRY_CONSUME=${MODE}
-    -DFERRY_SOURCE_DIR=${SOURCE} -DFERRY_CONSUMER_NVCC=${NVCC})
+file(MAKE_DIRECTORY ${build})
+
+# README.md's fenced block of `lang` that contains `marker`, <ferry-git-url> replaced by REPO.
+function(readme_block lang marker out)
+  file(READ ${SOURCE}/README.md readme)
+  string(REGEX MATCHALL "```${lang}\n[^`]*```" blocks "${readme}")
+  set(found "")
+  foreach(b IN LISTS blocks)
+    string(FIND "${b}" "${marker}" at)
+    if(at GREATER -1)
+      set(found "${b}")
+    endif()
+  endforeach()
+  if(found STREQUAL "")
+    message(FATAL_ERROR "README.md has no ```${lang} block with '${marker}'")
+  endif()
+  string(REGEX REPLACE "^```${lang}\n" "" found "${found}")
+  string(REGEX REPLACE "```$" "" found "${found}")
+  string(REPLACE "<ferry-git-url>" "${REPO}" found "${found}")
+  set(${out} "${found}" PARENT_SCOPE)
+endfunction()
+
+set(args -S ${SOURCE}/tests/consumer -B ${build}/app -G Ninja -DFERRY_SOURCE_DIR=${SOURCE}
+    -DFERRY_CONSUMER_BACKEND=${BACKEND} -DFERRY_ENABLE_CUDA=${ENABLE_CUDA} -DFERRY_CONSUMER_NVCC=${NVCC})
 if(MODE STREQUAL "find_package")
-  list(APPEND args -DCMAKE_PREFIX_PATH=${PREFIX})
+  list(APPEND args -DFERRY_CONSUME=find_package -DCMAKE_PREFIX_PATH=${PREFIX})
+elseif(MODE STREQUAL "subdirectory")
+  list(APPEND args -DFERRY_CONSUME=subdirectory)
+elseif(MODE STREQUAL "readme")
+  readme_block(cmake "FetchContent_Declare(ferry GIT_REPOSITORY <ferry-git-url>" snippet)
+  # The CPM line README gives takes the same repository and tag.
+  string(REGEX MATCH "GIT_REPOSITORY [^ \n]+ GIT_TAG [^ \n)]+" fetch "${snippet}")
+  file(READ ${SOURCE}/README.md readme)
+  string(REPLACE "<ferry-git-url>" "${REPO}" readme "${readme}")
+  string(FIND "${readme}" "CPMAddPackage(NAME ferry ${fetch})" at)
+  if(fetch STREQUAL "" OR at EQUAL -1)
+    message(FATAL_ERROR "README.md's CPMAddPackage line does not take FetchContent's '${fetch}'")
+  endif()
+  file(WRITE ${build}/snippet.cmake "${snippet}")
+  list(APPEND args -DFERRY_CONSUME=readme -DFERRY_README_SNIPPET=${build}/snippet.cmake)
+elseif(MODE STREQUAL "readme_install")
+  readme_block(sh "cmake --install" recipe)
+  file(MAKE_DIRECTORY ${build}/home)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env HOME=${build}/home
+                          bash -euo pipefail -c "${recipe}"
+                  WORKING_DIRECTORY ${build} COMMAND_ERROR_IS_FATAL ANY)
+  readme_block(cmake "find_package(ferry" snippet)
+  file(WRITE ${build}/snippet.cmake "${snippet}")
+  list(APPEND args -DFERRY_CONSUME=readme -DFERRY_README_SNIPPET=${build}/snippet.cmake
+       -DCMAKE_PREFIX_PATH=${build}/home/.local)
+else()
+  message(FATAL_ERROR "unknown MODE=${MODE}")
 endif()
+
 execute_process(COMMAND ${CMAKE_COMMAND} ${args} COMMAND_ERROR_IS_FATAL ANY)
-execute_process(COMMAND ${CMAKE_COMMAND} --build ${build} COMMAND_ERROR_IS_FATAL ANY)
-execute_process(COMMAND ${build}/consumer_gxx COMMAND_ERROR_IS_FATAL ANY)
-if(EXISTS ${build}/consumer_nvcc)
-  execute_process(COMMAND ${build}/consumer_nvcc COMMAND_ERROR_IS_FATAL ANY)
-elseif(NVCC)
-  message(FATAL_ERROR "the nvcc consumer was not built")
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${build}/app COMMAND_ERROR_IS_FATAL ANY)
+execute_process(COMMAND ${build}/app/app COMMAND_ERROR_IS_FATAL ANY)
+if(NVCC AND NOT EXISTS ${build}/app/consumer_model)
+  message(FATAL_ERROR "consumer_model was not built")
+endif()
+
+if(MODE MATCHES "^(subdirectory|readme)$")
+  execute_process(COMMAND ${CMAKE_COMMAND} --install ${build}/app --prefix ${build}/prefix
+                  COMMAND_ERROR_IS_FATAL ANY)
+  file(GLOB_RECURSE installed RELATIVE ${build}/prefix ${build}/prefix/*)
+  if(NOT installed MATCHES "bin/app")
+    message(FATAL_ERROR "the consumer's install did not install app: ${installed}")
+  endif()
+  if(installed MATCHES "ferry")
+    message(FATAL_ERROR "the consumer's install installed ferry (FERRY_INSTALL is off): ${installed}")
+  endif()
 endif()

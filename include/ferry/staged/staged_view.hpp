@@ -5,14 +5,14 @@
 
 #include <cstddef>
 
-#if FERRY_HAS_CUDA && defined(__has_include)
-#if __has_include(<cuda/std/mdspan>)
-#include <cuda/std/mdspan>
-#define FERRY_HAS_MDSPAN 1
-#endif
-#endif
+// FERRY_HAS_MDSPAN picks staged_view's type. The ferry::ferry CMake target sets it once for every
+// translation unit (and puts CUDA 13's include/cccl on the host compiler's path), so that nvcc and
+// the host compiler agree; __has_include would differ between them.
 #ifndef FERRY_HAS_MDSPAN
 #define FERRY_HAS_MDSPAN 0
+#endif
+#if FERRY_HAS_MDSPAN
+#include <cuda/std/mdspan>
 #endif
 
 namespace ferry {
