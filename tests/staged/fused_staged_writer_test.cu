@@ -7,7 +7,11 @@
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
 
+#include <array>
 #include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -178,4 +182,127 @@ TEMPLATE_TEST_CASE("fused scratch keeps its high-water mark so alternating sizes
   CHECK(after.device_allocations == before.device_allocations);
   CHECK(after.pinned_allocations == before.pinned_allocations);
   REQUIRE(read_back<T, TestType>(a, s) == ref.data);
+}
+
+TEMPLATE_TEST_CASE("a fused apply keeps what is staged in a tensor's regrown slot", "[staged]",
+                   STAGED_BACKENDS) {
+  // Resolving a tensor's overlaps may grow its chunk table inside a slot that holds more contents
+  // than its capacity asked for (staged_write_tensor_test has the same case through apply_write).
+  FERRY_REQUIRE_BACKEND(TestType);
+  using T = std::int32_t;
+  ferry::stream<TestType> s;
+  std::mt19937_64 rng(71);
+  ferry::staged_write_tensor<T, TestType> t(2, 8192, s);
+  model<T> ref(2, 8192);
+  ferry::fused_staged_writer<T, TestType> w(1);
+  auto stage = [&](std::size_t row, std::size_t start, std::size_t len) {
+    auto v = random_bits<T>(len, rng);
+    t.stage_write(row, start, v);
+    ref.write(row, start, v);
+  };
+  stage(0, 0, 4000);
+  w.apply(s, t);
+  for (std::size_t i = 0; i < 9; ++i) stage(1, 3 * i, 1);
+  stage(0, 0, 8000);
+  for (std::size_t i = 0; i < 3; ++i) stage(0, 100 + 2500 * i, 1);
+  w.apply(s, t);
+  REQUIRE(ferry_test::same_bits(read_back<T, TestType>(t, s), ref.data));
+}
+
+TEMPLATE_TEST_CASE("destroying a caller_fenced writer waits for its queued apply", "[staged]",
+                   STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using T = std::int32_t;
+  constexpr std::size_t rows = 4, cols = 3000;
+  ferry::stream<B> s;
+  ferry::staged_write_tensor<T, B, ferry::target::uva> a(rows, cols, s);
+  model<T> ref(rows, cols);
+  using Writer =
+      ferry::fused_staged_writer<T, B, ferry::reuse::caller_fenced, ferry::staging::uva_direct>;
+  auto w = std::make_unique<Writer>(1);
+  std::mt19937_64 rng(81);
+  auto& arena = ferry::default_arena<B>();
+  ferry_test::gate<B> g(s);
+  for (std::size_t row = 0; row < rows; ++row) {
+    auto v = random_bits<T>(cols - row, rng);
+    a.stage_write(row, row, v);
+    ref.write(row, row, v);
+  }
+  const std::size_t before = arena.stats().bytes_in_use;
+  w->apply(s, a);
+  const std::size_t slot_bytes = arena.stats().bytes_in_use - before;  // the writer's chunk table
+  REQUIRE_FALSE(ferry_test::destroy_behind_gate(w, g, slot_bytes));
+  // The destructor waited for the apply: the UVA target (host memory) already holds it.
+  std::vector<T> got(rows * cols);
+  std::memcpy(got.data(), a.span().data(), got.size() * sizeof(T));
+  INFO("first difference at " << ferry_test::first_difference(got, ref.data));
+  REQUIRE(ferry_test::same_bits(got, ref.data));
+}
+
+TEMPLATE_TEST_CASE("reserve keeps the caller_fenced rotation of a writer's slots", "[staged]",
+                   STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using T = std::int32_t;
+  ferry::stream<TestType> s;
+  ferry::staged_write_tensor<T, TestType> a(2, 64, s);
+  model<T> ref(2, 64);
+  ferry::fused_staged_writer<T, TestType, ferry::reuse::caller_fenced> w(1, 3);
+  std::mt19937_64 rng(91);
+  auto stage = [&](std::size_t row, std::size_t start, std::size_t len) {
+    auto v = random_bits<T>(len, rng);
+    a.stage_write(row, start, v);
+    ref.write(row, start, v);
+  };
+  {
+    ferry_test::gate<TestType> g(s);  // the caller holds every apply: within 3 applies
+    stage(0, 0, 64);
+    w.apply(s, a);
+    w.reserve(1, 1);  // within the first slot: it stays in the rotation, its apply pending
+    stage(1, 0, 64);
+    w.apply(s, a);
+    stage(0, 20, 30);
+    w.apply(s, a);
+    g.open();
+  }
+  REQUIRE(read_back<T, TestType>(a, s) == ref.data);
+}
+
+TEMPLATE_TEST_CASE("fused reserve of sizes that cannot be represented throws and changes nothing",
+                   "[staged]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using T = std::int32_t;
+  constexpr std::size_t max = std::numeric_limits<std::size_t>::max(), e62 = std::size_t{1} << 62;
+  ferry::stream<TestType> s;
+  ferry::staged_write_tensor<T, TestType> a(4, 300, s);
+  ferry::staged_write_tensor<T, TestType, ferry::target::uva> b(4, 300, s);
+  model<T> ra(4, 300), rb(4, 300);
+  ferry::fused_staged_writer<T, TestType, ferry::growth::fixed> w(2);
+  w.reserve(4, 600);
+  std::mt19937_64 rng(101);
+  auto stage = [&](auto& t, model<T>& ref, std::size_t row, std::size_t start, std::size_t len) {
+    auto v = random_bits<T>(len, rng);
+    t.stage_write(row, start, v);
+    ref.write(row, start, v);
+  };
+  stage(a, ra, 1, 5, 200);
+  const auto stats = ferry::backend_stats_of<TestType>();
+  for (const auto& r : {std::array{e62, std::size_t{0}}, std::array{e62 / 2, std::size_t{0}},
+                        std::array{std::size_t{0}, max}, std::array{std::size_t{0}, e62},
+                        std::array{max, max}, std::array{e62 / 8, e62 / 8}}) {
+    INFO("reserve(" << r[0] << ", " << r[1] << ")");
+    REQUIRE_THROWS_AS(w.reserve(r[0], r[1]), ferry::capacity_error);
+  }
+  CHECK(ferry::backend_stats_of<TestType>().pinned_allocations == stats.pinned_allocations);
+  CHECK(ferry::backend_stats_of<TestType>().device_allocations == stats.device_allocations);
+  REQUIRE(a.pending() == 1);
+  stage(a, ra, 2, 0, 300);
+  stage(b, rb, 0, 10, 50);
+  w.apply(s, a, b);
+  REQUIRE(read_back<T, TestType>(a, s) == ra.data);
+  REQUIRE(read_back<T, TestType>(b, s) == rb.data);
+  // growth::fixed: the capacity is still what reserve(4, 600) gave.
+  for (std::size_t row = 0; row < 4; ++row) stage(a, ra, row, 0, 300);
+  REQUIRE_THROWS_AS(w.apply(s, a), ferry::capacity_error);
+  REQUIRE(a.pending() == 4);
 }

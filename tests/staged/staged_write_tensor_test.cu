@@ -10,6 +10,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -416,6 +418,200 @@ TEMPLATE_TEST_CASE("slots must be at least one", "[staged]", STAGED_BACKENDS) {
   ferry::stream<TestType> s;
   using Tensor = ferry::staged_write_tensor<std::int8_t, TestType>;
   REQUIRE_THROWS_AS(Tensor(2, 2, s, 0), std::invalid_argument);
+}
+
+TEMPLATE_TEST_CASE("a staging slot regrown mid-batch keeps everything staged in it", "[staged]",
+                   STAGED_BACKENDS) {
+  // The slot of a batch may be larger than the capacity wanted so far (a larger block reused, or
+  // a block rounded up for a grown chunk table); growing its chunk table (resolving overlaps, or
+  // reserve) must still keep every byte staged in it.
+  FERRY_REQUIRE_BACKEND(TestType);
+  using T = std::int32_t;
+  ferry::stream<TestType> s;
+  std::mt19937_64 rng(31);
+  ferry::staged_write_tensor<T, TestType> t(2, 8192, s);
+  model<T> ref(2, 8192);
+  auto stage = [&](std::size_t row, std::size_t start, std::size_t len) {
+    auto v = random_bits<T>(len, rng);
+    t.stage_write(row, start, v);
+    ref.write(row, start, v);
+  };
+  stage(0, 0, 4000);
+  t.apply_write(s);
+  for (std::size_t i = 0; i < 9; ++i) stage(1, 3 * i, 1);  // 16 descriptors: a 32 KiB slot
+  stage(0, 0, 8000);                                       // fills that slot's contents
+  SECTION("overlaps resolved into more chunks than the table holds") {
+    for (std::size_t i = 0; i < 3; ++i) stage(0, 100 + 2500 * i, 1);
+  }
+  SECTION("reserve") { t.reserve(20, 0); }
+  t.apply_write(s);
+  const auto got = read_back<T, TestType>(t, s);
+  INFO("first difference at " << ferry_test::first_difference(got, ref.data));
+  REQUIRE(same_bits(got, ref.data));
+}
+
+namespace {
+// Random runs shaped like the case above: a first batch, then batches that start with many tiny
+// writes (a larger chunk table, a larger block), go on with large writes, then overlap them or
+// call reserve, of random sizes. Checked against the host model after each run.
+template <class B, class... Ps>
+void regrow_run(std::uint64_t seed) {
+  using T = std::int32_t;
+  using Tensor = ferry::staged_write_tensor<T, B, Ps...>;
+  constexpr bool fixed = std::is_same_v<typename Tensor::growth_policy, ferry::growth::fixed>;
+  constexpr std::size_t rows = 3, cols = 8192;
+  std::mt19937_64 rng(seed);
+  auto pick = [&](std::size_t lo, std::size_t hi) {
+    return std::uniform_int_distribution<std::size_t>(lo, hi)(rng);
+  };
+  ferry::stream<B> s;
+  for (int run = 0; run < 24; ++run) {
+    Tensor t(rows, cols, s);
+    if constexpr (fixed) t.reserve(64, 3 * cols);  // the capacity
+    model<T> ref(rows, cols);
+    auto stage = [&](std::size_t row, std::size_t start, std::size_t len) {
+      auto v = random_bits<T>(len, rng);
+      t.stage_write(row, start, v);
+      ref.write(row, start, v);
+    };
+    auto stage_any = [&](std::size_t row, std::size_t len) {
+      stage(row, pick(0, cols - len), len);
+    };
+    stage_any(0, pick(1, cols));
+    t.apply_write(s);
+    for (int batch = 0; batch < 3; ++batch) {
+      for (std::size_t i = pick(0, 40); i > 0; --i) stage_any(pick(0, rows - 1), pick(1, 4));
+      for (std::size_t i = pick(1, 2); i > 0; --i)
+        stage_any(pick(0, rows - 1), pick(cols / 4, cols));
+      if (pick(0, 1) == 0)
+        for (std::size_t i = pick(1, 12); i > 0; --i) stage_any(pick(0, rows - 1), pick(1, 64));
+      else
+        t.reserve(pick(1, 64), pick(0, cols));
+      t.apply_write(s);
+    }
+    const auto got = read_back<T, B>(t, s);
+    INFO("run " << run << ", first difference at " << ferry_test::first_difference(got, ref.data));
+    REQUIRE(same_bits(got, ref.data));
+  }
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("random writes and reserves between them match a host model", "[staged]",
+                   STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using namespace ferry;
+  SECTION("device target") { regrow_run<TestType>(41); }
+  SECTION("uva target") { regrow_run<TestType, target::uva>(42); }
+  SECTION("graph_safe") { regrow_run<TestType, presets::graph_safe>(43); }
+  SECTION("graph_safe uva target") { regrow_run<TestType, presets::graph_safe, target::uva>(44); }
+}
+
+TEMPLATE_TEST_CASE("destroying a caller_fenced tensor waits for its queued apply", "[staged]",
+                   STAGED_BACKENDS) {
+  // caller_fenced records no fences, yet the destructor must not hand the slot back to the
+  // arena (nor free the target) before the queued apply has read it.
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using T = std::int32_t;
+  constexpr std::size_t rows = 4, cols = 3000;
+  ferry::stream<B> s;
+  using Tensor = ferry::staged_write_tensor<T, B, ferry::reuse::caller_fenced>;
+  auto t = std::make_unique<Tensor>(rows, cols, s);
+  model<T> ref(rows, cols);
+  ferry::pinned_buffer<T, B> seen(rows * cols);  // the target as the stream sees it after the apply
+  std::mt19937_64 rng(21);
+  auto& arena = ferry::default_arena<B>();
+  ferry_test::gate<B> g(s);
+  const std::size_t before = arena.stats().bytes_in_use;
+  for (std::size_t row = 0; row < rows; ++row) {
+    auto v = random_bits<T>(cols, rng);
+    t->stage_write(row, 0, v);
+    ref.write(row, 0, v);
+  }
+  const std::size_t slot_bytes = arena.stats().bytes_in_use - before;
+  t->apply_write(s);
+  ferry::detail::backend_ops<B>::copy_async(seen.host().data(), t->span().data(),
+                                           rows * cols * sizeof(T), s);
+  REQUIRE_FALSE(ferry_test::destroy_behind_gate(t, g, slot_bytes));
+  const std::vector<T> got(seen.host().begin(), seen.host().end());  // the destructor waited
+  INFO("first difference at " << ferry_test::first_difference(got, ref.data));
+  REQUIRE(same_bits(got, ref.data));
+}
+
+TEMPLATE_TEST_CASE("reserve keeps the caller_fenced rotation of slots", "[staged]",
+                   STAGED_BACKENDS) {
+  // With 3 slots the slot of apply k is rewritten first by apply k + 3: reserve's new slots come
+  // before the slot the held apply still reads.
+  FERRY_REQUIRE_BACKEND(TestType);
+  using T = std::int32_t;
+  ferry::stream<TestType> s;
+  ferry::staged_write_tensor<T, TestType, ferry::reuse::caller_fenced> t(2, 64, s, 3);
+  model<T> ref(2, 64);
+  std::mt19937_64 rng(51);
+  auto stage = [&](std::size_t row, std::size_t start, std::size_t len) {
+    auto v = random_bits<T>(len, rng);
+    t.stage_write(row, start, v);
+    ref.write(row, start, v);
+  };
+  {
+    ferry_test::gate<TestType> g(s);  // the caller holds every apply: within 3 applies
+    stage(0, 0, 64);
+    stage(1, 0, 64);
+    t.apply_write(s);
+    t.reserve(1, 16);  // within the first slot: it stays in the rotation, its apply pending
+    stage(0, 10, 20);
+    t.apply_write(s);
+    stage(1, 30, 30);
+    t.apply_write(s);
+    g.open();
+  }
+  REQUIRE(read_back<T, TestType>(t, s) == ref.data);
+}
+
+TEMPLATE_TEST_CASE("size requests that cannot be represented throw and change nothing", "[staged]",
+                   STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using T = std::int32_t;
+  auto run = [](auto tag) {
+    constexpr std::size_t max = std::numeric_limits<std::size_t>::max(), e62 = std::size_t{1} << 62;
+    static constexpr std::size_t huge[][2] = {
+        {e62, 0}, {e62 / 2, 0}, {0, max}, {0, e62}, {max, max}, {e62 / 8, e62 / 8}};
+    using Tensor = decltype(tag);
+    constexpr bool fixed = std::is_same_v<typename Tensor::growth_policy, ferry::growth::fixed>;
+    ferry::stream<TestType> s;
+    Tensor t(4, 300, s);
+    t.reserve(4, 600);
+    model<T> ref(4, 300);
+    std::mt19937_64 rng(61);
+    auto stage = [&](std::size_t row, std::size_t start, std::size_t len) {
+      auto v = random_bits<T>(len, rng);
+      t.stage_write(row, start, v);
+      ref.write(row, start, v);
+    };
+    stage(1, 5, 200);
+    const auto stats = ferry::backend_stats_of<TestType>();
+    for (const auto& r : huge) {
+      INFO("reserve(" << r[0] << ", " << r[1] << ")");
+      REQUIRE_THROWS_AS(t.reserve(r[0], r[1]), ferry::capacity_error);
+    }
+    CHECK(ferry::backend_stats_of<TestType>().pinned_allocations == stats.pinned_allocations);
+    CHECK(ferry::backend_stats_of<TestType>().device_allocations == stats.device_allocations);
+    REQUIRE(t.pending() == 1);
+    REQUIRE(t.pending_elements() == 200);
+    stage(2, 0, 300);
+    stage(1, 100, 50);  // an overlap
+    stage(3, 299, 1);
+    if constexpr (fixed)  // the capacity is still 4 writes of 600 elements
+      REQUIRE_THROWS_AS(t.stage_write(0, 0, std::vector<T>(51, 1)), ferry::capacity_error);
+    t.apply_write(s);
+    REQUIRE(read_back<T, TestType>(t, s) == ref.data);
+  };
+  SECTION("pow2") { run(ferry::staged_write_tensor<T, TestType>(1, 1)); }
+  SECTION("fixed") { run(ferry::staged_write_tensor<T, TestType, ferry::growth::fixed>(1, 1)); }
+  SECTION("caller_fenced uva target") {
+    using namespace ferry;
+    run(staged_write_tensor<T, TestType, reuse::caller_fenced, target::uva>(1, 1));
+  }
 }
 
 #if defined(__CUDACC__)

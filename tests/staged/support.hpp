@@ -5,9 +5,14 @@
 
 #include <support/backends.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <thread>
+#include <type_traits>
 #include <vector>
 
 /// The backends of staged-write tests: kernel-launching CUDA cases need nvcc, so a .cu built as
@@ -66,6 +71,41 @@ long long first_difference(const std::vector<T>& a, const std::vector<T>& b) {
   for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
     if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return static_cast<long long>(i);
   return a.size() == b.size() ? -1 : static_cast<long long>(std::min(a.size(), b.size()));
+}
+
+/// Destroys `owner` while its stream work is held behind `g`, which a helper thread opens once the
+/// destructor has shown that it waits: within a short bound it has neither returned nor handed a
+/// block back to the default arena. Before opening, the helper rewrites every free arena block of
+/// `slot_bytes` (host backend), as the next staging anywhere would; zeros, so that a rewritten
+/// chunk table copies nothing. Returns whether the destructor returned before the gate opened.
+template <class B, class Owner>
+bool destroy_behind_gate(std::unique_ptr<Owner>& owner, gate<B>& g, std::size_t slot_bytes) {
+  auto& arena = ferry::default_arena<B>();
+  const std::size_t in_use = arena.stats().bytes_in_use;
+  std::atomic<bool> returned{false};
+  bool returned_before_open = false;
+  std::thread helper([&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (!returned.load() && arena.stats().bytes_in_use >= in_use &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+    if constexpr (std::is_same_v<B, ferry::backend::host>) {
+      std::vector<ferry::pinned_block> taken;
+      for (;;) {
+        const auto made = arena.stats().allocations;
+        taken.push_back(arena.acquire(slot_bytes));
+        if (arena.stats().allocations != made) break;  // no free block of that size left
+        std::memset(static_cast<void*>(taken.back().data), 0, taken.back().capacity);
+      }
+      for (const auto& b : taken) arena.release(b);
+    }
+    returned_before_open = returned.load();
+    g.open();
+  });
+  owner.reset();
+  returned.store(true);
+  helper.join();
+  return returned_before_open;
 }
 
 }  // namespace ferry_test

@@ -4,6 +4,7 @@
 
 #include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/backend/stream.hpp>
+#include <ferry/detail/checked.hpp>
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/pinned_arena.hpp>
@@ -40,7 +41,9 @@ inline constexpr bool is_staged_write_tensor<staged_write_tensor<T, Ps...>> = tr
 /// `threshold<Bytes>` on the total content bytes. Each tensor's "later write wins" rule holds.
 ///
 /// Policies: StagingPolicy, GrowthPolicy (`growth::fixed`: call reserve first), ReusePolicy,
-/// Backend (TargetKind is accepted and unused: each tensor has its own). Not thread-safe.
+/// Backend (TargetKind is accepted and unused: each tensor has its own). Destruction waits for
+/// every apply that reads its staging: for their fences, or under reuse::caller_fenced, which
+/// records none, for the whole device once it has applied. Not thread-safe.
 template <class T, class... Policies>
 class fused_staged_writer {
   static_assert((detail::check_element<T>(), true));
@@ -71,21 +74,33 @@ class fused_staged_writer {
  public:
   /// A writer for up to `max_tensors` tensors per apply, with `slots` rotating staging slots.
   explicit fused_staged_writer(std::size_t max_tensors, std::size_t slots = 2)
-      : device_(ops::current_device()), max_tensors_(max_tensors), pool_(slots, default_arena<B>()) {
+      : device_(ops::current_device()),
+        max_tensors_(max_tensors),
+        pool_(slots, device_, default_arena<B>()) {
     detail::preload_apply<T, B>();  // never load a kernel module inside a later apply
   }
 
   /// Capacity for applies of up to `max_writes` writes of `max_elements` elements in all (over
-  /// every tensor), allocated now. Under growth::fixed this is the capacity.
+  /// every tensor), allocated now. Under growth::fixed this is the capacity. A request whose sizes
+  /// cannot be represented throws ferry::capacity_error with nothing changed.
   void reserve(std::size_t max_writes, std::size_t max_elements) {
-    const std::size_t per = detail::elements_per_chunk<T>;
-    const std::size_t chunks = 3 * ((max_elements + per - 1) / per) + 2 * max_writes + 2;
-    const std::size_t scratch = max_elements * sizeof(T) +
-                                detail::apply_vector_bytes * max_writes +
-                                detail::content_alignment * max_tensors_;
-    table_bytes_ = std::max(table_bytes_, chunks * sizeof(detail::chunk_desc));
+    using detail::add_fits, detail::mul_fits;
+    constexpr std::size_t per = detail::elements_per_chunk<T>;
+    const std::size_t elem_chunks = max_elements / per + (max_elements % per != 0);
+    std::size_t write_chunks = 0, chunks = 0, table = 0;
+    std::size_t contents = 0, padding = 0, align = 0, sum = 0, scratch = 0;
+    if (!mul_fits(max_writes, 2, write_chunks) ||
+        !add_fits(3 * elem_chunks + 2, write_chunks, chunks) ||
+        !mul_fits(chunks, sizeof(detail::chunk_desc), table) ||
+        !mul_fits(max_elements, sizeof(T), contents) ||
+        !mul_fits(max_writes, detail::apply_vector_bytes, padding) ||
+        !mul_fits(max_tensors_, detail::content_alignment, align) ||
+        !add_fits(contents, padding, sum) || !add_fits(sum, align, scratch))
+      throw capacity_error("ferry: fused_staged_writer::reserve(" + std::to_string(max_writes) +
+                           ", " + std::to_string(max_elements) + ") overflows size_t");
+    pool_.reserve(std::max(table_bytes_, table), std::max(scratch_bytes_, scratch), fixed);
+    table_bytes_ = std::max(table_bytes_, table);
     scratch_bytes_ = std::max(scratch_bytes_, scratch);
-    pool_.reserve(table_bytes_, scratch_bytes_, fixed);
   }
 
   /// Applies the pending writes of `tensors` on `s` with one launch, then clears each of them.

@@ -54,6 +54,10 @@ class fused_staged_writer;
 /// the target is unchanged. CUDA graphs: apply_write is eager and throws on a capturing stream;
 /// the target's address never changes, so a captured graph may read `span()`/`view()`.
 ///
+/// Destruction waits for every apply that reads its staging or writes its target: for their
+/// fences, or under reuse::caller_fenced, which records none, for the whole device once a staging
+/// slot has been handed to a stream (synchronize_device; never for a tensor that has not applied).
+///
 /// Move-only; a moved-from tensor is empty. Not thread-safe.
 template <class T, class... Policies>
 class staged_write_tensor {
@@ -173,6 +177,7 @@ class staged_write_tensor {
   /// Capacity for applies of up to `max_writes` writes of `max_elements` elements in all,
   /// allocated now (pinned staging for every slot, and device scratch when the staging policy
   /// may copy), so that steady state allocates nothing. Under growth::fixed this is the capacity.
+  /// Sizes that cannot be represented: ferry::capacity_error, and nothing changes.
   void reserve(std::size_t max_writes, std::size_t max_elements) {
     core().reserve(max_writes, max_elements, may_copy);
   }
@@ -233,7 +238,7 @@ class staged_write_tensor {
         rows_(rows),
         cols_(cols),
         target_(checked_size(rows, cols)),
-        core_(std::make_unique<core_type>(rows, cols, slots, default_arena<B>())) {
+        core_(std::make_unique<core_type>(rows, cols, slots, device_, default_arena<B>())) {
     detail::preload_apply<T, B>();  // never load a kernel module inside a later apply
   }
 

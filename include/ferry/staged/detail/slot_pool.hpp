@@ -6,7 +6,7 @@
 // (reuse::event_fenced) and appends it to a FIFO of used slots. The next staging takes the oldest
 // used slot only if its fence has passed; otherwise a fresh arena block (no blocking): a slot the
 // GPU may still read is never rewritten. Scratch travels with its slot, so the same fence guards
-// it (no cross-stream hazard on scratch either).
+// it (no cross-stream hazard on scratch either). Fresh slots (reserve) are taken before used ones.
 //
 // Cost (cudaEventQuery is about 1.5 us on the H200): a fence is checked against the clock's
 // watermark first (free). Only when the oldest slot is not known passed does the pool ask the
@@ -14,7 +14,7 @@
 // the GPU keeps up, one query retires the whole FIFO) or, in a FIFO of three or more, the middle
 // one (when the host runs ahead, one query frees half of it, and a failed answer grows the FIFO
 // instead of being repeated). reuse::caller_fenced records and checks nothing and cycles through
-// `slots` slots.
+// `slots` slots: the slot of apply k is rewritten first by the batch of apply k + slots.
 //
 // After a large batch (at least `hot_batch_bytes` of contents) the pool takes the most recently
 // used slot whose fence has passed instead of the oldest: rewriting the slot written last keeps
@@ -28,7 +28,9 @@
 #include <ferry/error.hpp>
 #include <ferry/detail/ring.hpp>
 #include <ferry/memory/pinned_arena.hpp>
+#include <ferry/policies/growth.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <stdexcept>
 #include <utility>
@@ -51,16 +53,21 @@ class slot_pool {
     fence f{};
   };
 
-  slot_pool(std::size_t slots, pinned_arena<B>& arena) : slots_(slots), arena_(&arena) {
+  /// `slots` slots of `arena` for work on `device`.
+  slot_pool(std::size_t slots, int device, pinned_arena<B>& arena)
+      : slots_(slots), device_(device), arena_(&arena) {
     if (slots == 0)
       throw std::invalid_argument("ferry: staged writes need at least one staging slot (slots == 0)");
   }
   slot_pool(const slot_pool&) = delete;
   slot_pool& operator=(const slot_pool&) = delete;
   /// Waits for the fences of every slot (destructors wait for their own fences), then gives the
-  /// blocks back to the arena and frees the scratch.
+  /// blocks back to the arena and frees the scratch. reuse::caller_fenced records no fences: once
+  /// a slot has been handed to a stream, it waits for the whole device instead.
   ~slot_pool() {
     destructor_guard([&] {
+      if constexpr (CallerFenced)
+        if (handed_) ops::synchronize_device(device_);
       for (std::size_t i = 0; i < free_.size(); ++i) clock_.wait(free_[i].f);
       for (auto& r : retired_) clock_.wait(r.f);
       for (auto& f : uses_) clock_.wait(f);
@@ -118,10 +125,7 @@ class slot_pool {
   /// is freed stream-ordered on `s` at once.
   std::byte* scratch(std::size_t bytes, bool exact, stream_ref<B> s) {
     if (cur_.scratch_bytes >= bytes) return cur_.scratch;
-    std::size_t want = 256;
-    if (exact) want = bytes;
-    else
-      while (want < bytes) want <<= 1;
+    const std::size_t want = scratch_size(bytes, exact);
     auto* p = static_cast<std::byte*>(ops::alloc_device_async(want, s));
     if (cur_.scratch) {
       std::byte* old = std::exchange(cur_.scratch, nullptr);
@@ -144,7 +148,9 @@ class slot_pool {
   /// slot is abandoned (leaked, never reused under a reader) and the error rethrown.
   void commit(stream_ref<B> s, std::size_t content_bytes) {
     hot_ = content_bytes >= hot_batch_bytes;
-    if constexpr (!CallerFenced) {
+    if constexpr (CallerFenced) {
+      handed_ = true;
+    } else {
       try {
         cur_.f = clock_.record(s);
       } catch (...) {
@@ -173,7 +179,9 @@ class slot_pool {
 
   /// At least `slots` slots of at least `bytes` bytes (and `scratch_bytes` of scratch, when
   /// non-zero), allocated now. Slots in flight that are too small are retired behind their fences.
+  /// New slots go before the used ones, which keep their order (and so their time to be read).
   void reserve(std::size_t bytes, std::size_t scratch_bytes, bool exact_scratch) {
+    const std::size_t want = scratch_size(scratch_bytes, exact_scratch);  // may throw: no change
     free_.reserve(std::max(owned_, slots_) + 1);
     retired_.reserve(retired_.size() + free_.size() + 1);
     for (std::size_t i = 0; i < free_.size(); ++i) {
@@ -184,15 +192,12 @@ class slot_pool {
         e.block = b;
       }
     }
-    while (owned_ < slots_) {
+    while (owned_ < slots_) {  // each new slot goes to the front
       free_.push_back(slot{arena_->acquire(bytes)});
       ++owned_;
+      for (std::size_t i = 1; i < free_.size(); ++i) free_.push_back(free_.pop_front());
     }
     if (scratch_bytes == 0) return;
-    std::size_t want = 256;
-    if (exact_scratch) want = scratch_bytes;
-    else
-      while (want < scratch_bytes) want <<= 1;
     for (std::size_t i = 0; i < free_.size(); ++i) {
       slot& e = free_[i];
       if (e.scratch_bytes >= want) continue;
@@ -249,12 +254,17 @@ class slot_pool {
       return clock_.query(f);
     }
   }
+  // Scratch of `bytes`: exactly (growth::fixed) or the next power of two, at least 256.
+  static std::size_t scratch_size(std::size_t bytes, bool exact) {
+    return exact ? bytes : growth::pow2::capacity_for(std::max<std::size_t>(bytes, 256));
+  }
   void drop(const slot& s) noexcept {
     if (s.block) arena_->release(s.block);
     if (s.scratch) ops::free_device(s.scratch);
   }
 
   std::size_t slots_;
+  int device_;
   pinned_arena<B>* arena_;
   fence_clock<B> clock_;
   ring<slot> free_;              // used slots, oldest first, each behind its fence
@@ -264,6 +274,7 @@ class slot_pool {
   bool has_ = false;
   std::size_t owned_ = 0;        // slots in free_ plus the current one
   bool hot_ = false;             // the last batch had at least hot_batch_bytes of contents
+  bool handed_ = false;          // caller_fenced: a slot has been handed to a stream
 };
 
 }  // namespace ferry::detail

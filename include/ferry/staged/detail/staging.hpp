@@ -2,6 +2,7 @@
 // its capacity rules (growth::pow2 / growth::fixed), and its overlap bookkeeping.
 #pragma once
 
+#include <ferry/detail/checked.hpp>
 #include <ferry/detail/source_range.hpp>
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
@@ -28,8 +29,9 @@ class staging_core {
  public:
   using pool_type = slot_pool<B, CallerFenced>;
 
-  staging_core(std::size_t rows, std::size_t cols, std::size_t slots, pinned_arena<B>& arena)
-      : rows_(rows), cols_(cols), pool_(slots, arena), tracker_(rows, cols) {}
+  staging_core(std::size_t rows, std::size_t cols, std::size_t slots, int device,
+               pinned_arena<B>& arena)
+      : rows_(rows), cols_(cols), pool_(slots, device, arena), tracker_(rows, cols) {}
 
   // ---- staging --------------------------------------------------------------------------------
 
@@ -41,14 +43,15 @@ class staging_core {
     check_bounds(row, start, len);
     if (len == 0) return;
     const std::uint64_t dst = static_cast<std::uint64_t>(row) * cols_ + start;
-    const std::size_t bytes = len * sizeof(T);
+    const std::size_t bytes = len * sizeof(T);  // within the target's bytes (constructor-checked)
     std::size_t off = used_;
     if (bytes >= congruence_min_bytes) {
       const std::size_t want = (dst * sizeof(T)) % apply_vector_bytes;
       off += (want + apply_vector_bytes - off % apply_vector_bytes) % apply_vector_bytes;
     }
-    const std::size_t chunks = (len + per_chunk - 1) / per_chunk;
-    ensure(chunks, off + bytes, len);  // may throw: nothing recorded
+    const std::size_t chunks = len / per_chunk + (len % per_chunk != 0);
+    // may throw: nothing recorded
+    ensure(chunks, checked_add<capacity_error>(off, bytes, "staged contents"), len);
     // The slot's addresses are read before the contents are written: a write through a byte
     // pointer may alias any member, which would otherwise be reloaded after it (a few ns a write).
     std::byte* const slot = pool_.current().block.data;
@@ -81,15 +84,24 @@ class staging_core {
 
   /// Capacity for `max_writes` writes of `max_elements` elements in all, allocated now for every
   /// slot (and device scratch when `with_scratch`). Under growth::fixed this is the capacity.
+  /// A request whose sizes cannot be represented throws ferry::capacity_error with nothing changed.
   void reserve(std::size_t max_writes, std::size_t max_elements, bool with_scratch) {
-    const std::size_t descs_needed = 3 * ((max_elements + per_chunk - 1) / per_chunk) + 2 * max_writes + 2;
-    const std::size_t bytes_needed = max_elements * sizeof(T) + apply_vector_bytes * max_writes;
+    const std::size_t chunks = max_elements / per_chunk + (max_elements % per_chunk != 0);
+    std::size_t write_descs = 0, descs_needed = 0, contents = 0, padding = 0, bytes_needed = 0;
+    if (!mul_fits(max_writes, 2, write_descs) ||
+        !add_fits(3 * chunks + 2, write_descs, descs_needed) ||
+        !mul_fits(max_elements, sizeof(T), contents) ||
+        !mul_fits(max_writes, apply_vector_bytes, padding) ||
+        !add_fits(contents, padding, bytes_needed))
+      throw capacity_error("ferry: staged_write_tensor::reserve(" + std::to_string(max_writes) +
+                           ", " + std::to_string(max_elements) + ") overflows size_t");
     std::size_t wd = std::max(want_descs_, descs_needed);
     std::size_t wb = std::max(want_bytes_, bytes_needed);
     if constexpr (!Fixed) {
       wd = growth::pow2::capacity_for(wd);
       wb = pow2_contents(wd, wb);
     }
+    (void)slot_size(wd, wb);  // every size is checked before anything changes
     resolver_.reserve(wd);
     want_descs_ = wd;
     want_bytes_ = wb;
@@ -186,36 +198,41 @@ class staging_core {
     }
   }
 
+  // The bytes of a chunk table of `descs` descriptors, padded to the contents' alignment.
+  static std::size_t table_bytes(std::size_t descs) {
+    const char* what = "a staging chunk table";
+    const std::size_t b = checked_bytes<capacity_error>(descs, sizeof(chunk_desc), what);
+    return checked_add<capacity_error>(b, content_alignment - 1, what) / content_alignment *
+           content_alignment;
+  }
+  // The bytes of a slot of `descs` descriptors and `bytes` of contents.
+  static std::size_t slot_size(std::size_t descs, std::size_t bytes) {
+    return checked_add<capacity_error>(table_bytes(descs), bytes, "a staging slot");
+  }
   // growth::pow2: the content capacity of the smallest power-of-two slot that holds `descs`
   // descriptors and `bytes` of contents. The slot is rounded as a whole (arena blocks are powers
   // of two): rounding each part would make a slot for 4 MiB of contents a 16 MiB block.
-  static std::size_t pow2_contents(std::size_t descs, std::size_t bytes) noexcept {
-    const std::size_t table = round_up(descs * sizeof(chunk_desc), content_alignment);
-    return growth::pow2::capacity_for(table + bytes) - table;
+  static std::size_t pow2_contents(std::size_t descs, std::size_t bytes) {
+    return growth::pow2::capacity_for(slot_size(descs, bytes)) - table_bytes(descs);
   }
-  [[nodiscard]] std::size_t slot_bytes() const noexcept {
-    return round_up(want_descs_ * sizeof(chunk_desc), content_alignment) + want_bytes_;
-  }
+  [[nodiscard]] std::size_t slot_bytes() const { return slot_size(want_descs_, want_bytes_); }
   void layout() noexcept {
     const auto& b = pool_.current().block;
     desc_cap_ = want_descs_;
     content_off_ = round_up(desc_cap_ * sizeof(chunk_desc), content_alignment);
     content_cap_ = b.capacity - content_off_;
   }
-  // A bigger block for the current slot, keeping what is staged (only while growing).
+  // A bigger block for the current slot (only while growing), wanted from now on for every slot.
+  // It holds what is staged as well as `wd` descriptors and `wb` bytes of contents: the current
+  // block may hold more than the capacity wanted so far (a larger block was reused, or rounded up).
   void regrow(std::size_t wd, std::size_t wb) {
+    const std::size_t d = std::max({wd, want_descs_, chunks_});
+    std::size_t b = std::max({wb, want_bytes_, used_});
+    if constexpr (!Fixed) b = pow2_contents(d, b);
+    const pinned_block old = pool_.begin_grow(slot_size(d, b));  // may throw: nothing changed
     const std::size_t old_off = content_off_;
-    const std::size_t save_d = want_descs_, save_b = want_bytes_;
-    want_descs_ = std::max(wd, want_descs_);
-    want_bytes_ = std::max(wb, want_bytes_);
-    pinned_block old;
-    try {
-      old = pool_.begin_grow(slot_bytes());
-    } catch (...) {
-      want_descs_ = save_d;
-      want_bytes_ = save_b;
-      throw;
-    }
+    want_descs_ = d;
+    want_bytes_ = b;
     layout();
     std::memcpy(descs(), old.data, chunks_ * sizeof(chunk_desc));
     std::memcpy(contents(), old.data + old_off, used_);
