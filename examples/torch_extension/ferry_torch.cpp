@@ -22,9 +22,11 @@ namespace {
 template <class T>
 void h2d(const at::Tensor& src, const at::Tensor& dst) {
   TORCH_CHECK(src.is_cpu(), "ferry: async_h2d: the source must be a CPU tensor, got ", src.device());
+  // The destination's device is the op's device, as for torch's own ops; from_torch checks the rest.
+  const auto out = ferry::from_torch<T>(dst, dst.get_device());
+  TORCH_CHECK(dst.is_cuda(), "ferry: async_h2d: the destination must be a CUDA tensor, got ", dst.device());
   const c10::cuda::CUDAGuard on_device(dst.device());
   const auto stream = ferry::from_torch(c10::cuda::getCurrentCUDAStream());
-  const auto out = ferry::from_torch<T>(dst);
   if (src.is_pinned()) {
     // Copied in place by DMA: the caller leaves `src` unmodified until the stream has passed it.
     ferry::async_h2d(ferry::from_torch_pinned<const T>(src), out, stream);

@@ -14,30 +14,38 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
-// A DLTensor over `v` with the host backend's device (kDLCPU, id 0) and the dtype of T.
+// A DLTensor over `v` with the host backend's device (kDLCPU, id 0) and the dtype `type`.
 template <class T>
 struct host_tensor {
   std::vector<T> v;
   std::vector<std::int64_t> shape;
   DLTensor t;
-  host_tensor(std::vector<T> values, std::vector<std::int64_t> dims)
+  host_tensor(std::vector<T> values, std::vector<std::int64_t> dims, DLDataType type)
       : v(std::move(values)), shape(std::move(dims)) {
-    const auto d = ferry::detail::dl::dtype_of<T>();
-    t = DLTensor{v.data(),
-                 DLDevice{kDLCPU, 0},
-                 static_cast<int>(shape.size()),
-                 DLDataType{d.code, d.bits, d.lanes},
-                 shape.data(),
-                 nullptr,
+    t = DLTensor{v.data(), DLDevice{kDLCPU, 0}, static_cast<int>(shape.size()), type, shape.data(), nullptr,
                  0};
   }
 };
+
+constexpr DLDataType dl_int32{kDLInt, 32, 1};
+constexpr DLDataType dl_uint16{kDLUInt, 16, 1};
+constexpr DLDataType dl_float32{kDLFloat, 32, 1};
+
+// The dtype that to_dlpack gives T, after checking that from_dlpack takes it back as T.
+template <class T>
+std::tuple<int, int, int> dtype_of() {
+  T x{};
+  const auto t = ferry::to_dlpack<ferry::backend::host>(ferry::device_span<T>(&x, 1));
+  REQUIRE(ferry::from_dlpack<T, ferry::backend::host>(t.get()).data() == &x);
+  return {t.get().dtype.code, t.get().dtype.bits, t.get().dtype.lanes};
+}
 
 // The message of the std::invalid_argument that from_dlpack<T> (host backend) throws for `t`.
 template <class T>
@@ -53,28 +61,34 @@ std::string rejection(const DLTensor& t) {
 }  // namespace
 
 TEST_CASE("DLPack dtypes of every ferry element type", "[interop][dlpack]") {
-  using ferry::detail::dl::dtype;
-  using ferry::detail::dl::dtype_of;
-  STATIC_CHECK(dtype_of<std::int8_t>() == dtype{kDLInt, 8, 1});
-  STATIC_CHECK(dtype_of<std::int16_t>() == dtype{kDLInt, 16, 1});
-  STATIC_CHECK(dtype_of<std::int32_t>() == dtype{kDLInt, 32, 1});
-  STATIC_CHECK(dtype_of<std::int64_t>() == dtype{kDLInt, 64, 1});
-  STATIC_CHECK(dtype_of<long long>() == dtype{kDLInt, 64, 1});
-  STATIC_CHECK(dtype_of<std::uint8_t>() == dtype{kDLUInt, 8, 1});
-  STATIC_CHECK(dtype_of<std::uint16_t>() == dtype{kDLUInt, 16, 1});
-  STATIC_CHECK(dtype_of<std::uint32_t>() == dtype{kDLUInt, 32, 1});
-  STATIC_CHECK(dtype_of<const std::uint64_t>() == dtype{kDLUInt, 64, 1});
-  STATIC_CHECK(dtype_of<float>() == dtype{kDLFloat, 32, 1});
-  STATIC_CHECK(dtype_of<double>() == dtype{kDLFloat, 64, 1});
+  using dt = std::tuple<int, int, int>;
+  CHECK(dtype_of<std::int8_t>() == dt{kDLInt, 8, 1});
+  CHECK(dtype_of<std::int16_t>() == dt{kDLInt, 16, 1});
+  CHECK(dtype_of<std::int32_t>() == dt{kDLInt, 32, 1});
+  CHECK(dtype_of<std::int64_t>() == dt{kDLInt, 64, 1});
+  CHECK(dtype_of<long long>() == dt{kDLInt, 64, 1});
+  CHECK(dtype_of<std::uint8_t>() == dt{kDLUInt, 8, 1});
+  CHECK(dtype_of<std::uint16_t>() == dt{kDLUInt, 16, 1});
+  CHECK(dtype_of<std::uint32_t>() == dt{kDLUInt, 32, 1});
+  CHECK(dtype_of<const std::uint64_t>() == dt{kDLUInt, 64, 1});
+  CHECK(dtype_of<float>() == dt{kDLFloat, 32, 1});
+  CHECK(dtype_of<double>() == dt{kDLFloat, 64, 1});
 #if FERRY_HAS_HALF
-  STATIC_CHECK(dtype_of<__half>() == dtype{kDLFloat, 16, 1});
-  STATIC_CHECK(dtype_of<__nv_bfloat16>() == dtype{kDLBfloat, 16, 1});
+  CHECK(dtype_of<__half>() == dt{kDLFloat, 16, 1});
+  CHECK(dtype_of<__nv_bfloat16>() == dt{kDLBfloat, 16, 1});
+  // Same bits, another code: a float16 tensor is not bfloat16.
+  __half h{};
+  const auto t = ferry::to_dlpack<ferry::backend::host>(ferry::device_span<__half>(&h, 1));
+  CHECK_THROWS_WITH(
+      (ferry::from_dlpack<__nv_bfloat16, ferry::backend::host>(t.get())),
+      ContainsSubstring(
+          "expected bfloat16 (code 4, bits 16, lanes 1), got float16 (code 2, bits 16, lanes 1)"));
 #endif
 }
 
 TEST_CASE("from_dlpack accepts compact host tensors and honours byte_offset", "[interop][dlpack]") {
   auto values = ferry_test::random_values<float>(24, 11);
-  host_tensor<float> h(values, {2, 3, 4});
+  host_tensor<float> h(values, {2, 3, 4}, dl_float32);
 
   auto s = ferry::from_dlpack<float, ferry::backend::host>(h.t);
   CHECK(s.data() == h.v.data());
@@ -122,7 +136,7 @@ TEST_CASE("from_dlpack accepts compact host tensors and honours byte_offset", "[
 
 TEST_CASE("from_dlpack_host views CPU and pinned tensors on the host", "[interop][dlpack]") {
   const auto values = ferry_test::random_values<std::uint16_t>(10, 14);
-  host_tensor<std::uint16_t> h(values, {2, 5});
+  host_tensor<std::uint16_t> h(values, {2, 5}, dl_uint16);
   auto s = ferry::from_dlpack_host<const std::uint16_t>(h.t);
   CHECK(std::vector<std::uint16_t>(s.begin(), s.end()) == values);
   h.t.device = DLDevice{kDLCUDAHost, 3};  // pinned: any device id
@@ -137,7 +151,7 @@ TEST_CASE("from_dlpack_host views CPU and pinned tensors on the host", "[interop
 }
 
 TEST_CASE("from_dlpack names every mismatch, expected vs got", "[interop][dlpack]") {
-  host_tensor<std::int32_t> h(ferry_test::random_values<std::int32_t>(12, 12), {3, 4});
+  host_tensor<std::int32_t> h(ferry_test::random_values<std::int32_t>(12, 12), {3, 4}, dl_int32);
 
   SECTION("device type") {
     h.t.device.device_type = kDLCUDA;
