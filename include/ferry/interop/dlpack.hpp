@@ -145,7 +145,7 @@ struct exporter {
 }  // namespace detail::dl
 
 /// A DLPack tensor over `s` on `device`: kDLCUDA (CUDA backend) or kDLCPU with id 0 (host
-/// backend). `shape` (row-major, default {size}) must hold exactly s.size() elements, else
+/// backend). `shape` (row-major; empty means {s.size()}) must hold exactly s.size() elements, else
 /// std::invalid_argument. A span of const T is exported too: the consumer must not write.
 template <class B = default_backend, class T>
 dlpack_tensor to_dlpack(device_span<T> s, int device, std::span<const std::int64_t> shape = {}) {
