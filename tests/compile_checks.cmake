@@ -30,6 +30,15 @@ if(FERRY_HEADER_CHECKS)
        ${PROJECT_SOURCE_DIR}/include/*.hpp ${PROJECT_SOURCE_DIR}/include/*.cuh)
   file(GLOB_RECURSE _policy_headers RELATIVE ${PROJECT_SOURCE_DIR}/policies
        ${PROJECT_SOURCE_DIR}/policies/*.hpp)
+  # Interop headers over optional dependencies: <ferry/interop/dlpack.hpp> where dlpack's header
+  # is found; <ferry/interop/torch.hpp> is compiled by examples/torch_extension against torch.
+  list(REMOVE_ITEM _headers ferry/interop/torch.hpp)
+  find_path(FERRY_DLPACK_INCLUDE_DIR dlpack/dlpack.h)
+  if(FERRY_DLPACK_INCLUDE_DIR AND NOT FERRY_DLPACK_INCLUDE_DIR IN_LIST CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES)
+    list(APPEND _ferry_inc -isystem ${FERRY_DLPACK_INCLUDE_DIR})
+  elseif(NOT FERRY_DLPACK_INCLUDE_DIR)
+    list(REMOVE_ITEM _headers ferry/interop/dlpack.hpp)
+  endif()
   foreach(h IN LISTS _headers _policy_headers)
     string(MAKE_C_IDENTIFIER ${h} id)
     if(h MATCHES "\\.hpp$")

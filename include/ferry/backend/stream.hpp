@@ -15,6 +15,15 @@
 #include <string>
 #include <utility>
 
+// CCCL interop: stream_ref<backend::cuda> converts to and from cuda::stream_ref where CCCL is on
+// the include path (always under nvcc; the toolkit's include/cccl for host compilers).
+#if FERRY_HAS_CUDA && __has_include(<cuda/stream_ref>)
+#include <cuda/stream_ref>
+#define FERRY_HAS_CCCL_STREAM_REF 1
+#else
+#define FERRY_HAS_CCCL_STREAM_REF 0
+#endif
+
 namespace ferry {
 
 template <class B>
@@ -89,6 +98,14 @@ class stream_ref<backend::cuda> {
   }
 
   friend bool operator==(stream_ref a, stream_ref b) noexcept { return a.stream_ == b.stream_; }
+
+#if FERRY_HAS_CCCL_STREAM_REF
+  // ---- CCCL interop ----
+  /// Refers to the stream `s` names (explicit, as from cudaStream_t: ferry never picks a stream).
+  explicit stream_ref(::cuda::stream_ref s) noexcept : stream_(s.get()) {}
+  /// The same stream as a cuda::stream_ref, for CCCL (and RMM) APIs.
+  operator ::cuda::stream_ref() const noexcept { return ::cuda::stream_ref(stream_); }
+#endif
 
  protected:
   cudaStream_t stream_;  ///< The stream referred to (null when moved-from).

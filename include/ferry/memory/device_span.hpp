@@ -7,6 +7,14 @@
 #include <stdexcept>
 #include <type_traits>
 
+// CCCL interop: device_span<T> converts to cuda::std::span where CCCL is on the include path.
+#if __has_include(<cuda/std/span>)
+#include <cuda/std/span>
+#define FERRY_HAS_CCCL_SPAN 1
+#else
+#define FERRY_HAS_CCCL_SPAN 0
+#endif
+
 namespace ferry {
 
 /// A view of `size()` elements at a device-accessible address (device memory, or pinned memory
@@ -58,6 +66,17 @@ class device_span {
 #if defined(__CUDACC__)
   /// Element `i`, unchecked (device code only).
   __device__ T& operator[](std::size_t i) const noexcept { return data_[i]; }
+#endif
+
+#if FERRY_HAS_CCCL_SPAN
+  // ---- CCCL interop ----
+  /// The same elements as a cuda::std::span<U> (U is T or const T). Explicit: a cuda::std::span
+  /// allows host element access, which device memory does not.
+  template <class U>
+    requires std::is_convertible_v<T (*)[], U (*)[]>
+  FERRY_HOST_DEVICE constexpr explicit operator ::cuda::std::span<U>() const noexcept {
+    return ::cuda::std::span<U>(data_, size_);
+  }
 #endif
 
   /// subspan()'s "to the end" count.

@@ -1,0 +1,175 @@
+// ferry/interop/dlpack.hpp: ferry spans from DLPack tensors (checked), and non-owning DLPack
+// tensors over ferry spans. Needs <dlpack/dlpack.h> (Debian: libdlpack-dev); not included by the
+// umbrella headers.
+#pragma once
+
+#include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/config.hpp>
+#include <ferry/interop/detail/tensor_check.hpp>
+#include <ferry/memory/device_span.hpp>
+#include <ferry/memory/pinned_span.hpp>
+#include <ferry/policies/backend.hpp>
+
+#include <dlpack/dlpack.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace ferry {
+
+namespace detail::dl {
+inline tensor describe(const DLTensor& t, const char* api) {
+  return {api,
+          t.data,
+          t.byte_offset,
+          {t.dtype.code, t.dtype.bits, t.dtype.lanes},
+          {},
+          static_cast<int>(t.device.device_type),
+          t.device.device_id,
+          t.ndim,
+          t.shape,
+          t.strides};
+}
+
+struct exporter;
+}  // namespace detail::dl
+
+/// The elements of the DLPack tensor `t` as a device_span<T> that kernels of backend B (on
+/// `device`) can read and write. Accepted memory: CUDA backend, kDLCUDA on `device`, or
+/// kDLCUDAHost (pinned; kernels reach it through UVA, on any device); host backend, kDLCPU with
+/// device id 0. The tensor must be row-major contiguous (strides null or compact; extent-1
+/// dimensions may carry any stride), of T's dtype (code, bits, lanes 1), with data + byte_offset
+/// aligned for T; it is viewed flat, byte_offset applied. Any mismatch throws
+/// std::invalid_argument naming it, expected vs got. The span does not own the memory: the
+/// tensor's producer keeps it alive.
+template <class T, class B = default_backend>
+device_span<T> from_dlpack(const DLTensor& t, int device) {
+  const auto v =
+      detail::dl::check<T>(detail::dl::describe(t, "from_dlpack"), detail::dl::device_memory<B>(device));
+  return {v.data, v.size};
+}
+
+/// from_dlpack(t, device) on the device current now (the host backend's only device, 0).
+template <class T, class B = default_backend>
+device_span<T> from_dlpack(const DLTensor& t) {
+  return from_dlpack<T, B>(t, detail::backend_ops<B>::current_device());
+}
+
+/// The elements of the DLPack tensor `t` as a pinned_span<T>, with from_dlpack's checks. Accepted
+/// memory: CUDA backend, kDLCUDAHost only (kDLCPU memory is not known to be pinned: wrap memory
+/// you pinned yourself with ferry::assume_pinned); host backend, kDLCPU with device id 0.
+template <class T, class B = default_backend>
+pinned_span<T> from_dlpack_pinned(const DLTensor& t) {
+  const auto v =
+      detail::dl::check<T>(detail::dl::describe(t, "from_dlpack_pinned"), detail::dl::pinned_memory<B>());
+  return detail::make_pinned_span(v.data, v.size);
+}
+
+/// The elements of the DLPack tensor `t` as a host std::span<T> (kDLCPU with device id 0, or
+/// kDLCUDAHost), with from_dlpack's checks: e.g. a pageable source for ferry::async_h2d.
+template <class T>
+std::span<T> from_dlpack_host(const DLTensor& t) {
+  const auto v = detail::dl::check<T>(detail::dl::describe(t, "from_dlpack_host"), detail::dl::host_memory());
+  return {v.data, v.size};
+}
+
+/// A DLPack tensor viewing memory that ferry does not own through it: it owns only its shape and
+/// strides, which `get()` points at. Move-only; `get()` and the DLTensor's shape and strides stay
+/// at the same addresses for the object's lifetime (moves included). The viewed memory must
+/// outlive every use of the DLTensor, and this object must outlive every use of its shape and
+/// strides: a consumer that keeps the tensor longer copies them.
+class dlpack_tensor {
+ public:
+  /// The DLTensor (byte_offset 0, strides compact row-major, never null).
+  [[nodiscard]] const DLTensor& get() const noexcept { return state_->tensor; }
+
+ private:
+  struct state {
+    DLTensor tensor;
+    std::vector<std::int64_t> dims;  // shape, then strides
+  };
+  template <class T>
+  dlpack_tensor(T* data, std::size_t size, DLDevice device, std::span<const std::int64_t> shape)
+      : state_(std::make_unique<state>()) {
+    static_assert((detail::check_element<T>(), true));
+    const std::int64_t flat = static_cast<std::int64_t>(size);
+    if (shape.empty()) shape = {&flat, 1};
+    const auto ndim = shape.size();
+    std::size_t count = 1;
+    for (auto e : shape) {
+      if (e < 0 || !detail::mul_fits(count, static_cast<std::size_t>(e), count))
+        throw std::invalid_argument("ferry: to_dlpack: shape " +
+                                    detail::dl::dims(shape.data(), static_cast<int>(ndim)) +
+                                    " has a negative or overflowing extent");
+    }
+    if (count != size)
+      throw std::invalid_argument("ferry: to_dlpack: shape mismatch: expected " + std::to_string(size) +
+                                  " elements (the span's size), got shape " +
+                                  detail::dl::dims(shape.data(), static_cast<int>(ndim)) + " of " +
+                                  std::to_string(count));
+    auto& dims = state_->dims;
+    dims.assign(shape.begin(), shape.end());
+    dims.resize(2 * ndim);
+    std::int64_t stride = 1;
+    for (std::size_t i = ndim; i-- > 0;) {
+      dims[ndim + i] = stride;
+      stride *= dims[i];
+    }
+    constexpr auto type = detail::dl::dtype_of<T>();
+    state_->tensor = DLTensor{const_cast<std::remove_cv_t<T>*>(data),
+                              device,
+                              static_cast<int>(ndim),
+                              DLDataType{type.code, type.bits, type.lanes},
+                              dims.data(),
+                              dims.data() + ndim,
+                              0};
+  }
+  friend struct detail::dl::exporter;
+
+  std::unique_ptr<state> state_;
+};
+
+namespace detail::dl {
+struct exporter {
+  template <class T>
+  static dlpack_tensor make(T* data, std::size_t size, DLDevice device, std::span<const std::int64_t> shape) {
+    return dlpack_tensor(data, size, device, shape);
+  }
+};
+}  // namespace detail::dl
+
+/// A DLPack tensor over `s` on `device`: kDLCUDA (CUDA backend) or kDLCPU with id 0 (host
+/// backend). `shape` (row-major; empty means {s.size()}) must hold exactly s.size() elements, else
+/// std::invalid_argument. A span of const T is exported too: the consumer must not write.
+template <class B = default_backend, class T>
+dlpack_tensor to_dlpack(device_span<T> s, int device, std::span<const std::int64_t> shape = {}) {
+  constexpr bool host = std::is_same_v<B, backend::host>;
+  if (host && device != 0)
+    throw std::invalid_argument(
+        "ferry: to_dlpack: device id mismatch: expected 0 (the host backend's only device), got " +
+        std::to_string(device));
+  const DLDevice where{host ? kDLCPU : kDLCUDA, device};
+  return detail::dl::exporter::make(s.data(), s.size(), where, shape);
+}
+
+/// to_dlpack(s, device, shape) on the device current now.
+template <class B = default_backend, class T>
+dlpack_tensor to_dlpack(device_span<T> s, std::span<const std::int64_t> shape = {}) {
+  return to_dlpack<B>(s, detail::backend_ops<B>::current_device(), shape);
+}
+
+/// A DLPack tensor over the pinned span `s`: kDLCUDAHost with id 0 (CUDA backend) or kDLCPU with
+/// id 0 (host backend); `shape` as for device spans.
+template <class B = default_backend, class T>
+dlpack_tensor to_dlpack(pinned_span<T> s, std::span<const std::int64_t> shape = {}) {
+  const DLDevice where{std::is_same_v<B, backend::host> ? kDLCPU : kDLCUDAHost, 0};
+  return detail::dl::exporter::make(s.data(), s.size(), where, shape);
+}
+
+}  // namespace ferry

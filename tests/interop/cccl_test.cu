@@ -1,0 +1,190 @@
+// CCCL interop: stream_ref<backend::cuda> <-> cuda::stream_ref, device_span -> cuda::std::span
+// (read by a kernel under nvcc), and the allocator seam of <ferry/interop/cccl.hpp>: an engine's
+// pool modelling ferry::device_memory_resource / ferry::pinned_memory_resource behind a
+// non-owning resource ref, the memory used by ferry's own transfers.
+#include <support/backends.hpp>
+#include <transfer/transfer_support.hpp>
+
+#include <ferry/interop/cccl.hpp>
+
+#include <catch2/catch_template_test_macros.hpp>
+#include <catch2/catch_test_macros.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <new>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+// An engine's own stream-ordered pool: remembers every live block, its size and the stream of
+// each call. Its memory comes from a ferry buffer, so the test covers both backends.
+template <class B>
+class engine_pool {
+ public:
+  explicit engine_pool(std::size_t bytes) : arena_(bytes / 8) {}
+  void* allocate(ferry::stream_ref<B> s, std::size_t bytes, std::size_t alignment) {
+    last_stream = s.get();
+    const std::size_t start = (used_ + alignment - 1) / alignment * alignment;
+    if (start + bytes > arena_.span().size_bytes()) throw std::bad_alloc();
+    used_ = start + bytes;
+    void* p = reinterpret_cast<std::byte*>(arena_.span().data()) + start;
+    live[p] = bytes;
+    return p;
+  }
+  void deallocate(ferry::stream_ref<B> s, void* p, std::size_t bytes, std::size_t) {
+    last_stream = s.get();
+    if (live.at(p) == bytes) live.erase(p);
+  }
+  std::map<void*, std::size_t> live;
+  decltype(std::declval<ferry::stream_ref<B>>().get()) last_stream{};
+
+ private:
+  ferry::device_buffer<std::uint64_t, B> arena_;
+  std::size_t used_ = 0;
+};
+
+// An engine's pinned pool: ferry's pinned buffer carved up, synchronously.
+template <class B>
+class pinned_pool {
+ public:
+  explicit pinned_pool(std::size_t bytes) : block_(bytes / 8) {}
+  void* allocate_sync(std::size_t bytes, std::size_t) {
+    if (bytes > block_.host().size_bytes() || taken) throw std::bad_alloc();
+    taken = true;
+    return block_.host().data();
+  }
+  void deallocate_sync(void* p, std::size_t, std::size_t) {
+    if (p == block_.host().data()) taken = false;
+  }
+  bool taken = false;
+
+ private:
+  ferry::pinned_buffer<std::uint64_t, B> block_;
+};
+
+}  // namespace
+
+// Shapes for the concept checks only (declared, never called).
+namespace probe {
+struct wrong_signature {  // CCCL 3.0's experimental member names: not ferry's contract
+  void* allocate_async(std::size_t, std::size_t, ferry::stream_ref<ferry::backend::host>);
+  void deallocate_async(void*, std::size_t, std::size_t, ferry::stream_ref<ferry::backend::host>);
+};
+}  // namespace probe
+
+using host_b = ferry::backend::host;
+static_assert(ferry::device_memory_resource<engine_pool<host_b>, host_b>);
+static_assert(!ferry::device_memory_resource<probe::wrong_signature, host_b>);
+static_assert(!ferry::device_memory_resource<pinned_pool<host_b>, host_b>);
+static_assert(ferry::pinned_memory_resource<pinned_pool<host_b>>);
+static_assert(!ferry::pinned_memory_resource<engine_pool<host_b>>);
+static_assert(std::is_trivially_copyable_v<ferry::device_resource_ref<host_b>>);
+static_assert(std::is_trivially_copyable_v<ferry::pinned_resource_ref>);
+// A reference binds to lvalues only (a temporary would dangle), and never to a const resource.
+static_assert(std::is_constructible_v<ferry::device_resource_ref<host_b>, engine_pool<host_b>&>);
+static_assert(!std::is_constructible_v<ferry::device_resource_ref<host_b>, engine_pool<host_b>&&>);
+static_assert(!std::is_constructible_v<ferry::device_resource_ref<host_b>, const engine_pool<host_b>&>);
+static_assert(!std::is_constructible_v<ferry::pinned_resource_ref, pinned_pool<host_b>&&>);
+static_assert(ferry::device_memory_resource<ferry::device_resource_ref<host_b>, host_b>);
+
+TEMPLATE_TEST_CASE("An engine's pool behind ferry's resource refs serves ferry's transfers",
+                   "[interop][cccl]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  ferry::stream<B> s;
+  engine_pool<B> pool(1 << 16);
+  ferry::device_resource_ref<B> ref = pool;
+  ferry::device_resource_ref<B> copy = ref;
+  CHECK(copy == ref);
+
+  const auto values = ferry_test::random_values<std::int32_t>(1000, 21);
+  void* p = copy.allocate(s, values.size() * sizeof(std::int32_t), 256);
+  CHECK(reinterpret_cast<std::uintptr_t>(p) % 256 == 0);
+  CHECK(pool.live.at(p) == values.size() * sizeof(std::int32_t));
+  CHECK(pool.last_stream == s.get());
+  ferry::device_span<std::int32_t> d(static_cast<std::int32_t*>(p), values.size());
+  ferry::async_h2d(values, d, s);
+  CHECK(ferry_test::read_back(d, s) == values);
+  ref.deallocate(s, p, values.size() * sizeof(std::int32_t), 256);
+  CHECK(pool.live.empty());
+
+  pinned_pool<B> pinned(4096);
+  ferry::pinned_resource_ref pref = pinned;
+  void* h = pref.allocate_sync(4096, 256);
+  CHECK(pinned.taken);
+  auto host = ferry::assume_pinned(std::span<std::int32_t>(static_cast<std::int32_t*>(h), 1024));
+  const auto more = ferry_test::random_values<std::int32_t>(1024, 22);
+  std::copy(more.begin(), more.end(), host.begin());
+  ferry::device_buffer<std::int32_t, B> out(1024);
+  ferry::async_h2d(ferry::pinned_span<const std::int32_t>(host), out.span(), s);
+  CHECK(ferry_test::read_back(out.span(), s) == more);
+  pref.deallocate_sync(h, 4096, 256);
+  CHECK(!pinned.taken);
+}
+
+#if FERRY_HAS_CCCL_SPAN
+static_assert(!std::is_convertible_v<ferry::device_span<float>, cuda::std::span<float>>);  // explicit
+static_assert(std::is_constructible_v<cuda::std::span<const float>, ferry::device_span<float>>);
+static_assert(!std::is_constructible_v<cuda::std::span<float>, ferry::device_span<const float>>);
+
+TEST_CASE("device_span converts to cuda::std::span", "[interop][cccl]") {
+  std::vector<float> v = ferry_test::random_values<float>(9, 23);
+  const ferry::device_span<float> d(v.data(), v.size());
+  const auto s = static_cast<cuda::std::span<const float>>(d.subspan(2, 5));
+  CHECK(s.data() == v.data() + 2);
+  CHECK(s.size() == 5);
+}
+#endif
+
+#if FERRY_HAS_CCCL_STREAM_REF
+using cuda_b = ferry::backend::cuda;
+static_assert(std::is_convertible_v<ferry::stream_ref<cuda_b>, cuda::stream_ref>);
+static_assert(std::is_convertible_v<ferry::stream<cuda_b>&, cuda::stream_ref>);
+static_assert(std::is_constructible_v<ferry::stream_ref<cuda_b>, cuda::stream_ref>);
+static_assert(!std::is_convertible_v<cuda::stream_ref, ferry::stream_ref<cuda_b>>);  // explicit
+static_assert(!std::is_constructible_v<ferry::stream_ref<cuda_b>, int>);
+static_assert(!std::is_constructible_v<ferry::stream_ref<cuda_b>, std::nullptr_t>);
+
+namespace probe {
+// A resource in CCCL's (3.1+) shape, taking cuda::stream_ref: ferry's stream converts to it.
+struct cccl_shaped_resource {
+  void* allocate(cuda::stream_ref, std::size_t, std::size_t);
+  void deallocate(cuda::stream_ref, void*, std::size_t, std::size_t);
+};
+}  // namespace probe
+static_assert(ferry::device_memory_resource<probe::cccl_shaped_resource, cuda_b>);
+
+#if defined(__CUDACC__)
+namespace {
+__global__ void double_each(cuda::std::span<std::uint32_t> s) {
+  const auto i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < s.size()) s[i] *= 2;
+}
+}  // namespace
+#endif
+
+TEST_CASE("stream_ref<cuda> and cuda::stream_ref name the same stream", "[interop][cccl]") {
+  FERRY_REQUIRE_BACKEND(cuda_b);
+  ferry::stream<cuda_b> s;
+  const cuda::stream_ref c = s;
+  CHECK(c.get() == s.get());
+  const ferry::stream_ref<cuda_b> back(c);
+  CHECK(back == s);
+  CHECK(c == s);
+#if defined(__CUDACC__)
+  // A kernel that takes cuda::std::span reads and writes a ferry device_span's memory.
+  const auto values = ferry_test::random_values<std::uint32_t>(3000, 24);
+  ferry::device_buffer<std::uint32_t, cuda_b> buf(values.size());
+  ferry::async_h2d(values, buf.span(), s);
+  double_each<<<(values.size() + 255) / 256, 256, 0, cuda::stream_ref(s).get()>>>(
+      static_cast<cuda::std::span<std::uint32_t>>(buf.span()));
+  REQUIRE(cudaPeekAtLastError() == cudaSuccess);
+  auto expected = values;
+  for (auto& x : expected) x *= 2u;
+  CHECK(ferry_test::read_back(buf.span(), s) == expected);
+#endif
+}
+#endif
