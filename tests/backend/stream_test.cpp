@@ -245,3 +245,9 @@ TEST_CASE("a CUDA error that ferry throws is consumed, so no later check reports
   CHECK(cudaPeekAtLastError() == cudaSuccess);
 }
 #endif
+
+TEST_CASE("stream_ref<> and stream<> name the default backend", "[stream]") {
+  STATIC_REQUIRE(std::is_same_v<ferry::stream_ref<>, ferry::stream_ref<ferry::default_backend>>);
+  STATIC_REQUIRE(std::is_same_v<ferry::stream<>, ferry::stream<ferry::default_backend>>);
+  STATIC_REQUIRE(std::is_convertible_v<ferry::stream<>&, ferry::stream_ref<>>);
+}

@@ -31,7 +31,8 @@ class event;
 
 /// A non-owning, trivially copyable reference to a stream of backend B. Never constructible from
 /// 0 or nullptr: there is no implicit "default stream" in ferry, the stream is always explicit.
-template <class B>
+/// `stream_ref<>` names the default backend (FERRY_DEFAULT_BACKEND), as `stream<>` does.
+template <class B = default_backend>
 class stream_ref;
 
 namespace detail {
