@@ -316,6 +316,26 @@ TEMPLATE_TEST_CASE("reserve under growth::fixed bounds what one apply may hold",
   REQUIRE(read_back<float, TestType>(t, s)[192] == 1.0f);
 }
 
+TEMPLATE_TEST_CASE("growth::fixed: limits from separate reserve calls hold together", "[staged]",
+                   STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  std::mt19937_64 rng(41);
+  ferry::staged_write_tensor<int, TestType, ferry::growth::fixed> t(8, 1024, s);
+  ferry_test::model<int> m(8, 1024);
+  t.reserve(8, 0);    // 8 writes...
+  t.reserve(0, 896);  // ...of 896 elements in all (a slot of exactly 4 KiB): one apply holds both
+  for (std::size_t r = 0; r < 8; ++r) {
+    // Large writes at an odd start: each needs alignment padding beyond the 896 elements.
+    const auto v = ferry_test::random_bits<int>(112, rng);
+    t.stage_write(r, 1 + r, v);
+    m.write(r, 1 + r, v);
+  }
+  REQUIRE(t.pending_elements() == 896);
+  t.apply_write(s);
+  REQUIRE(ferry_test::same_bits(read_back<int, TestType>(t, s), m.data));
+}
+
 TEMPLATE_TEST_CASE("an apply that throws before its launch keeps the staged writes", "[staged]",
                    STAGED_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);

@@ -86,6 +86,10 @@ class staging_core {
   /// slot (and device scratch when `with_scratch`). Under growth::fixed this is the capacity.
   /// A request whose sizes cannot be represented throws ferry::capacity_error with nothing changed.
   void reserve(std::size_t max_writes, std::size_t max_elements, bool with_scratch) {
+    if constexpr (Fixed) {  // the limits are the largest asked so far: size the slots for both
+      max_writes = std::max(max_writes_, max_writes);
+      max_elements = std::max(max_elements_, max_elements);
+    }
     const std::size_t chunks = max_elements / per_chunk + (max_elements % per_chunk != 0);
     std::size_t write_descs = 0, descs_needed = 0, contents = 0, padding = 0, bytes_needed = 0;
     if (!mul_fits(max_writes, 2, write_descs) ||
@@ -109,8 +113,8 @@ class staging_core {
       regrow(want_descs_, want_bytes_);
     pool_.reserve(slot_bytes(), with_scratch ? want_bytes_ : 0, Fixed);
     if constexpr (Fixed) {
-      max_writes_ = std::max(max_writes_, max_writes);
-      max_elements_ = std::max(max_elements_, max_elements);
+      max_writes_ = max_writes;
+      max_elements_ = max_elements;
     }
   }
 
