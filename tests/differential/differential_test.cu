@@ -72,6 +72,10 @@ void scrub(C& c) {
   C().swap(c);
 }
 
+// A count of E whose byte size overflows size_t; none exists for 1-byte types (the operations that
+// use it test `overflows<E>` first).
+template <class E>
+constexpr bool overflows = sizeof(E) > 1;
 template <class E>
 constexpr std::size_t huge_count = std::numeric_limits<std::size_t>::max() / sizeof(E) + 2;
 
@@ -336,7 +340,7 @@ void h2d_episode(bench<B>& b, std::uint64_t ops) {
         }
       }, "async_h2d into a too small out");
       whole(l);
-    } else if (r < 82 && b.overflow_ops) {  // a count whose byte size overflows: an exception, nothing enqueued
+    } else if (r < 82 && b.overflow_ops && overflows<E>) {  // a count whose byte size overflows: an exception, nothing enqueued
       const ferry::device_span<E> out(dest[l].span().data(), huge_count<E>);
       b.template expect_throw<std::exception>([&] {
         if constexpr (pinned_only) {
@@ -508,7 +512,7 @@ void packed_episode(bench<B>& b, std::uint64_t ops) {
           reinterpret_cast<const std::uint8_t*>(dest[l].span().data()), written.size());
       b.expect(l, region, std::move(written), "async_h2d_packed destination");
       if (b.chance(10)) whole(l);
-    } else if (r < 82 && b.overflow_ops) {  // counts whose byte sizes overflow: an exception, nothing enqueued
+    } else if (r < 82 && b.overflow_ops && overflows<E>) {  // counts whose byte sizes overflow: an exception, nothing enqueued
       // An out whose byte size is representable: only the parts' sizes overflow.
       const ferry::device_span<E> out(reinterpret_cast<E*>(dest[l].span().data()),
                                       std::numeric_limits<std::size_t>::max() / sizeof(E));
@@ -645,7 +649,7 @@ void buffer_episode(bench<B>& b, std::uint64_t ops) {
       tmp->copy_to_device(tmp->size(), b.lane[l]);
       (void)tmp->copy_to_host(tmp->size(), b.lane[l]);
       b.lane.racing_open([&] { tmp.reset(); });
-    } else if (r < 69 && b.overflow_ops) {  // a size whose bytes overflow
+    } else if (r < 69 && b.overflow_ops && overflows<E>) {  // a size whose bytes overflow
       b.lane.open_all();  // a free waits for every stream, as cudaFree does
       b.template expect_throw<std::exception>([&] { buffer x(huge_count<E>, arena); }, "cpu_gpu_buffer of a size whose bytes overflow");
     } else if (r < 75) {

@@ -174,6 +174,11 @@ TEST_CASE("stream_ref<cuda> and cuda::stream_ref name the same stream", "[intero
   const ferry::stream_ref<cuda_b> back(c);
   CHECK(back == s);
   CHECK(c == s);
+  // The legacy default stream's null handle arrives under its explicit name, a usable stream.
+  const cudaStream_t null_handle = nullptr;
+  const ferry::stream_ref<cuda_b> legacy{cuda::stream_ref(null_handle)};
+  CHECK(legacy.get() == cudaStreamLegacy);
+  CHECK_NOTHROW(legacy.synchronize());
 #if defined(__CUDACC__)
   // A kernel that takes cuda::std::span reads and writes a ferry device_span's memory.
   const auto values = ferry_test::random_values<std::uint32_t>(3000, 24);

@@ -4,9 +4,12 @@
 
 #include <support/backends.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <thread>
 #include <vector>
 
 namespace pool_test {
@@ -40,6 +43,25 @@ std::vector<T> read(ferry::device_span<const T> v) {
 template <class T, class B>
 void enqueue_reader(ferry::stream_ref<B> s, ferry::device_span<const T> v, std::vector<T>* out) {
   ferry::enqueue_host(s, [v, out] { *out = read(v); });
+}
+
+/// Runs `destroy` (the end of a pool) while its reader is held behind `g`: a helper thread gives
+/// it 100 ms to return, then opens the gate. True when `destroy` returned before the gate opened,
+/// that is, without waiting for the held reader.
+template <class B, class F>
+bool returns_before_open(ferry_test::gate<B>& g, F&& destroy) {
+  std::atomic<bool> returned{false};
+  bool early = false;
+  std::thread helper([&] {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    while (!returned.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    early = returned.load();
+    g.open();
+  });
+  destroy();
+  returned.store(true);
+  helper.join();
+  return early;
 }
 
 inline bool same(const ferry::pool_stats& a, const ferry::pool_stats& b) {

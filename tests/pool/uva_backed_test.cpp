@@ -86,26 +86,25 @@ TEMPLATE_TEST_CASE("uva_backed under growth::fixed keeps its addresses", "[pool]
   CHECK(addresses.size() == 2);
 }
 
-TEMPLATE_TEST_CASE("uva_backed destroyed under a held reader gives its block back behind it",
-                   "[pool]", FERRY_TEST_BACKENDS) {
+TEMPLATE_TEST_CASE("uva_backed destroyed under a held reader waits for it", "[pool]",
+                   FERRY_TEST_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);
   ferry::stream<TestType> s;
   ferry::pinned_arena<TestType> arena;
   const auto src = ferry_test::random_values<std::int64_t>(32, 5);
   std::vector<std::int64_t> seen;
-  std::vector<ferry::pinned_block> taken;
   {
     ferry_test::gate<TestType> g(s);
-    {
-      ferry::uva_backed<std::int64_t, TestType> state(32, 2, 8, arena);
-      std::copy(src.begin(), src.end(), state.host().begin());
-      pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), state.publish(32, s), &seen);
-    }
-    // Another user of the arena takes the blocks it may reuse now, and overwrites them.
-    for (int k = 0; k < 2; ++k) {
-      taken.push_back(arena.acquire(32 * sizeof(std::int64_t)));
-      std::fill_n(reinterpret_cast<std::int64_t*>(taken.back().data), 32, 9);
-    }
+    auto state = std::make_unique<ferry::uva_backed<std::int64_t, TestType>>(32, 2, 8, arena);
+    std::copy(src.begin(), src.end(), state->host().begin());
+    pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), state->publish(32, s), &seen);
+    CHECK_FALSE(pool_test::returns_before_open(g, [&] { state.reset(); }));
+  }
+  // Another user of the arena takes the blocks now, and overwrites them: the reader has run.
+  std::vector<ferry::pinned_block> taken;
+  for (int k = 0; k < 2; ++k) {
+    taken.push_back(arena.acquire(32 * sizeof(std::int64_t)));
+    std::fill_n(reinterpret_cast<std::int64_t*>(taken.back().data), 32, 9);
   }
   s.synchronize();
   CHECK(seen == src);

@@ -103,7 +103,10 @@ class stream_ref<backend::cuda> {
 #if FERRY_HAS_CCCL_STREAM_REF
   // ---- CCCL interop ----
   /// Refers to the stream `s` names (explicit, as from cudaStream_t: ferry never picks a stream).
-  explicit stream_ref(::cuda::stream_ref s) noexcept : stream_(s.get()) {}
+  /// A cuda::stream_ref of the null handle (the legacy default stream) becomes cudaStreamLegacy,
+  /// that stream's explicit name: a null handle is what a moved-from ferry::stream holds.
+  explicit stream_ref(::cuda::stream_ref s) noexcept
+      : stream_(s.get() != nullptr ? s.get() : cudaStreamLegacy) {}
   /// The same stream as a cuda::stream_ref, for CCCL (and RMM) APIs.
   operator ::cuda::stream_ref() const noexcept { return ::cuda::stream_ref(stream_); }
 #endif

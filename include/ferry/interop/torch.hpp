@@ -117,9 +117,12 @@ std::span<T> from_torch_host(const at::Tensor& t) {
 
 #if FERRY_HAS_CUDA
 /// The CUDA stream of a torch stream (e.g. c10::cuda::getCurrentCUDAStream()), for ferry calls
-/// ordered with torch's work on it. Non-owning: torch's stream pool keeps the stream.
+/// ordered with torch's work on it. Non-owning: torch's stream pool keeps the stream. Torch's
+/// default stream is the null handle, which ferry reads as an empty (moved-from) stream: it is
+/// named by its explicit handle, cudaStreamLegacy, instead.
 inline stream_ref<backend::cuda> from_torch(const c10::cuda::CUDAStream& s) {
-  return stream_ref<backend::cuda>(s.stream());
+  const cudaStream_t handle = s.stream();
+  return stream_ref<backend::cuda>(handle != nullptr ? handle : cudaStreamLegacy);
 }
 #endif
 

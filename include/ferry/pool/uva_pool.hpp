@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -51,9 +50,9 @@ namespace ferry {
 /// non-empty call's view on *this call's* stream, so the kernels that read that view, enqueued on
 /// that stream before the call, are covered. A reader on any other stream must call
 /// record_use(stream) after enqueuing its work and before the pool's next call (a slot may hold
-/// fences on several streams). Destroying (or moving over) the pool fences the last view on the
-/// stream it was returned for (which therefore must outlive the pool) and waits for the other
-/// fences still pending. A slot whose fences have not all passed is never rewritten: a new
+/// fences on several streams). Destroying (or moving over) the pool waits for its readers: for
+/// the fences it holds, and, while the last view is not yet fenced, for the whole device (as
+/// freeing memory does; its readers' streams may be gone by then). A slot whose fences have not all passed is never rewritten: a new
 /// slot (a block from the arena) is inserted in front of it instead, without blocking, up to
 /// `max_slots`; beyond that, and always under `growth::fixed` (which promises stable addresses),
 /// the call throws ferry::capacity_error. Checks are amortized: a fence already known passed costs
@@ -133,7 +132,6 @@ class uva_pool {
         cur_(std::exchange(o.cur_, 0)),
         view_(std::exchange(o.view_, none)),
         unfenced_(std::exchange(o.unfenced_, none)),
-        view_stream_(std::exchange(o.view_stream_, std::nullopt)),
         stats_(std::exchange(o.stats_, {})) {
     o.slots_.clear();
   }
@@ -151,15 +149,14 @@ class uva_pool {
       cur_ = std::exchange(o.cur_, 0);
       view_ = std::exchange(o.view_, none);
       unfenced_ = std::exchange(o.unfenced_, none);
-      view_stream_ = std::exchange(o.view_stream_, std::nullopt);
       stats_ = std::exchange(o.stats_, {});
     }
     return *this;
   }
-  /// Waits for the fences the pool holds (synchronizing only if a reader is still running), then
-  /// gives every block back to the arena; the last view's block goes back behind a fence on the
-  /// stream it was returned for (without waiting), so that its readers there are covered. Readers
-  /// of the last view on other streams must have been declared with record_use.
+  /// Waits for the pool's readers, then gives every block back to the arena: for the fences it
+  /// holds (synchronizing only if a reader is still running) and, under event_fenced while the
+  /// last non-empty view has not been fenced by a later call, for the device (its readers carry
+  /// no fence yet, and their streams may already be destroyed).
   ~uva_pool() { release_all(); }
 
   /// Advances to the next slot, writes `src` into it (growing it per GrowthPolicy when needed)
@@ -199,7 +196,6 @@ class uva_pool {
     if constexpr (event_fenced) {
       fence_slot(cur_, stream);
       unfenced_ = none;
-      view_stream_.reset();
     }
     return out.first(n);
   }
@@ -369,34 +365,28 @@ class uva_pool {
     }
     cur_ = at;
     view_ = at;
-    if constexpr (event_fenced) {
-      unfenced_ = at;
-      view_stream_ = stream;
-    }
+    if constexpr (event_fenced) unfenced_ = at;
     stats_.fences += recorded;
     ++stats_.calls;
     return {data_of(slots_[at]), n};
   }
 
-  // Destruction is a use of every slot: the last view's block goes back behind a fence on its
-  // stream (as the next call would fence it there), after the slot's other fences have passed.
+  // Destruction is a use of every slot. The last view's readers carry no fence yet (the next
+  // call would record it, on its own stream): when there is such a view, the device is
+  // synchronized first, as freeing memory does, which needs no stream that may be gone by now.
   void release_all() noexcept {
-    for (std::size_t i = 0; i < slots_.size(); ++i) {
-      auto& s = slots_[i];
-      // A block whose readers could not be fenced or waited for is leaked, never reused under a
-      // reader.
+    if (unfenced_ != none && !slots_.empty())
+      detail::destructor_guard([&] { ops::synchronize_device(device_); });
+    for (auto& s : slots_) {
+      // A block whose readers could not be waited for is leaked, never reused under a reader.
       detail::destructor_guard([&] {
         for (const auto& f : s.fences) clock_.wait(f);
-        if (i == unfenced_)
-          arena_->release(s.block, *view_stream_);
-        else
-          arena_->release(s.block);
+        arena_->release(s.block);
       });
     }
     slots_.clear();
     view_ = none;
     unfenced_ = none;
-    view_stream_.reset();
   }
 
   pinned_arena<B>* arena_;
@@ -408,7 +398,6 @@ class uva_pool {
   std::size_t cur_ = 0;          // the slot of the last call
   std::size_t view_ = none;      // the slot of the last non-empty view
   std::size_t unfenced_ = none;  // view_, until copy_to_device has fenced its only reader
-  std::optional<stream_ref<B>> view_stream_;  // the stream view_ was returned for, while unfenced
   pool_stats stats_{};
 };
 
