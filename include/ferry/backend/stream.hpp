@@ -129,7 +129,7 @@ template <>
 class stream<backend::host> : public stream_ref<backend::host> {
  public:
   /// A new queue and its worker thread.
-  stream() : stream(std::make_shared<detail::host_queue>()) {}
+  stream() : stream(detail::host_queue::create()) {}
   /// Takes over `o`'s queue; `o` is left empty.
   stream(stream&& o) noexcept : stream_ref(std::exchange(o.queue_, nullptr)), owner_(std::move(o.owner_)) {}
   /// Closes this stream's queue, then takes over `o`'s.

@@ -30,7 +30,14 @@ namespace ferry::detail {
 /// queue lives on, with no thread, as long as events recorded on it do.
 class host_queue : public std::enable_shared_from_this<host_queue> {
  public:
-  host_queue() : worker_([this] { run(); }) { registry().add(this); }
+  host_queue() : worker_([this] { run(); }) {}
+  /// A new queue, listed for drain_all() once make_shared has built it (listing itself in its
+  /// constructor would let other threads see it half made).
+  static std::shared_ptr<host_queue> create() {
+    auto q = std::make_shared<host_queue>();
+    registry().add(q);
+    return q;
+  }
   host_queue(const host_queue&) = delete;
   host_queue& operator=(const host_queue&) = delete;
   ~host_queue() { close(); }
@@ -127,26 +134,33 @@ class host_queue : public std::enable_shared_from_this<host_queue> {
   // Every live queue, for drain_all(). Leaked: queues may outlive static destruction.
   class queue_registry {
    public:
-    void add(host_queue* q) {
+    void add(const std::shared_ptr<host_queue>& q) {
       std::lock_guard lock(mutex_);
-      queues_.push_back(q);
+      queues_.push_back({q.get(), q});
     }
-    void remove(host_queue* q) {
+    // Drops `q` and every queue already gone. Never locks a weak_ptr here: the last owner of a
+    // queue released under this mutex would destroy it, and the destructor comes back here.
+    void remove(const host_queue* q) {
       std::lock_guard lock(mutex_);
-      std::erase(queues_, q);
+      std::erase_if(queues_, [q](const entry& e) { return e.queue == q || e.owner.expired(); });
     }
+    // The live queues (owned by the caller, so none is destroyed under this mutex).
     std::vector<std::shared_ptr<host_queue>> snapshot() {
       std::lock_guard lock(mutex_);
       std::vector<std::shared_ptr<host_queue>> out;
       out.reserve(queues_.size());
-      for (host_queue* q : queues_)
-        if (auto p = q->weak_from_this().lock()) out.push_back(std::move(p));
+      for (const auto& e : queues_)
+        if (auto p = e.owner.lock()) out.push_back(std::move(p));
       return out;
     }
 
    private:
+    struct entry {
+      const host_queue* queue;
+      std::weak_ptr<host_queue> owner;
+    };
     std::mutex mutex_;
-    std::vector<host_queue*> queues_;
+    std::vector<entry> queues_;
   };
   static queue_registry& registry() {
     static auto* r = new queue_registry;
