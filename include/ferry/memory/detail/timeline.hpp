@@ -1,0 +1,431 @@
+// ferry/memory/detail/timeline.hpp: the reuse core. One process-wide timeline per backend answers
+// "has the stream passed the point where this memory was used?" for every component (docs/design.md,
+// "The reuse core").
+#pragma once
+
+#include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/backend/stats.hpp>
+#include <ferry/detail/ring.hpp>
+#include <ferry/error.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace ferry::detail {
+
+/// A point in one stream's work: `seq` on the stream's line. seq == 0: no point (always passed).
+/// Within a line, points pass in order, so one answer about a point answers every earlier one.
+struct stamp {
+  std::uint32_t line = 0;
+  std::uint64_t seq = 0;
+  [[nodiscard]] bool empty() const noexcept { return seq == 0; }
+};
+
+/// Where a ferry kernel records that it is done: its last block stores `value` into `*counter`
+/// (pinned, mapped) after every block has finished (`blocks_done` counts them; see
+/// kernel_mark.cuh). Empty (`counter == nullptr`) on the host backend and past the lines that
+/// have a counter: the kernel then stores nothing and the point is covered by an event.
+struct kernel_mark {
+  std::uint64_t* counter = nullptr;
+  unsigned* blocks_done = nullptr;
+  std::uint64_t value = 0;
+};
+
+/// The reuse core of backend B: a line per stream (keyed by stream identity, not by handle), a
+/// monotone sequence per line, and a host-side watermark per line below which every point is
+/// known passed. Memory handed to a stream is stamped with mark(); it may be reused once
+/// passed(stamp). Answering for a stamp at or below the watermark costs one compare; above it,
+/// the watermark is raised as cheaply as the backend allows (a counter that ferry's kernels write,
+/// then completion events, newest first so that one answer retires many stamps). Every component
+/// (pinned_arena, uva_pool, staged-write slots, the large-upload pipeline, events) is a client of
+/// the one instance, shared(); none keeps a clock of its own. Thread-safe.
+template <class B>
+class timeline;
+
+/// The process-wide timeline of backend B: created on first use, never destroyed (components
+/// with static storage may outlive any other order of destruction).
+template <class B>
+timeline<B>& shared_timeline() {
+  static auto* t = new timeline<B>();
+  return *t;
+}
+
+// ---- host -------------------------------------------------------------------------------------
+
+/// Host: a line per queue; a point is the queue's task count, its watermark the queue's completion
+/// counter (one atomic load). The line holds the queue weakly and its counter strongly, so it
+/// keeps neither a destroyed stream's queue nor its worker; a line whose queue is gone (so
+/// drained) is recycled for a new queue, numbering continued above every point it gave out.
+template <>
+class timeline<backend::host> {
+ public:
+  stamp mark(stream_ref<backend::host> s) {
+    host_queue* q = checked(s);
+    std::lock_guard lock(mutex_);
+    const std::uint32_t i = line_of(q);
+    auto& l = lines_[i];
+    l.last = l.base + q->enqueued();
+    return {i, l.last};
+  }
+  /// Runs `launch(kernel_mark{})` (which enqueues the work), then marks the stream after it.
+  template <class Launch>
+  stamp mark_with(stream_ref<backend::host> s, Launch&& launch) {
+    std::forward<Launch>(launch)(kernel_mark{});
+    return mark(s);
+  }
+  [[nodiscard]] bool passed(stamp p) {
+    if (p.empty()) return true;
+    std::lock_guard lock(mutex_);
+    return passed_locked(p);
+  }
+  [[nodiscard]] bool known(stamp p) { return passed(p); }
+  /// Blocks until `p` has passed (counted as a synchronization when it blocks).
+  void wait(stamp p) {
+    std::shared_ptr<host_queue> q;
+    std::uint64_t task = 0;
+    {
+      std::lock_guard lock(mutex_);
+      if (p.empty() || passed_locked(p)) return;
+      const auto& l = lines_[p.line];
+      q = l.queue.lock();
+      task = p.seq - l.base;
+    }
+    if (!q) return;  // gone, so drained
+    count(counters<backend::host>().synchronizations);
+    q->wait_for(task);
+  }
+  /// Makes work enqueued on `s` from now on wait for `p` (the host does not block).
+  void order_after(stream_ref<backend::host> s, stamp p) {
+    host_queue* self = checked(s);
+    std::shared_ptr<host_queue> q;
+    std::uint64_t task = 0;
+    {
+      std::lock_guard lock(mutex_);
+      if (p.empty() || passed_locked(p)) return;
+      const auto& l = lines_[p.line];
+      q = l.queue.lock();
+      task = p.seq - l.base;
+    }
+    if (!q || q.get() == self) return;  // gone (drained), or the same stream: already ordered
+    self->enqueue([q = std::move(q), task] { q->wait_for(task); });
+  }
+
+ private:
+  struct line {
+    std::weak_ptr<host_queue> queue;
+    std::shared_ptr<const std::atomic<std::uint64_t>> completed;  // the queue's completion()
+    const host_queue* id;    // compared only while `queue` lives (an address may be reused)
+    std::uint64_t base = 0;  // every point at or below it has passed
+    std::uint64_t last = 0;  // the newest point given out
+  };
+
+  bool passed_locked(stamp p) const noexcept {
+    const auto& l = lines_[p.line];
+    return p.seq <= l.base + l.completed->load(std::memory_order_acquire);
+  }
+  std::uint32_t line_of(host_queue* q) {
+    std::uint32_t i = 0;
+    while (i < lines_.size() && (lines_[i].id != q || lines_[i].queue.expired())) ++i;
+    if (i < lines_.size()) return i;
+    for (i = 0; i < lines_.size(); ++i) {
+      auto& l = lines_[i];
+      if (l.queue.expired()) {
+        l = line{q->weak_from_this(), q->completion(), q, l.last, l.last};
+        return i;
+      }
+    }
+    lines_.push_back(line{q->weak_from_this(), q->completion(), q, 0, 0});
+    return static_cast<std::uint32_t>(lines_.size() - 1);
+  }
+
+  std::mutex mutex_;
+  std::vector<line> lines_;
+};
+
+// ---- CUDA -------------------------------------------------------------------------------------
+
+#if FERRY_HAS_CUDA
+/// CUDA: a line per stream, identified by cudaStreamGetId (unique for the process's lifetime: a
+/// destroyed stream whose handle is reused, or the legacy stream of another device, never shares a
+/// line). Points are made two ways:
+///  - mark(): a completion event (pooled per device, never created on the hot path) recorded on
+///    the stream;
+///  - mark_with(): a ferry kernel launched under the lock stores the point into the line's mapped
+///    counter as its last act; the host reads that counter with one load, no driver call.
+/// passed(p) above the watermark reads the counter, then asks about the newest event (when the
+/// GPU keeps up, one query retires the line), then about one in the middle (when it is behind,
+/// one answer retires half), then about the event that covers p. A stamp just found not passed is
+/// not asked about again until the next mark (a scan over many blocks asks once per line).
+/// A line whose points have all passed is recycled for a new stream, numbering continued.
+template <>
+class timeline<backend::cuda> {
+ public:
+  timeline() = default;
+  timeline(const timeline&) = delete;
+  timeline& operator=(const timeline&) = delete;
+
+  stamp mark(stream_ref<backend::cuda> s) {
+    const cudaStream_t h = checked(s);
+    unsigned long long id = 0;
+    FERRY_CUDA_CHECK(cudaStreamGetId(h, &id));
+    std::lock_guard lock(mutex_);
+    const std::uint32_t i = line_of(id, h);
+    return {i, record(lines_[i], h)};
+  }
+
+  /// Calls `launch(kernel_mark)` under the lock (so no other point of the stream is made between)
+  /// and returns the point the kernel stores when done. A line without a counter gets an empty
+  /// kernel_mark and an event after the launch. If `launch` throws, nothing is marked.
+  template <class Launch>
+  stamp mark_with(stream_ref<backend::cuda> s, Launch&& launch) {
+    const cudaStream_t h = checked(s);
+    unsigned long long id = 0;
+    FERRY_CUDA_CHECK(cudaStreamGetId(h, &id));
+    std::lock_guard lock(mutex_);
+    const std::uint32_t i = line_of(id, h);
+    auto& l = lines_[i];
+    if (i >= counted_lines || !counters_ready(l.device)) {
+      std::forward<Launch>(launch)(kernel_mark{});
+      return {i, record(l, h)};
+    }
+    const std::uint64_t seq = l.next + 1;
+    std::forward<Launch>(launch)(kernel_mark{counters_ + i, blocks_done_[l.device] + i, seq});
+    l.next = seq;
+    l.counted = seq;
+    ++generation_;
+    return {i, seq};
+  }
+
+  [[nodiscard]] bool passed(stamp p) {
+    if (p.empty()) return true;
+    std::lock_guard lock(mutex_);
+    return passed_locked(lines_[p.line], p.seq);
+  }
+  /// True when `p` is at or below the watermark (no driver call).
+  [[nodiscard]] bool known(stamp p) {
+    if (p.empty()) return true;
+    std::lock_guard lock(mutex_);
+    return p.seq <= lines_[p.line].known;
+  }
+
+  /// Blocks until `p` has passed (counted as a synchronization when it blocks).
+  void wait(stamp p) {
+    std::unique_lock lock(mutex_);
+    if (p.empty() || passed_locked(lines_[p.line], p.seq)) return;
+    count(counters<backend::cuda>().synchronizations);
+    auto& l = lines_[p.line];
+    if (const cudaEvent_t ev = covering(l, p.seq)) {
+      FERRY_CUDA_CHECK(cudaEventSynchronize(ev));
+      retire(l, covering_seq(l, p.seq));
+      return;
+    }
+    // Only a kernel's counter covers p: poll it (a fault shows as an error of any driver call).
+    lock.unlock();
+    for (;;) {
+      std::this_thread::yield();
+      lock.lock();
+      if (passed_locked(lines_[p.line], p.seq)) return;
+      lock.unlock();
+      if (const cudaError_t r = cudaStreamQuery(cudaStreamPerThread);
+          r != cudaSuccess && r != cudaErrorNotReady)
+        throw_cuda(r, "waiting for a ferry kernel", __FILE__, __LINE__);
+    }
+  }
+
+  /// Makes work enqueued on `s` from now on wait for `p` (cudaStreamWaitEvent on the event that
+  /// covers it; the host does not block). A point covered by no event yet (a kernel's, with no
+  /// event recorded after it) cannot get one now (its stream may be gone): the host waits instead.
+  void order_after(stream_ref<backend::cuda> s, stamp p) {
+    const cudaStream_t h = checked(s);
+    {
+      std::lock_guard lock(mutex_);
+      if (p.empty() || passed_locked(lines_[p.line], p.seq)) return;
+      if (const cudaEvent_t ev = covering(lines_[p.line], p.seq)) {
+        FERRY_CUDA_CHECK(cudaStreamWaitEvent(h, ev, 0));
+        return;
+      }
+    }
+    wait(p);
+  }
+
+ private:
+  struct line {
+    unsigned long long stream_id;
+    int device;
+    std::uint64_t next = 0;     // the newest point given out
+    std::uint64_t known = 0;    // the watermark
+    std::uint64_t counted = 0;  // the newest point a kernel stores (0: none pending)
+    std::uint64_t miss = 0;     // a point found not passed in generation miss_generation
+    std::uint64_t miss_generation = 0;
+    ring<std::pair<std::uint64_t, cudaEvent_t>> pending;  // recorded events above the watermark
+  };
+  struct spare_event {
+    int device;
+    cudaEvent_t event;
+  };
+
+  /// Lines with a mapped counter (the rest use events only).
+  static constexpr std::uint32_t counted_lines = 256;
+  static constexpr int max_devices = 64;
+
+  std::uint64_t record(line& l, cudaStream_t h) {
+    cudaEvent_t ev = take_spare(l.device);
+    if (!ev) {
+      const device_scope on_device(l.device);
+      FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    }
+    if (const cudaError_t r = cudaEventRecord(ev, h); r != cudaSuccess) {
+      spare_.push_back({l.device, ev});
+      throw_cuda(r, "cudaEventRecord(mark)", __FILE__, __LINE__);
+    }
+    l.pending.push_back({++l.next, ev});
+    ++generation_;
+    return l.next;
+  }
+
+  bool passed_locked(line& l, std::uint64_t seq) {
+    if (seq <= l.known) return true;
+    if (l.counted != 0) {  // one load of what ferry's kernels stored
+      const std::uint64_t c =
+          std::atomic_ref<std::uint64_t>(counters_[&l - lines_.data()]).load(std::memory_order_acquire);
+      if (c > l.known) retire(l, c);
+      if (seq <= l.known) return true;
+    }
+    if (l.miss_generation == generation_ && seq >= l.miss) return false;
+    const bool yes = ask(l, seq);
+    if (!yes) {
+      l.miss = seq;
+      l.miss_generation = generation_;
+    }
+    return yes;
+  }
+
+  // Newest event first, then the middle of those above seq's, then seq's own.
+  bool ask(line& l, std::uint64_t seq) {
+    if (l.pending.empty() || l.pending.back().first < seq) return false;  // a kernel's, not yet stored
+    const std::size_t last = l.pending.size() - 1;
+    if (query(l.pending[last].second)) {
+      retire(l, l.pending[last].first);
+      return true;
+    }
+    const std::size_t own = index_covering(l, seq);
+    if (own == last) return false;
+    const std::size_t mid = own + (last - own) / 2;
+    if (mid != own && query(l.pending[mid].second)) {
+      retire(l, l.pending[mid].first);
+      return true;
+    }
+    if (!query(l.pending[own].second)) return false;
+    retire(l, l.pending[own].first);
+    return true;
+  }
+
+  // The first pending event at or after seq (pending holds increasing points, not consecutive:
+  // kernels' points carry no event).
+  static std::size_t index_covering(const line& l, std::uint64_t seq) {
+    std::size_t lo = 0, hi = l.pending.size() - 1;
+    while (lo < hi) {
+      const std::size_t m = lo + (hi - lo) / 2;
+      if (l.pending[m].first < seq) lo = m + 1; else hi = m;
+    }
+    return lo;
+  }
+  static cudaEvent_t covering(const line& l, std::uint64_t seq) {
+    if (l.pending.empty() || l.pending.back().first < seq) return nullptr;
+    return l.pending[index_covering(l, seq)].second;
+  }
+  static std::uint64_t covering_seq(const line& l, std::uint64_t seq) {
+    return l.pending[index_covering(l, seq)].first;
+  }
+
+  static bool query(cudaEvent_t ev) {
+    const cudaError_t r = cudaEventQuery(ev);
+    if (r == cudaErrorNotReady) return false;
+    FERRY_CUDA_CHECK(r);
+    return true;
+  }
+  void retire(line& l, std::uint64_t seq) {
+    while (!l.pending.empty() && l.pending.front().first <= seq) {
+      spare_.push_back({l.device, l.pending.front().second});
+      l.pending.pop_front();
+    }
+    l.known = std::max(l.known, seq);
+    if (l.counted <= l.known) l.counted = 0;
+  }
+
+  // The line of stream `id`: its own, else a recycled one (every point passed), else a new one.
+  std::uint32_t line_of(unsigned long long id, cudaStream_t h) {
+    std::uint32_t i = 0;
+    while (i < lines_.size() && lines_[i].stream_id != id) ++i;
+    if (i < lines_.size()) return i;
+    int device = 0;
+    FERRY_CUDA_CHECK(cudaStreamGetDevice(h, &device));
+    for (i = 0; i < lines_.size(); ++i) {
+      auto& l = lines_[i];
+      if (l.known == l.next) {  // recycled: old points stay at or below `known`
+        l.stream_id = id;
+        l.device = device;
+        return i;
+      }
+    }
+    // A recycled line may still hold the last point of its old stream unasked: try the oldest.
+    for (i = 0; i < lines_.size(); ++i) {
+      auto& l = lines_[i];
+      if (passed_locked(l, l.next)) {
+        l.stream_id = id;
+        l.device = device;
+        return i;
+      }
+    }
+    lines_.push_back(line{id, device, 0, 0, 0, 0, 0, {}});
+    return static_cast<std::uint32_t>(lines_.size() - 1);
+  }
+
+  // The mapped counters and, per device, the blocks-done counts (allocated on the first kernel
+  // mark of the process and of each device; the kernels that use them are cold then anyway).
+  bool counters_ready(int device) {
+    if (device < 0 || device >= max_devices) return false;
+    if (!counters_) {
+      void* p = nullptr;
+      FERRY_CUDA_CHECK(
+          cudaHostAlloc(&p, counted_lines * sizeof(std::uint64_t), cudaHostAllocMapped | cudaHostAllocPortable));
+      std::fill_n(static_cast<std::uint64_t*>(p), counted_lines, std::uint64_t{0});
+      counters_ = static_cast<std::uint64_t*>(p);
+    }
+    if (!blocks_done_[device]) {
+      const device_scope on_device(device);
+      void* p = nullptr;
+      FERRY_CUDA_CHECK(cudaMalloc(&p, counted_lines * sizeof(unsigned)));
+      FERRY_CUDA_CHECK(cudaMemset(p, 0, counted_lines * sizeof(unsigned)));
+      blocks_done_[device] = static_cast<unsigned*>(p);
+    }
+    return true;
+  }
+
+  cudaEvent_t take_spare(int device) noexcept {
+    for (std::size_t k = spare_.size(); k-- > 0;) {
+      if (spare_[k].device != device) continue;
+      const cudaEvent_t ev = spare_[k].event;
+      spare_[k] = spare_.back();
+      spare_.pop_back();
+      return ev;
+    }
+    return nullptr;
+  }
+
+  std::mutex mutex_;
+  std::vector<line> lines_;
+  std::vector<spare_event> spare_;
+  std::uint64_t generation_ = 1;  // advanced by every mark: a miss is asked again after one
+  std::uint64_t* counters_ = nullptr;
+  unsigned* blocks_done_[max_devices] = {};
+};
+#endif
+
+}  // namespace ferry::detail
