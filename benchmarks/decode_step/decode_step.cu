@@ -1,26 +1,37 @@
-// Benchmark decode_step (SPEC §10, §11): one engine step's input preparation, ferry's step
-// (examples/decode_step/decode_step.hpp, the same code as the example) beside
-//  (a) a hand-written raw-CUDA step doing the same work with nothing but the unavoidable: one
-//      preallocated pinned buffer (cudaHostAlloc, mapped) holding every array of the step, the
-//      host state kept there and rewritten in place; one cudaMemcpyAsync per array (positions,
-//      seq_lens, token ids, temperature, top-p, top-k, seed, logprob matrix: 8 copies) into
-//      preallocated device arrays; the block-table writes applied by THE SAME apply kernel ferry
-//      launches (ferry::detail::launch_apply_chunks, a chunk table and contents written into the
-//      pinned buffer and read by the kernel through UVA, as presets::block_table does — an append
-//      that an admission of the same step covers is skipped, so that chunks stay disjoint); the
-//      same one-thread fill kernel of the last logits index, from the copied seq_lens. It fences
-//      nothing (it rewrites the pinned buffer while earlier copies may still be pending when the
-//      host runs ahead): a floor, not a safe engine;
-//  (b) the PyTorch way, decode_step_torch.py run on the same machine (--torch-step FILE: its
-//      --json output, {"host_us", "device_us"}).
-// Host time: SPEC §10 bursts (256 steps, stream drained between bursts, median); device time:
-// steps queued behind a kernel that holds the stream. Then an untimed pass of 1000 warm steps
-// inside ferry::sync_guard (record mode) counts ferry's synchronizing calls and allocations per
-// step. Inputs change every step (the scheduler rotates token ids, sampling parameters, block ids,
-// admitted rows, logprob ids). Before timing, the raw step is checked to produce exactly ferry's
-// results (both run from step 0, drained, read back).
-// Targets: host_vs_torch (PyTorch host / ferry host) >= 20, host_vs_raw (ferry host / raw host)
-// <= 1.25, syncs_per_step <= 0, allocations_per_step <= 0.
+// Benchmark decode_step (SPEC §10, §11): one engine step's input preparation, ferry beside the
+// hand-written floors and the PyTorch and libtorch baselines, on the same host data.
+//
+// Rows measured in this process, interleaved burst by burst:
+//  - "ferry per-component": examples/decode_step/decode_step.hpp, the step built from ferry's
+//    components (apply launch, UVA publishes, packed copy, logprob copy, fill launch);
+//  - three hand-written raw-CUDA floors, each with 4 fixed pinned slots (cudaHostAlloc, mapped)
+//    into which the host writes the whole step (sampling arrays and logprob matrix packed, then
+//    positions, sequence lengths, the block-table chunks and their contents), and one kernel that
+//    applies the chunks (one block per chunk, read through UVA), fills the last logits index from
+//    the slot's sequence lengths and, as its last act, stores the step's number into a mapped
+//    counter (as ferry's kernel marks do); the host reads that counter once per step:
+//      A: one packed cudaMemcpyAsync of the sampling arrays and the logprob matrix + the kernel;
+//      B: the kernel alone, also copying those bytes from the slot through UVA;
+//      C: cudaGraphLaunch of a 2-node graph per slot (A's copy + kernel), built once over the
+//         slot's fixed addresses and replayed with each step's data in the slot.
+//    They never wait for a slot (a step may rewrite one a pending step still reads): floors, not
+//    engines. Appends covered by an admission of the same step are skipped, so chunks are
+//    disjoint. Before timing, each floor is checked to produce exactly ferry's results.
+// Rows read from files written just before by separate processes on the same machine (processes
+// cannot be interleaved; each label says so): --torch-step FILE (decode_step_torch.py --json)
+// and --libtorch-step FILE (benchmarks/decode_step/libtorch_step --json).
+//
+// Host time: bursts of --burst steps, the stream drained between bursts (not timed), median over
+// --bursts bursts after 3 warm-up bursts. Device time ("held"): a burst enqueued behind a kernel
+// that spins until the host releases it once the burst is in, events from the release to the
+// burst's end, median of several bursts after a warm-up one; a burst that fills the launch queue
+// makes the hold give up after 1 s and is halved ("device burst" says with how many steps).
+// Then an untimed pass of 1000 warm steps of each ferry row inside ferry::sync_guard (record
+// mode) counts synchronizing calls and allocations per step.
+//
+// Targets (SPEC §10) are computed from rows looked up by label; a target whose row is absent is
+// reported missing (null, not met). ferry's step_batch rows (label_step_batch_kernel,
+// label_step_batch_graph) join the in-process list as one function each.
 #include <decode_step/decode_step.hpp>
 
 #include <ferry/sync/sync_guard.hpp>
@@ -28,124 +39,279 @@
 #include <support/gpu.cuh>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
-using ferry_bench::device_us;
-using ferry_bench::host_us;
 using B = ferry::backend::cuda;
 using namespace decode_step;
 
 namespace {
 
-/// The hand-written raw-CUDA step (see the file comment).
-class raw_step {
- public:
-  // Byte offsets of the arrays in the one pinned buffer (each 256-byte aligned).
-  static constexpr std::size_t max_chunks = 2 * writes_per_step;
-  static constexpr std::size_t off_positions = 0;
-  static constexpr std::size_t off_seq_lens = off_positions + batch * 8;
-  static constexpr std::size_t off_tokens = off_seq_lens + batch * 4;
-  static constexpr std::size_t off_temperature = off_tokens + batch * 4;
-  static constexpr std::size_t off_top_p = off_temperature + batch * 4;
-  static constexpr std::size_t off_top_k = off_top_p + batch * 4;
-  static constexpr std::size_t off_seed = off_top_k + batch * 4;
-  static constexpr std::size_t off_logprobs = off_seed + batch * 8;
-  static constexpr std::size_t off_descs = off_logprobs + batch * logprob_cols * 8;
-  static constexpr std::size_t off_contents = ferry::detail::round_up(off_descs + max_chunks * 24, 256);
-  static constexpr std::size_t total_bytes = off_contents + 2 * elements_per_step * 4 + 256;
+constexpr double not_measured = std::numeric_limits<double>::quiet_NaN();
 
-  explicit raw_step(cudaStream_t s) : s_(s) {
-    BENCH_CUDA(cudaHostAlloc(&pinned_, total_bytes, cudaHostAllocMapped | cudaHostAllocPortable));
-    std::memset(pinned_, 0, total_bytes);
+// ---- labels (targets look rows up by them) ------------------------------------------------------
+
+constexpr const char* label_ferry = "ferry per-component";
+constexpr const char* label_step_batch_kernel = "ferry step_batch launch::kernel";
+constexpr const char* label_step_batch_graph = "ferry step_batch launch::graph";
+constexpr const char* label_floor_copy = "floor A: 1 packed copy + 1 fused kernel";
+constexpr const char* label_floor_uva = "floor B: 1 fused kernel, all through UVA";
+constexpr const char* label_floor_graph = "floor C: 2-node graph per slot";
+constexpr const char* label_torch = "PyTorch (decode_step_torch.py, separate process, run just before)";
+constexpr const char* label_libtorch = "libtorch C++ packed (libtorch_step, separate process, run just before)";
+/// The rows of libtorch_step's --json output: label and variant (its keys are <variant>_host_us, ...).
+constexpr std::pair<const char*, const char*> libtorch_rows[] = {
+    {label_libtorch, "packed"},
+    {"libtorch C++ 5 copies (libtorch_step, separate process, run just before)", "5copies"},
+    {"libtorch C++ packed, slots not fenced (libtorch_step, separate process, run just before)", "packed_nofence"}};
+
+// ---- the hand-written floors ---------------------------------------------------------------------
+
+/// One block-table write of a floor step: `count` int32 from contents[src] to table[dst].
+struct chunk {
+  std::uint64_t dst;
+  std::uint32_t src;
+  std::uint32_t count;
+};
+
+/// Byte offsets in a floor's pinned slot. The first `copied` bytes (the sampling arrays as
+/// async_h2d_packed lays them out, then the logprob matrix) go to device memory; the rest is read
+/// through UVA where it lies (positions and sequence lengths as ferry's uva_backed publishes).
+namespace slot {
+constexpr std::size_t tokens = 0;
+constexpr std::size_t temperature = tokens + batch * 4;
+constexpr std::size_t top_p = temperature + batch * 4;
+constexpr std::size_t top_k = top_p + batch * 4;
+constexpr std::size_t seed = top_k + batch * 4;
+constexpr std::size_t logprobs = seed + batch * 8;
+constexpr std::size_t copied = logprobs + batch * logprob_cols * 8;
+constexpr std::size_t seq_lens = copied;
+constexpr std::size_t positions = seq_lens + batch * 4;
+constexpr std::size_t descs = positions + batch * 8;
+constexpr std::size_t contents = descs + writes_per_step * sizeof(chunk);
+constexpr std::size_t chunks = ferry::detail::round_up(contents + elements_per_step * 4, 8);  // uint32
+constexpr std::size_t seq = chunks + 8;                                                    // uint64
+constexpr std::size_t bytes = ferry::detail::round_up(seq + 8, 256);
+static_assert(logprobs == packed_bytes && copied % 16 == 0, "the packed parts, then the logprob matrix");
+}  // namespace slot
+
+constexpr unsigned floor_threads = 256;
+constexpr unsigned copy_vectors = slot::copied / 16;
+/// Blocks after the chunk blocks: the fill (block 0 of them) and, for floor B, the UVA copy.
+constexpr unsigned copy_blocks = (copy_vectors + floor_threads - 1) / floor_threads;
+
+struct floor_args {
+  const chunk* descs;              // the slot (UVA), as the three below
+  const std::uint32_t* chunks;
+  const std::int32_t* contents;
+  const std::int32_t* seq_lens;
+  const uint4* slot_bytes;         // the first slot::copied bytes
+  const std::uint64_t* seq;        // the step's number + 1
+  std::int32_t* table;
+  std::int32_t* logits;
+  uint4* dev_bytes;
+  unsigned vectors;                // 16-byte vectors the kernel copies (0: a copy moves them)
+  unsigned* blocks_done;
+  std::uint64_t* counter;          // mapped host memory
+};
+
+/// The fused step: blocks [0, writes_per_step) apply the chunks; the next ones fill the last
+/// logits index and copy `vectors` 16-byte vectors; the last block to finish stores the step's
+/// number into the counter (the pattern of ferry::detail::finish_kernel_mark).
+__global__ void __launch_bounds__(floor_threads) floor_step_kernel(const floor_args a) {
+  if (blockIdx.x < writes_per_step) {
+    if (blockIdx.x < __ldcv(a.chunks)) {
+      const chunk* c = a.descs + blockIdx.x;
+      const std::uint64_t dst = __ldcv(reinterpret_cast<const unsigned long long*>(&c->dst));
+      const std::uint32_t src = __ldcv(&c->src), count = __ldcv(&c->count);
+      for (unsigned i = threadIdx.x; i < count; i += blockDim.x) a.table[dst + i] = a.contents[src + i];
+    }
+  } else {
+    const unsigned j = (blockIdx.x - writes_per_step) * blockDim.x + threadIdx.x;
+    if (j == 0) a.logits[batch - 1] = __ldcv(a.seq_lens + batch - 1);
+    if (j < a.vectors) a.dev_bytes[j] = a.slot_bytes[j];
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  __threadfence();
+  if (atomicAdd(a.blocks_done, 1u) != gridDim.x - 1) return;
+  *a.blocks_done = 0;
+  __threadfence_system();
+  *reinterpret_cast<volatile unsigned long long*>(a.counter) = __ldcv(reinterpret_cast<const unsigned long long*>(a.seq));
+}
+
+/// A hand-written floor (see the file comment): its own slots, device arrays and scheduler.
+class floor_step {
+ public:
+  enum class kind { copy_kernel, uva_kernel, graph };
+  static constexpr unsigned slots = 4;
+
+  floor_step(kind k, cudaStream_t s) : kind_(k), s_(s) {
+    BENCH_CUDA(cudaHostAlloc(&pinned_, slots * slot::bytes + 256, cudaHostAllocMapped | cudaHostAllocPortable));
+    std::memset(pinned_, 0, slots * slot::bytes + 256);
+    counter_ = reinterpret_cast<std::uint64_t*>(pinned_ + slots * slot::bytes);
     BENCH_CUDA(cudaMalloc(&table_, max_requests * max_blocks * 4));
     BENCH_CUDA(cudaMemset(table_, 0, max_requests * max_blocks * 4));
-    BENCH_CUDA(cudaMalloc(&device_, off_descs));  // the arrays, at the same offsets as in pinned_
+    BENCH_CUDA(cudaMalloc(&dev_bytes_, slot::copied));
     BENCH_CUDA(cudaMalloc(&logits_, batch * 4));
-    for (std::size_t i = 0; i < batch; ++i) {
-      seq_lens()[i] = scheduler::initial_seq_len(i);
-      positions()[i] = seq_lens()[i] - 1;
-    }
-    scheduler::logprob_init(at<std::int64_t>(pinned_, off_logprobs));
+    BENCH_CUDA(cudaMalloc(&blocks_done_, sizeof(unsigned)));
+    BENCH_CUDA(cudaMemset(blocks_done_, 0, sizeof(unsigned)));
     std::vector<std::int32_t> iota(batch);
-    for (std::size_t i = 0; i < batch; ++i) iota[i] = static_cast<std::int32_t>(i);
+    for (std::size_t i = 0; i < batch; ++i) {
+      iota[i] = static_cast<std::int32_t>(i);
+      seq_lens_[i] = scheduler::initial_seq_len(i);
+      positions_[i] = seq_lens_[i] - 1;
+    }
     BENCH_CUDA(cudaMemcpy(logits_, iota.data(), batch * 4, cudaMemcpyHostToDevice));
+    for (unsigned k = 0; k < slots; ++k) {
+      scheduler::logprob_init(at<std::int64_t>(k, slot::logprobs));
+      args_[k] = {dev<chunk>(k, slot::descs), dev<std::uint32_t>(k, slot::chunks), dev<std::int32_t>(k, slot::contents),
+                  dev<std::int32_t>(k, slot::seq_lens), dev<uint4>(k, 0), dev<std::uint64_t>(k, slot::seq),
+                  table_, logits_, reinterpret_cast<uint4*>(dev_bytes_),
+                  kind_ == kind::uva_kernel ? copy_vectors : 0u, blocks_done_,
+                  static_cast<std::uint64_t*>(device_address(counter_))};
+    }
+    grid_ = writes_per_step + (kind_ == kind::uva_kernel ? copy_blocks : 1u);
+    if (kind_ == kind::graph)
+      for (unsigned k = 0; k < slots; ++k) build_graph(k);
   }
-  raw_step(const raw_step&) = delete;
-  raw_step& operator=(const raw_step&) = delete;
-  ~raw_step() {
+  floor_step(const floor_step&) = delete;
+  floor_step& operator=(const floor_step&) = delete;
+  ~floor_step() {
     cudaStreamSynchronize(s_);
+    for (unsigned k = 0; k < slots; ++k) {
+      if (exec_[k] != nullptr) cudaGraphExecDestroy(exec_[k]);
+      if (graph_[k] != nullptr) cudaGraphDestroy(graph_[k]);
+    }
     cudaFreeHost(pinned_);
     cudaFree(table_);
-    cudaFree(device_);
+    cudaFree(dev_bytes_);
     cudaFree(logits_);
+    cudaFree(blocks_done_);
   }
 
+  /// One step: the host writes it into its slot, reads the counter once, submits.
   void run() {
     const std::int64_t step = sched_.begin_step();
-    std::int32_t* lens = seq_lens();
-    scheduler::advance(positions(), lens);
-    // the block-table writes: contents and one chunk per write, straight into the pinned buffer
-    auto* descs = at<ferry::detail::chunk_desc>(pinned_, off_descs);
-    auto* contents = at<std::int32_t>(pinned_, off_contents);
-    std::size_t n = 0, used = 0;
-    const std::size_t first_admitted = scheduler::admitted_row(step, 0);
-    sched_.for_each_write(step, lens, [&](std::size_t row, std::size_t start, std::span<const std::int32_t> ids) {
-      if (ids.size() == 1 && start < admitted_blocks && row - first_admitted < admitted) return;  // covered
-      if (ids.size() * 4 >= 64) used = (used + 3) / 4 * 4;  // congruent with the destination mod 16 bytes
-      std::memcpy(contents + used, ids.data(), ids.size() * 4);
-      descs[n++] = {row * max_blocks + start, used, static_cast<std::uint32_t>(ids.size()), 0};
-      used += ids.size();
-    });
-    scheduler::sampling(step, at<std::int32_t>(pinned_, off_tokens), at<float>(pinned_, off_temperature),
-                        at<float>(pinned_, off_top_p), at<std::int32_t>(pinned_, off_top_k),
-                        at<std::int64_t>(pinned_, off_seed));
-    scheduler::logprob_rows(step, at<std::int64_t>(pinned_, off_logprobs));
-    // the uploads
-    ferry::detail::launch_apply_chunks<std::uint32_t>(descs, n, reinterpret_cast<std::uintptr_t>(table_),
-                                                      reinterpret_cast<std::uintptr_t>(contents), s_);
-    copy(off_positions, batch * 8);
-    copy(off_seq_lens, batch * 4);
-    copy(off_tokens, batch * 4);
-    copy(off_temperature, batch * 4);
-    copy(off_top_p, batch * 4);
-    copy(off_top_k, batch * 4);
-    copy(off_seed, batch * 8);
-    copy(off_logprobs, batch * logprob_cols * 8);
-    launch_fill_last_index(logits_, at<std::int32_t>(device_, off_seq_lens), batch - 1, s_);
+    const unsigned k = static_cast<unsigned>(step % slots);
+    write_step(step, k);
+    // An engine's "has this slot's previous step passed?" (one load; a floor does not wait).
+    slot_passed_ = *reinterpret_cast<volatile std::uint64_t*>(counter_) + slots > static_cast<std::uint64_t>(step);
+    switch (kind_) {
+      case kind::copy_kernel:
+        BENCH_CUDA(cudaMemcpyAsync(dev_bytes_, at<std::byte>(k, 0), slot::copied, cudaMemcpyHostToDevice, s_));
+        launch(k);
+        break;
+      case kind::uva_kernel:
+        launch(k);
+        break;
+      case kind::graph:
+        BENCH_CUDA(cudaGraphLaunch(exec_[k], s_));
+        break;
+    }
   }
 
-  /// A device array of the step (as raw_step::off_*), for the equality check.
-  template <class T>
-  [[nodiscard]] const T* device_array(std::size_t off) const noexcept { return at<T>(device_, off); }
+  // The results, for the check against ferry's (after the stream is drained).
   [[nodiscard]] const std::int32_t* table() const noexcept { return table_; }
   [[nodiscard]] const std::int32_t* logits_indices() const noexcept { return logits_; }
+  /// A device array of the step (at slot::tokens .. slot::logprobs).
+  template <class T>
+  [[nodiscard]] const T* device_array(std::size_t off) const noexcept {
+    return reinterpret_cast<const T*>(dev_bytes_ + off);
+  }
+  /// An array of the last step's slot (slot::positions, slot::seq_lens).
+  template <class T>
+  [[nodiscard]] const T* last_slot(std::size_t off) const noexcept {
+    return reinterpret_cast<const T*>(pinned_ + static_cast<std::size_t>((sched_.steps() - 1) % slots) * slot::bytes + off);
+  }
 
  private:
   template <class T>
-  static T* at(std::byte* base, std::size_t off) noexcept {
-    return reinterpret_cast<T*>(base + off);
+  T* at(unsigned k, std::size_t off) const noexcept {
+    return reinterpret_cast<T*>(pinned_ + k * slot::bytes + off);
   }
-  std::int64_t* positions() noexcept { return at<std::int64_t>(pinned_, off_positions); }
-  std::int32_t* seq_lens() noexcept { return at<std::int32_t>(pinned_, off_seq_lens); }
-  void copy(std::size_t off, std::size_t bytes) {
-    BENCH_CUDA(cudaMemcpyAsync(device_ + off, pinned_ + off, bytes, cudaMemcpyHostToDevice, s_));
+  static void* device_address(void* host) {
+    void* d = nullptr;
+    BENCH_CUDA(cudaHostGetDevicePointer(&d, host, 0));
+    return d;
+  }
+  template <class T>
+  const T* dev(unsigned k, std::size_t off) const {
+    return static_cast<const T*>(device_address(at<std::byte>(k, off)));
   }
 
+  void write_step(std::int64_t step, unsigned k) {
+    scheduler::advance(positions_, seq_lens_);
+    std::memcpy(at<std::int32_t>(k, slot::seq_lens), seq_lens_.data(), batch * 4);
+    std::memcpy(at<std::int64_t>(k, slot::positions), positions_.data(), batch * 8);
+    auto* descs = at<chunk>(k, slot::descs);
+    auto* contents = at<std::int32_t>(k, slot::contents);
+    std::uint32_t n = 0, used = 0;
+    const std::size_t first_admitted = scheduler::admitted_row(step, 0);
+    sched_.for_each_write(step, seq_lens_, [&](std::size_t row, std::size_t start, std::span<const std::int32_t> ids) {
+      if (ids.size() == 1 && start < admitted_blocks && row - first_admitted < admitted) return;  // covered
+      std::memcpy(contents + used, ids.data(), ids.size() * 4);
+      descs[n++] = {row * max_blocks + start, used, static_cast<std::uint32_t>(ids.size())};
+      used += static_cast<std::uint32_t>(ids.size());
+    });
+    *at<std::uint32_t>(k, slot::chunks) = n;
+    *at<std::uint64_t>(k, slot::seq) = static_cast<std::uint64_t>(step) + 1;
+    scheduler::sampling(step, at<std::int32_t>(k, slot::tokens), at<float>(k, slot::temperature),
+                        at<float>(k, slot::top_p), at<std::int32_t>(k, slot::top_k), at<std::int64_t>(k, slot::seed));
+    scheduler::logprob_rows(step, at<std::int64_t>(k, slot::logprobs));
+  }
+
+  void launch(unsigned k) {
+    floor_step_kernel<<<grid_, floor_threads, 0, s_>>>(args_[k]);
+    BENCH_CUDA(cudaPeekAtLastError());
+  }
+
+  void build_graph(unsigned k) {
+    BENCH_CUDA(cudaGraphCreate(&graph_[k], 0));
+    cudaGraphNode_t copy = nullptr, kernel = nullptr;
+    BENCH_CUDA(cudaGraphAddMemcpyNode1D(&copy, graph_[k], nullptr, 0, dev_bytes_, at<std::byte>(k, 0), slot::copied,
+                                        cudaMemcpyHostToDevice));
+    void* params[] = {&args_[k]};
+    cudaKernelNodeParams p{};
+    p.func = reinterpret_cast<void*>(&floor_step_kernel);
+    p.gridDim = dim3(grid_);
+    p.blockDim = dim3(floor_threads);
+    p.kernelParams = params;
+    BENCH_CUDA(cudaGraphAddKernelNode(&kernel, graph_[k], &copy, 1, &p));
+    BENCH_CUDA(cudaGraphInstantiate(&exec_[k], graph_[k], 0));
+    BENCH_CUDA(cudaGraphUpload(exec_[k], s_));
+  }
+
+  kind kind_;
   cudaStream_t s_;
   scheduler sched_;
-  std::byte* pinned_ = nullptr;
-  std::byte* device_ = nullptr;
+  std::array<std::int64_t, batch> positions_{};  // the host's truth
+  std::array<std::int32_t, batch> seq_lens_{};
+  std::byte* pinned_ = nullptr;  // `slots` slots, then the counter
+  std::uint64_t* counter_ = nullptr;
+  std::byte* dev_bytes_ = nullptr;
   std::int32_t* table_ = nullptr;
   std::int32_t* logits_ = nullptr;
+  unsigned* blocks_done_ = nullptr;
+  unsigned grid_ = 0;
+  std::array<floor_args, slots> args_{};
+  std::array<cudaGraph_t, slots> graph_{};
+  std::array<cudaGraphExec_t, slots> exec_{};
+  bool slot_passed_ = false;
 };
 
-/// Copies `n` elements at the device address `p` to the host (synchronous: checks only).
+/// Copies `n` elements at `p` (device or mapped host memory) to the host (synchronous: checks only).
 template <class T>
 std::vector<T> fetch(const T* p, std::size_t n) {
   std::vector<T> v(n);
@@ -153,34 +319,172 @@ std::vector<T> fetch(const T* p, std::size_t n) {
   return v;
 }
 
-/// Both steps from step 0, drained after each: the raw step's device results must equal ferry's.
-void check_same_work() {
+/// Each floor and ferry's step from step 0, drained after each: the floor's results must equal ferry's.
+void check_same_work(floor_step::kind k, const char* label) {
   ferry::stream<B> s;
   ferry_step<B> f(s);
-  raw_step r(s.get());
-  for (int k = 0; k < 20; ++k) {
+  floor_step r(k, s.get());
+  for (int step = 0; step < 20; ++step) {
     f.run(s);
     r.run();
     s.synchronize();
     const auto& [tok, temp, top_p, top_k, seed] = f.sampling();
-    auto same = [&](const char* what, auto got, auto want) {
+    auto same = [&](const char* what, const auto& got, const auto& want) {
       if (got != want)
-        throw std::runtime_error(std::string("the raw-CUDA step differs from ferry's in ") + what + " at step " +
-                                 std::to_string(k));
+        throw std::runtime_error(std::string(label) + " differs from ferry's step in " + what + " at step " +
+                                 std::to_string(step));
     };
     same("the block table", fetch(r.table(), max_requests * max_blocks), fetch(f.block_table().data(), max_requests * max_blocks));
-    same("positions", fetch(r.device_array<std::int64_t>(raw_step::off_positions), batch), fetch(f.positions().data(), batch));
-    same("seq_lens", fetch(r.device_array<std::int32_t>(raw_step::off_seq_lens), batch), fetch(f.seq_lens().data(), batch));
-    same("token ids", fetch(r.device_array<std::int32_t>(raw_step::off_tokens), batch), fetch(tok.data(), batch));
-    same("temperature", fetch(r.device_array<float>(raw_step::off_temperature), batch), fetch(temp.data(), batch));
-    same("top-p", fetch(r.device_array<float>(raw_step::off_top_p), batch), fetch(top_p.data(), batch));
-    same("top-k", fetch(r.device_array<std::int32_t>(raw_step::off_top_k), batch), fetch(top_k.data(), batch));
-    same("seed", fetch(r.device_array<std::int64_t>(raw_step::off_seed), batch), fetch(seed.data(), batch));
-    same("the logprob matrix", fetch(r.device_array<std::int64_t>(raw_step::off_logprobs), batch * logprob_cols),
+    same("positions", fetch(r.last_slot<std::int64_t>(slot::positions), batch), fetch(f.positions().data(), batch));
+    same("seq_lens", fetch(r.last_slot<std::int32_t>(slot::seq_lens), batch), fetch(f.seq_lens().data(), batch));
+    same("token ids", fetch(r.device_array<std::int32_t>(slot::tokens), batch), fetch(tok.data(), batch));
+    same("temperature", fetch(r.device_array<float>(slot::temperature), batch), fetch(temp.data(), batch));
+    same("top-p", fetch(r.device_array<float>(slot::top_p), batch), fetch(top_p.data(), batch));
+    same("top-k", fetch(r.device_array<std::int32_t>(slot::top_k), batch), fetch(top_k.data(), batch));
+    same("seed", fetch(r.device_array<std::int64_t>(slot::seed), batch), fetch(seed.data(), batch));
+    same("the logprob matrix", fetch(r.device_array<std::int64_t>(slot::logprobs), batch * logprob_cols),
          fetch(f.logprobs().data(), batch * logprob_cols));
     same("the logits indices", fetch(r.logits_indices(), batch), fetch(f.logits_indices().data(), batch));
   }
 }
+
+// ---- measurement ----------------------------------------------------------------------------------
+
+/// Holds a stream until released: spins on a flag in mapped memory, gives up after max_ns.
+__global__ void hold_until_released(const volatile unsigned* flag, unsigned long long max_ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (*flag == 0 && t - t0 < max_ns);
+}
+
+/// Held-stream device time (see the file comment), the same for every in-process row.
+class held_timer {
+ public:
+  explicit held_timer(cudaStream_t s) : s_(s) {
+    BENCH_CUDA(cudaHostAlloc(&flag_, sizeof(unsigned), cudaHostAllocMapped | cudaHostAllocPortable));
+    BENCH_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&flag_dev_), const_cast<unsigned*>(flag_), 0));
+    BENCH_CUDA(cudaEventCreate(&e0_));
+    BENCH_CUDA(cudaEventCreate(&e1_));
+  }
+  held_timer(const held_timer&) = delete;
+  held_timer& operator=(const held_timer&) = delete;
+  ~held_timer() {
+    cudaStreamSynchronize(s_);
+    cudaEventDestroy(e0_);
+    cudaEventDestroy(e1_);
+    cudaFreeHost(const_cast<unsigned*>(flag_));
+  }
+
+  /// Device µs per step of `burst` steps queued behind the hold; nullopt when the host blocked
+  /// (the burst filled the launch queue).
+  std::optional<double> sample(const std::function<void()>& step, int burst) {
+    *flag_ = 0;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    hold_until_released<<<1, 1, 0, s_>>>(flag_dev_, timeout_ns);
+    BENCH_CUDA(cudaPeekAtLastError());
+    BENCH_CUDA(cudaEventRecord(e0_, s_));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < burst; ++k) step();
+    const auto t1 = std::chrono::steady_clock::now();
+    BENCH_CUDA(cudaEventRecord(e1_, s_));
+    *flag_ = 1;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    BENCH_CUDA(cudaStreamSynchronize(s_));
+    if (std::chrono::duration<double, std::nano>(t1 - t0).count() > timeout_ns / 2) return std::nullopt;
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, e0_, e1_));
+    return ms * 1e3 / burst;
+  }
+
+ private:
+  static constexpr unsigned long long timeout_ns = 1'000'000'000ull;
+  cudaStream_t s_;
+  volatile unsigned* flag_ = nullptr;
+  unsigned* flag_dev_ = nullptr;
+  cudaEvent_t e0_ = nullptr, e1_ = nullptr;
+};
+
+/// One in-process row: a way to run the step on the benchmark's stream.
+struct variant {
+  const char* label;
+  std::function<void()> step;
+  bool ferry;  ///< counted by the sync_guard pass
+  double host = not_measured, device = not_measured;
+  int device_burst = 0;
+  double syncs = not_measured, allocations = not_measured;  ///< per step (ferry rows)
+  std::string guard_report{};
+};
+
+/// Host and device time of every variant, interleaved: each round runs one burst of each.
+void measure(std::vector<variant>& vs, const ferry_bench::options& o, cudaStream_t s) {
+  auto drain = [&] { BENCH_CUDA(cudaStreamSynchronize(s)); };
+  for (int w = 0; w < 3; ++w)
+    for (auto& v : vs) {
+      for (int k = 0; k < o.burst; ++k) v.step();
+      drain();
+    }
+  std::vector<std::vector<double>> host(vs.size()), device(vs.size());
+  for (int b = 0; b < o.bursts; ++b)
+    for (std::size_t i = 0; i < vs.size(); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int k = 0; k < o.burst; ++k) vs[i].step();
+      const auto t1 = std::chrono::steady_clock::now();
+      drain();
+      host[i].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / o.burst);
+    }
+  held_timer timer(s);
+  const std::size_t reps = static_cast<std::size_t>(std::max(3, o.bursts / 4));
+  for (auto& v : vs) {
+    v.device_burst = o.burst;
+    (void)timer.sample(v.step, v.device_burst);  // warm-up: the most steps in flight
+  }
+  for (bool more = true; more;) {
+    more = false;
+    for (std::size_t i = 0; i < vs.size(); ++i) {
+      if (device[i].size() == reps) continue;
+      if (const auto us = timer.sample(vs[i].step, vs[i].device_burst)) {
+        device[i].push_back(*us);
+      } else {
+        if ((vs[i].device_burst /= 2) < 8) throw std::runtime_error(std::string(vs[i].label) + ": 8 steps fill the launch queue");
+        device[i].clear();
+      }
+      more = more || device[i].size() < reps;
+    }
+  }
+  for (std::size_t i = 0; i < vs.size(); ++i) {
+    vs[i].host = ferry_bench::median(host[i]);
+    vs[i].device = ferry_bench::median(device[i]);
+  }
+}
+
+/// The untimed guard pass of a ferry row: warm steps in bursts (the stream drained between
+/// bursts, outside the guards, so that no burst runs further ahead than the measured ones).
+void count_syncs(variant& v, cudaStream_t s) {
+  constexpr int steps = 1000, burst = 250;
+  std::uint64_t syncs = 0, allocations = 0;
+  BENCH_CUDA(cudaStreamSynchronize(s));
+  for (int done = 0; done < steps; done += burst) {
+    {
+      ferry::sync_guard guard(ferry::sync_guard::mode::record);
+      for (int k = 0; k < burst; ++k) v.step();
+      syncs += guard.syncs();
+      allocations += guard.allocations();
+      if (guard.syncs() + guard.allocations() != 0) v.guard_report = guard.report();
+    }
+    BENCH_CUDA(cudaStreamSynchronize(s));
+  }
+  v.syncs = static_cast<double>(syncs) / steps;
+  v.allocations = static_cast<double>(allocations) / steps;
+}
+
+/// A row of the table and the JSON.
+struct row_figures {
+  std::string label;
+  double host, device;
+  std::string device_timing;
+};
 
 }  // namespace
 
@@ -189,67 +493,99 @@ static int run(int argc, char** argv) {
   ferry_bench::report rep("decode_step");
   rep.machine = ferry_bench::gpu_name();
 
-  check_same_work();
+  check_same_work(floor_step::kind::copy_kernel, label_floor_copy);
+  check_same_work(floor_step::kind::uva_kernel, label_floor_uva);
+  check_same_work(floor_step::kind::graph, label_floor_graph);
 
   ferry::stream<B> s;
-  cudaStream_t cs = s.get();
-  auto drain = [&] { BENCH_CUDA(cudaStreamSynchronize(cs)); };
-  constexpr int guard_steps = 1000, guard_burst = 250;
-  const std::size_t in_flight = static_cast<std::size_t>(std::max(o.burst, guard_burst)) + 8;
-  ferry_step<B> step(s, in_flight);
-  raw_step raw(cs);
+  const cudaStream_t cs = s.get();
+  // the UVA-backed state gets a slot per step in flight: a held burst, or a guard burst
+  ferry_step<B> step(s, static_cast<std::size_t>(std::max(o.burst, 250)) + 8);
+  floor_step floor_copy(floor_step::kind::copy_kernel, cs);
+  floor_step floor_uva(floor_step::kind::uva_kernel, cs);
+  floor_step floor_graph(floor_step::kind::graph, cs);
+  std::vector<variant> vs;
+  vs.push_back({label_ferry, [&] { step.run(s); }, true});
+  vs.push_back({label_floor_copy, [&] { floor_copy.run(); }, false});
+  vs.push_back({label_floor_uva, [&] { floor_uva.run(); }, false});
+  vs.push_back({label_floor_graph, [&] { floor_graph.run(); }, false});
 
-  // Warm-up: the arena, the staging slots and the UVA pools reach their steady state, including
-  // the most steps in flight (a burst queued behind a held stream).
-  for (int k = 0; k < 300; ++k) {
-    step.run(s);
-    raw.run();
-  }
-  drain();
+  // Warm-up: ferry's arena, staging slots and UVA pools reach their steady state, including the
+  // most steps in flight (a burst queued behind a stream held for a fixed time, so that a growth
+  // that synchronizes cannot wait on a hold that waits on the host).
+  for (int k = 0; k < 300; ++k)
+    for (auto& v : vs) v.step();
+  BENCH_CUDA(cudaStreamSynchronize(cs));
   ferry_bench::hold_stream(cs, 20);
-  for (std::size_t k = 0; k < in_flight - 8; ++k) step.run(s);
-  drain();
+  for (int k = 0; k < std::max(o.burst, 250); ++k) step.run(s);
+  BENCH_CUDA(cudaStreamSynchronize(cs));
 
-  auto ferry_op = [&](std::size_t) { step.run(s); };
-  auto raw_op = [&](std::size_t) { raw.run(); };
-  const double h_ferry = host_us(o, ferry_op, drain);
-  const double h_raw = host_us(o, raw_op, drain);
-  const double d_ferry = device_us(cs, o.burst, ferry_op);
-  const double d_raw = device_us(cs, o.burst, raw_op);
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  const double h_torch = o.torch_step.empty() ? nan : ferry_bench::json_number(o.torch_step, "host_us");
-  const double d_torch = o.torch_step.empty() ? nan : ferry_bench::json_number(o.torch_step, "device_us");
+  measure(vs, o, cs);
+  for (auto& v : vs)
+    if (v.ferry) count_syncs(v, cs);
 
-  // The untimed guard pass: warm steps in bursts (the stream drained between bursts, outside the
-  // guards, so that no burst runs further ahead of the device than the warm-up did).
-  std::uint64_t syncs = 0, allocations = 0;
-  std::string seen;
-  drain();
-  for (int done = 0; done < guard_steps; done += guard_burst) {
-    {
-      ferry::sync_guard guard(ferry::sync_guard::mode::record);
-      for (int k = 0; k < guard_burst; ++k) step.run(s);
-      syncs += guard.syncs();
-      allocations += guard.allocations();
-      if (guard.syncs() + guard.allocations() != 0) seen = guard.report();
+  std::vector<row_figures> rows;
+  for (const auto& v : vs)
+    rows.push_back({v.label, v.host, v.device, "held, burst " + std::to_string(v.device_burst)});
+  if (!o.torch_step.empty())
+    rows.push_back({label_torch, ferry_bench::json_number(o.torch_step, "host_us"),
+                    ferry_bench::json_number(o.torch_step, "device_us"),
+                    "burst behind a 300 ms spin; host-paced once the launch queue fills"});
+  if (!o.libtorch_step.empty())
+    for (const auto& [label, name] : libtorch_rows) {
+      auto figure = [&](const char* key) { return ferry_bench::json_number(o.libtorch_step, std::string(name) + key); };
+      const double burst = figure("_device_burst");
+      rows.push_back({label, figure("_host_us"), figure("_device_us"),
+                      "held (host function), burst " + (std::isfinite(burst) ? std::to_string(static_cast<int>(burst)) : "?")});
     }
-    drain();
-  }
 
-  auto row = [&](const char* name, double h, double d) {
-    rep.add({{"step", std::string(name)}, {"host us", h}, {"device us", d},
-             {"host / ferry", h / h_ferry}, {"device / ferry", d / d_ferry}});
+  auto find = [&](const char* label) -> const row_figures* {
+    for (const auto& r : rows)
+      if (r.label == label) return &r;
+    return nullptr;
   };
-  row("ferry", h_ferry, d_ferry);
-  row("raw CUDA (8 memcpy + apply + fill)", h_raw, d_raw);
-  if (!o.torch_step.empty()) row("PyTorch (decode_step_torch.py)", h_torch, d_torch);
-  rep.add_target("host_vs_torch", h_torch / h_ferry, ">=", 20);
-  rep.add_target("host_vs_raw", h_ferry / h_raw, "<=", 1.25);
-  rep.add_target("syncs_per_step", static_cast<double>(syncs) / guard_steps, "<=", 0);
-  rep.add_target("allocations_per_step", static_cast<double>(allocations) / guard_steps, "<=", 0);
+  auto host = [&](const char* label) { const auto* r = find(label); return r ? r->host : not_measured; };
+  auto device = [&](const char* label) { const auto* r = find(label); return r ? r->device : not_measured; };
+  const double best_kernel_floor = std::min(host(label_floor_copy), host(label_floor_uva));
+  const double fused_kernel_device = device(label_floor_uva);
+  for (const auto& r : rows)
+    rep.add({{"step", r.label}, {"host us", r.host}, {"device us", r.device},
+             {"host / best kernel floor", r.host / best_kernel_floor},
+             {"device / fused kernel", r.device / fused_kernel_device}, {"device timing", r.device_timing}});
+
+  std::vector<std::string> missing;
+  auto target = [&](const char* name, double value, const char* op, double goal, std::initializer_list<const char*> needs) {
+    rep.add_target(name, value, op, goal);
+    for (const char* need : needs)
+      if (find(need) == nullptr) missing.push_back(std::string(name) + ": missing (no row \"" + need + "\" in this run)");
+  };
+  target("kernel_host_vs_best_kernel_floor", host(label_step_batch_kernel) / best_kernel_floor, "<=", 1.25,
+         {label_step_batch_kernel});
+  target("graph_host_vs_graph_floor", host(label_step_batch_graph) / host(label_floor_graph), "<=", 1.25,
+         {label_step_batch_graph});
+  target("device_vs_fused_kernel", device(label_step_batch_kernel) / fused_kernel_device, "<=", 1.1,
+         {label_step_batch_kernel});
+  target("host_vs_torch", host(label_torch) / host(label_step_batch_kernel), ">=", 40,
+         {label_torch, label_step_batch_kernel});
+  target("host_vs_libtorch_kernel", host(label_libtorch) / host(label_step_batch_kernel), ">=", 6,
+         {label_libtorch, label_step_batch_kernel});
+  target("host_vs_libtorch_graph", host(label_libtorch) / host(label_step_batch_graph), ">=", 8,
+         {label_libtorch, label_step_batch_graph});
+  double syncs = 0, allocations = 0;  // the worst ferry row
+  for (const auto& v : vs)
+    if (v.ferry) {
+      syncs = std::max(syncs, v.syncs);
+      allocations = std::max(allocations, v.allocations);
+    }
+  rep.add_target("syncs_per_step", syncs, "<=", 0);
+  rep.add_target("allocations_per_step", allocations, "<=", 0);
+
   rep.print();
-  if (!seen.empty()) std::cout << "sync_guard saw: " << seen << "\n";
+  for (const auto& m : missing) std::cout << "target " << m << "\n";
+  for (const auto& v : vs)
+    if (!v.guard_report.empty()) std::cout << "sync_guard saw in " << v.label << ": " << v.guard_report << "\n";
   if (o.torch_step.empty()) std::cout << "(no --torch-step FILE: the PyTorch figures are absent)\n";
+  if (o.libtorch_step.empty()) std::cout << "(no --libtorch-step FILE: the libtorch figures are absent)\n";
   rep.write_json(o.json);
   return 0;
 }

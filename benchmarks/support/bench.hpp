@@ -31,8 +31,9 @@ struct options {
   int bursts = 40;   ///< --bursts N (median over N bursts)
   int burst = 256;   ///< --burst N (operations per burst)
   bool quick = false;  ///< --quick: few bursts, for smoke runs on machines without a GPU
-  std::string torch;       ///< --torch FILE: output of shared/anchors/peer_torch.py (same run)
-  std::string torch_step;  ///< --torch-step FILE: JSON of shared/baselines/decode_step_torch.py
+  std::string torch;          ///< --torch FILE: output of shared/anchors/peer_torch.py (same run)
+  std::string torch_step;     ///< --torch-step FILE: JSON of shared/baselines/decode_step_torch.py
+  std::string libtorch_step;  ///< --libtorch-step FILE: JSON of benchmarks/decode_step/libtorch_step
 };
 
 inline options parse(int argc, char** argv) {
@@ -49,8 +50,10 @@ inline options parse(int argc, char** argv) {
     else if (a == "--quick") { o.quick = true; o.bursts = 5; o.burst = 16; }
     else if (a == "--torch") o.torch = next();
     else if (a == "--torch-step") o.torch_step = next();
+    else if (a == "--libtorch-step") o.libtorch_step = next();
     else throw std::runtime_error("unknown argument " + a +
-                                  " (use --json FILE, --bursts N, --burst N, --quick, --torch FILE, --torch-step FILE)");
+                                  " (use --json FILE, --bursts N, --burst N, --quick, --torch FILE, --torch-step FILE, "
+                                  "--libtorch-step FILE)");
   }
   return o;
 }

@@ -1,0 +1,382 @@
+// libtorch_step.cpp: one inference-engine step's input preparation written with libtorch (the
+// PyTorch C++ API) as a careful C++ engineer writes it: the C++ baseline for a CUDA library doing
+// the same job. The step (SPEC §11: batch 256, block table int32[1024 x 512], block size 16; the
+// values follow the decode_step example's scheduler and change every step):
+//  1. block table: requests r = s%16, r+16, ... append a block id at (r, seq_len[r]/16 % 512); 8
+//     admitted requests (rows (8s+k) % 1024) write 64 ids from column 0. Flat indices (int64,
+//     row*512+col) and values (int32) go into the step's pinned slot, one non-blocking copy moves
+//     them, index_put_ scatters them into the flattened table. The indices are computed on the
+//     host (528 stores, well under 1 us): on the device they would take three more ATen ops
+//     (repeat_interleave with output_size, arange, add), each a dispatch, TensorIterator, launch.
+//     An append that an admission of the same step covers is dropped (the later write wins;
+//     index_put_ with duplicate indices is unspecified): 528 or 527 writes, one index list each.
+//  2. positions int64[256], seq_lens int32[256]: host increments, two non-blocking copies.
+//  3. token ids, temperature, top-p, top-k, seed (x256): one packed copy into a device region
+//     viewed as five tensors ("packed"), or five copies ("5copies").
+//  4. logprob-request matrix int64[256 x 6] (rows 0..31 carry 5 token ids; the sampled column 0
+//     and the other rows hold -1): filled in pinned memory, one copy.
+//  5. logits_indices[255] = seq_lens_gpu[255]: a device-to-device slice copy, no .item().
+// Care taken: c10::InferenceMode; tensors, views and index lists made once; one pool stream under
+// a CUDAStreamGuard; a ring of pinned slots (one per step of a burst), each fenced by a CUDA event
+// (recorded after its step, synchronized before reuse) so the host never rewrites bytes a pending
+// copy still reads; "packed_nofence" drops the fence to show its cost (safe here only because
+// the ring is a burst deep and bursts are drained). Overheads the libtorch API leaves no way
+// around: the dispatcher on every op; per host-to-device copy_ a TensorIterator, a stream
+// capture-status query and a pinned-allocator lookup (mutex + hash map); per index_put_ an
+// AdvancedIndex (heap-allocated restrided views) and a TensorIterator.
+// Method: host us/step = median, min over 40 bursts of 256 steps (300 warm-up steps first; stream
+// drained between bursts, not counted; writing the host data counted). Device us/step = the burst
+// enqueued behind a cudaLaunchHostFunc that holds the stream until the burst is in, CUDA events
+// from release to end, median of 40; a burst that fills the CUDA launch queue makes the hold give
+// up after 1 s, and the device burst is halved (a '#' line says so). Prints '#' header, rows
+// "variant host_us_median host_us_min device_us_median", then "check: ok" (exit 0) or the first
+// mismatch with a host replay of every step (exit 1); exit 2 on errors.
+// Usage: libtorch_step [--json FILE]: FILE gets {"baseline", "torch", "gpu", and per variant V
+// "V_host_us", "V_host_us_min", "V_device_us", "V_device_burst"}, written once the check passed;
+// bench.decode_step --libtorch-step FILE puts these figures beside ferry's (tools/gpu-check runs
+// this program just before it).
+#include <torch/torch.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+#define CK(call) ck((call), #call)
+
+using clk = std::chrono::steady_clock;
+constexpr int kBatch = 256, kRows = 1024, kCols = 512, kBlock = 16, kAppendStride = 16;
+constexpr int kAdmitted = 8, kAdmittedBlocks = 64, kLogprobRows = 32, kLogprobCols = 6;
+constexpr int kVocab = 32000, kWarmup = 300, kBursts = 40, kBurst = 256;
+constexpr int kWrites = kBatch / kAppendStride + kAdmitted * kAdmittedBlocks;  // 528
+
+// Byte layout of a pinned slot and of the device buffer (every offset a multiple of 8).
+constexpr int64_t kOffIdx = 0;                              // int64[528] flat table indices
+constexpr int64_t kOffVal = kOffIdx + 8 * kWrites;          // int32[528] block ids
+constexpr int64_t kBtBytes = kOffVal + 4 * kWrites;         // the block-table upload, 6336 B
+constexpr int64_t kOffPos = kBtBytes;                       // int64[256]
+constexpr int64_t kOffLens = kOffPos + 8 * kBatch;          // int32[256]
+constexpr int64_t kOffSamp = kOffLens + 4 * kBatch;         // packed: tokens temp top_p top_k seed
+constexpr int64_t kPart[5] = {0, 4 * kBatch, 8 * kBatch, 12 * kBatch, 16 * kBatch};
+constexpr int64_t kSampBytes = kBatch * (4 + 4 + 4 + 4 + 8);  // 6144 B
+constexpr int64_t kOffLp = kOffSamp + kSampBytes;           // int64[256 x 6]
+constexpr int64_t kSlotBytes = (kOffLp + 8 * kBatch * kLogprobCols + 255) / 256 * 256;
+static_assert(kOffPos % 8 == 0 && kOffSamp % 8 == 0 && kOffLp % 8 == 0, "aligned parts");
+
+template <class T>
+T* ptr(uint8_t* base, int64_t off) { return reinterpret_cast<T*>(base + off); }
+
+struct Sched {  // the engine's host-side truth
+  int64_t step = 0, next_block = 0;
+  int64_t pos[kBatch];
+  int32_t lens[kBatch];
+  Sched() {
+    for (int i = 0; i < kBatch; ++i) { lens[i] = i % 4096 + 1; pos[i] = lens[i] - 1; }
+  }
+};
+
+int32_t block_id(int64_t n) { return static_cast<int32_t>(n % (int64_t{1} << 30)) + 1; }
+
+void init_slot(uint8_t* s) { std::fill_n(ptr<int64_t>(s, kOffLp), kBatch * kLogprobCols, int64_t{-1}); }
+
+// Writes the next step's host data into `slot`; returns its number of block-table writes.
+int fill_step(Sched& st, uint8_t* slot) {
+  const int64_t s = st.step++;
+  const auto u = static_cast<uint64_t>(s);
+  int64_t* pos = ptr<int64_t>(slot, kOffPos);
+  int32_t* lens = ptr<int32_t>(slot, kOffLens);
+  for (int i = 0; i < kBatch; ++i) { pos[i] = ++st.pos[i]; lens[i] = ++st.lens[i]; }
+  int64_t* idx = ptr<int64_t>(slot, kOffIdx);
+  int32_t* val = ptr<int32_t>(slot, kOffVal);
+  int n = 0;
+  const uint64_t first = u * kAdmitted % kRows;  // this step admits rows first .. first+7
+  for (uint64_t r = u % kAppendStride; r < uint64_t{kBatch}; r += kAppendStride) {
+    const int32_t id = block_id(st.next_block++);
+    const uint64_t col = static_cast<uint64_t>(st.lens[r]) / kBlock % kCols;
+    if (col < uint64_t{kAdmittedBlocks} && r - first < uint64_t{kAdmitted}) continue;  // covered
+    idx[n] = static_cast<int64_t>(r * kCols + col);
+    val[n++] = id;
+  }
+  for (uint64_t k = 0; k < uint64_t{kAdmitted}; ++k)
+    for (uint64_t j = 0; j < uint64_t{kAdmittedBlocks}; ++j) {
+      idx[n] = static_cast<int64_t>((u * kAdmitted + k) % kRows * kCols + j);
+      val[n++] = block_id(st.next_block++);
+    }
+  uint8_t* sp = slot + kOffSamp;
+  for (uint64_t i = 0; i < uint64_t{kBatch}; ++i) {
+    ptr<int32_t>(sp, kPart[0])[i] = static_cast<int32_t>((i * 31 + u) % kVocab);
+    ptr<float>(sp, kPart[1])[i] = 0.5f + 0.0625f * static_cast<float>((i + u) % 8);
+    ptr<float>(sp, kPart[2])[i] = 0.96875f - 0.03125f * static_cast<float>((i + 3 * u) % 4);
+    ptr<int32_t>(sp, kPart[3])[i] = static_cast<int32_t>(20 + (i + u) % 61);
+    ptr<int64_t>(sp, kPart[4])[i] = s * 1000003 + static_cast<int64_t>(i) + 1;
+  }
+  int64_t* lp = ptr<int64_t>(slot, kOffLp);
+  for (int r = 0; r < kLogprobRows; ++r)
+    for (int c = 1; c < kLogprobCols; ++c)
+      lp[r * kLogprobCols + c] = (int64_t{r} * (kLogprobCols - 1) + c - 1 + s) % kVocab;
+  return n;
+}
+
+// Typed views of one buffer with the slot layout (a pinned slot or the device buffer).
+struct Views { at::Tensor bt, pos, lens, samp, lp, parts[5]; };
+
+at::Tensor sub(const at::Tensor& bytes, int64_t off, int64_t n, at::ScalarType t) {
+  return bytes.narrow(0, off, n * static_cast<int64_t>(c10::elementSize(t))).view(t);
+}
+
+Views make_views(const at::Tensor& b) {
+  Views v;
+  v.bt = b.narrow(0, kOffIdx, kBtBytes);
+  v.pos = sub(b, kOffPos, kBatch, torch::kInt64);
+  v.lens = sub(b, kOffLens, kBatch, torch::kInt32);
+  v.samp = b.narrow(0, kOffSamp, kSampBytes);
+  v.lp = sub(b, kOffLp, int64_t{kBatch} * kLogprobCols, torch::kInt64).view({kBatch, kLogprobCols});
+  const at::ScalarType t[5] = {torch::kInt32, torch::kFloat32, torch::kFloat32, torch::kInt32, torch::kInt64};
+  for (int i = 0; i < 5; ++i) v.parts[i] = sub(b, kOffSamp + kPart[i], kBatch, t[i]);
+  return v;
+}
+
+template <class T>
+std::string diff(const char* what, const T* got, const T* want, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!(got[i] == want[i]))
+      return std::string(what) + "[" + std::to_string(i) + "] = " + std::to_string(got[i]) +
+             ", expected " + std::to_string(want[i]);
+  return {};
+}
+
+enum class Variant { packed, five_copies, packed_nofence };
+
+class Engine {
+ public:
+  Engine(cudaStream_t stream, int slots) : stream_(stream), ring_(static_cast<size_t>(slots)) {
+    const auto u8 = torch::TensorOptions().dtype(torch::kUInt8);
+    const auto i32 = torch::TensorOptions().dtype(torch::kInt32).device(torch::kCUDA);
+    pinned_ = torch::empty({int64_t{slots} * kSlotBytes}, u8.pinned_memory(true));
+    std::memset(pinned_.data_ptr(), 0, pinned_.nbytes());
+    for (int64_t k = 0; k < slots; ++k) {
+      Slot& s = ring_[static_cast<size_t>(k)];
+      s.p = pinned_.data_ptr<uint8_t>() + k * kSlotBytes;
+      init_slot(s.p);
+      s.v = make_views(pinned_.narrow(0, k * kSlotBytes, kSlotBytes));
+      CK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+    }
+    dev_ = torch::zeros({kSlotBytes}, u8.device(torch::kCUDA));
+    dv_ = make_views(dev_);
+    for (int w = 0; w < 2; ++w) {  // w = appends covered by an admission: 528 or 527 writes
+      idx_.emplace_back();
+      idx_.back().push_back(std::optional<at::Tensor>(sub(dev_, kOffIdx, kWrites - w, torch::kInt64)));
+      vals_.push_back(sub(dev_, kOffVal, kWrites - w, torch::kInt32));
+    }
+    table_ = torch::zeros({kRows, kCols}, i32);
+    flat_ = table_.view({-1});
+    logits_ = torch::arange(kBatch, i32);
+    logits_last_ = logits_.narrow(0, kBatch - 1, 1);
+    lens_last_ = dv_.lens.narrow(0, kBatch - 1, 1);
+    init_slot(ref_slot_.data());
+    sync();
+  }
+  ~Engine() {
+    cudaStreamSynchronize(stream_);
+    for (Slot& s : ring_) cudaEventDestroy(s.done);
+  }
+
+  void step(Variant v) {
+    Slot& s = ring_[static_cast<size_t>(sched_.step % static_cast<int64_t>(ring_.size()))];
+    const bool fence = v != Variant::packed_nofence;
+    if (fence) CK(cudaEventSynchronize(s.done));  // the slot's previous copies have run
+    const auto w = static_cast<size_t>(kWrites - fill_step(sched_, s.p));
+    if (w > 1) throw std::logic_error("unexpected number of block-table writes");
+    dv_.bt.copy_(s.v.bt, /*non_blocking=*/true);
+    flat_.index_put_(idx_[w], vals_[w]);
+    dv_.pos.copy_(s.v.pos, true);
+    dv_.lens.copy_(s.v.lens, true);
+    if (v == Variant::five_copies) {
+      for (int i = 0; i < 5; ++i) dv_.parts[i].copy_(s.v.parts[i], true);
+    } else {
+      dv_.samp.copy_(s.v.samp, true);
+    }
+    dv_.lp.copy_(s.v.lp, true);
+    logits_last_.copy_(lens_last_, true);  // device to device, no host read-back
+    if (fence) CK(cudaEventRecord(s.done, stream_));
+  }
+
+  void sync() const { CK(cudaStreamSynchronize(stream_)); }
+  cudaStream_t stream() const { return stream_; }
+
+  // Replays every step so far on the host; returns the first mismatch with the device, or "".
+  std::string check() {
+    sync();
+    while (ref_.step < sched_.step) {
+      const int n = fill_step(ref_, ref_slot_.data());
+      for (int i = 0; i < n; ++i)
+        ref_table_[static_cast<size_t>(ptr<int64_t>(ref_slot_.data(), kOffIdx)[i])] =
+            ptr<int32_t>(ref_slot_.data(), kOffVal)[i];
+    }
+    const at::Tensor table = table_.to(torch::kCPU), logits = logits_.to(torch::kCPU);
+    const at::Tensor bytes = dev_.to(torch::kCPU);
+    uint8_t* d = bytes.data_ptr<uint8_t>();
+    uint8_t* r = ref_slot_.data();
+    std::vector<int32_t> want_logits(kBatch);
+    for (int i = 0; i < kBatch; ++i) want_logits[static_cast<size_t>(i)] = i;
+    want_logits.back() = ref_.lens[kBatch - 1];
+    std::string bad;
+    auto region = [&](const char* what, auto* got, auto* want, int64_t n) {
+      if (bad.empty()) bad = diff(what, got, want, n);
+    };
+    region("block table [row*512+col]", table.data_ptr<int32_t>(), ref_table_.data(), int64_t{kRows} * kCols);
+    region("positions", ptr<int64_t>(d, kOffPos), ptr<int64_t>(r, kOffPos), kBatch);
+    region("seq_lens", ptr<int32_t>(d, kOffLens), ptr<int32_t>(r, kOffLens), kBatch);
+    region("token ids", ptr<int32_t>(d, kOffSamp), ptr<int32_t>(r, kOffSamp), kBatch);
+    const int64_t rest = kOffSamp + kPart[1];  // temperature .. seed, then the logprob matrix
+    region("bytes of sampling parameters + logprob matrix", d + rest, r + rest, kSlotBytes - rest);
+    region("logits indices", logits.data_ptr<int32_t>(), want_logits.data(), kBatch);
+    return bad;
+  }
+
+ private:
+  struct Slot {
+    uint8_t* p = nullptr;        // the slot's pinned bytes, written by the host
+    Views v;                     // the copies' sources
+    cudaEvent_t done = nullptr;  // fence, recorded after the step that used the slot
+  };
+  cudaStream_t stream_;
+  std::vector<Slot> ring_;
+  Sched sched_, ref_;  // ref_: the host replay that check() compares with
+  at::Tensor pinned_, dev_, table_, flat_, logits_, logits_last_, lens_last_;
+  Views dv_;
+  std::vector<c10::List<std::optional<at::Tensor>>> idx_;
+  std::vector<at::Tensor> vals_;
+  std::vector<int32_t> ref_table_ = std::vector<int32_t>(size_t{kRows} * kCols, 0);
+  std::vector<uint8_t> ref_slot_ = std::vector<uint8_t>(static_cast<size_t>(kSlotBytes), 0);
+};
+
+struct Hold { std::atomic<bool> go{false}, timed_out{false}; } hold;  // outlives every burst
+
+void CUDART_CB hold_fn(void*) {  // holds the stream until released, at most 1 s
+  const auto t0 = clk::now();
+  while (!hold.go.load(std::memory_order_acquire))
+    if (clk::now() - t0 > std::chrono::seconds(1)) { hold.timed_out.store(true); return; }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+struct Row { double host_med, host_min, dev_med; int dev_burst; };
+
+Row measure(Engine& e, Variant v) {
+  for (int i = 0; i < kWarmup; ++i) {
+    e.step(v);
+    if ((i + 1) % kBurst == 0) e.sync();  // never a whole ring ahead (packed_nofence)
+  }
+  e.sync();
+  std::vector<double> host;
+  for (int b = 0; b < kBursts; ++b) {
+    const auto t0 = clk::now();
+    for (int i = 0; i < kBurst; ++i) e.step(v);
+    host.push_back(std::chrono::duration<double, std::micro>(clk::now() - t0).count() / kBurst);
+    e.sync();
+  }
+  cudaEvent_t t0, t1;
+  CK(cudaEventCreate(&t0));
+  CK(cudaEventCreate(&t1));
+  std::vector<double> dev;
+  int db = kBurst;
+  for (int b = -1; b < kBursts; ++b) {  // b == -1: a warm-up burst, not kept
+    hold.go = false, hold.timed_out = false;  // the previous hold has returned (stream drained)
+    CK(cudaLaunchHostFunc(e.stream(), hold_fn, nullptr));
+    CK(cudaEventRecord(t0, e.stream()));  // completes when the hold is released
+    for (int i = 0; i < db; ++i) e.step(v);
+    CK(cudaEventRecord(t1, e.stream()));
+    hold.go.store(true, std::memory_order_release);
+    e.sync();
+    if (hold.timed_out.load()) {  // the burst filled the launch queue: the host waited on the device
+      if ((db /= 2) < 8) throw std::runtime_error("device timing: 8 steps fill the launch queue");
+      dev.clear(), b = -2;
+      continue;
+    }
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, t0, t1));
+    if (b >= 0) dev.push_back(static_cast<double>(ms) * 1e3 / db);
+  }
+  CK(cudaEventDestroy(t0));
+  CK(cudaEventDestroy(t1));
+  return {median(host), *std::min_element(host.begin(), host.end()), median(dev), db};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::string json;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" && i + 1 < argc) {
+      json = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: %s [--json FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (!torch::cuda::is_available()) throw std::runtime_error("no CUDA device");
+  c10::InferenceMode inference;
+  const c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool();
+  const c10::cuda::CUDAStreamGuard guard(stream);
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, stream.device_index()));
+  std::printf("# libtorch_step: torch %s, %s; batch %d, table %dx%d int32; %d bursts of %d steps, "
+              "%d pinned slots\n", TORCH_VERSION, prop.name, kBatch, kRows, kCols, kBursts, kBurst, kBurst);
+  std::printf("%-16s %15s %12s %17s\n", "variant", "host_us_median", "host_us_min", "device_us_median");
+  std::fflush(stdout);
+
+  Engine e(stream.stream(), kBurst);  // the ring holds a whole held burst
+  const std::pair<const char*, Variant> variants[] = {
+      {"packed", Variant::packed}, {"5copies", Variant::five_copies}, {"packed_nofence", Variant::packed_nofence}};
+  std::string fields;
+  for (const auto& [name, v] : variants) {
+    const Row r = measure(e, v);
+    std::printf("%-16s %15.2f %12.2f %17.2f\n", name, r.host_med, r.host_min, r.dev_med);
+    if (r.dev_burst != kBurst)
+      std::printf("# %s: device time from bursts of %d steps (longer ones filled the launch queue)\n",
+                  name, r.dev_burst);
+    std::fflush(stdout);
+    if (const std::string bad = e.check(); !bad.empty()) {
+      std::printf("check: mismatch after %s: %s\n", name, bad.c_str());
+      return 1;
+    }
+    char buf[256];
+    std::snprintf(buf, sizeof buf, ",\n  \"%s_host_us\": %.4f, \"%s_host_us_min\": %.4f, \"%s_device_us\": %.4f, "
+                  "\"%s_device_burst\": %d", name, r.host_med, name, r.host_min, name, r.dev_med, name, r.dev_burst);
+    fields += buf;
+  }
+  std::printf("check: ok\n");
+  if (!json.empty()) {
+    std::ofstream f(json);
+    f << "{\"baseline\": \"libtorch\", \"torch\": \"" << TORCH_VERSION << "\", \"gpu\": \"" << prop.name << "\""
+      << fields << "\n}\n";
+    if (!f) throw std::runtime_error("cannot write " + json);
+  }
+  return 0;
+} catch (const std::exception& ex) {
+  std::fprintf(stderr, "libtorch_step: %s\n", ex.what());
+  return 2;
+}
