@@ -25,7 +25,8 @@
 // --bursts bursts after 3 warm-up bursts. Device time ("held"): a burst enqueued behind a kernel
 // that spins until the host releases it once the burst is in, events from the release to the
 // burst's end, median of several bursts after a warm-up one; a burst that fills the launch queue
-// makes the hold give up after 1 s and is halved ("device burst" says with how many steps).
+// makes the hold give up after 1 s and is halved (the "device timing" column says with how many
+// steps, and how the baselines in other processes measured theirs).
 // Then an untimed pass of 1000 warm steps of each ferry row inside ferry::sync_guard (record
 // mode) counts synchronizing calls and allocations per step.
 //
