@@ -130,17 +130,19 @@ struct floor_args {
 /// The fused step: blocks [0, writes_per_step) apply the chunks; the next ones fill the last
 /// logits index and copy `vectors` 16-byte vectors; the last block to finish stores the step's
 /// number into the counter (the pattern of ferry::detail::finish_kernel_mark).
+/// Plain loads of the slot: a launch orders them after the host's writes, and `__ldcv` of mapped
+/// host memory costs about 190 µs per kernel on the H200 (docs/performance.md).
 __global__ void __launch_bounds__(floor_threads) floor_step_kernel(const floor_args a) {
   if (blockIdx.x < writes_per_step) {
-    if (blockIdx.x < __ldcv(a.chunks)) {
+    if (blockIdx.x < *a.chunks) {
       const chunk* c = a.descs + blockIdx.x;
-      const std::uint64_t dst = __ldcv(reinterpret_cast<const unsigned long long*>(&c->dst));
-      const std::uint32_t src = __ldcv(&c->src), count = __ldcv(&c->count);
+      const std::uint64_t dst = c->dst;
+      const std::uint32_t src = c->src, count = c->count;
       for (unsigned i = threadIdx.x; i < count; i += blockDim.x) a.table[dst + i] = a.contents[src + i];
     }
   } else {
     const unsigned j = (blockIdx.x - writes_per_step) * blockDim.x + threadIdx.x;
-    if (j == 0) a.logits[batch - 1] = __ldcv(a.seq_lens + batch - 1);
+    if (j == 0) a.logits[batch - 1] = a.seq_lens[batch - 1];
     if (j < a.vectors) a.dev_bytes[j] = a.slot_bytes[j];
   }
   __syncthreads();
@@ -149,7 +151,7 @@ __global__ void __launch_bounds__(floor_threads) floor_step_kernel(const floor_a
   if (atomicAdd(a.blocks_done, 1u) != gridDim.x - 1) return;
   *a.blocks_done = 0;
   __threadfence_system();
-  *reinterpret_cast<volatile unsigned long long*>(a.counter) = __ldcv(reinterpret_cast<const unsigned long long*>(a.seq));
+  *reinterpret_cast<volatile unsigned long long*>(a.counter) = *a.seq;
 }
 
 /// A hand-written floor (see the file comment): its own slots, device arrays and scheduler.
