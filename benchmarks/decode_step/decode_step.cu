@@ -130,8 +130,8 @@ struct floor_args {
 /// The fused step: blocks [0, writes_per_step) apply the chunks; the next ones fill the last
 /// logits index and copy `vectors` 16-byte vectors; the last block to finish stores the step's
 /// number into the counter (the pattern of ferry::detail::finish_kernel_mark).
-/// Plain loads of the slot: a launch orders them after the host's writes, and `__ldcv` of mapped
-/// host memory costs about 190 µs per kernel on the H200 (docs/performance.md).
+/// Plain loads of the slot: a launch orders them after the host's writes, and `__ldcv` loads of mapped
+/// host memory made this kernel take ~200 µs of device time on the H200 (docs/performance.md).
 __global__ void __launch_bounds__(floor_threads) floor_step_kernel(const floor_args a) {
   if (blockIdx.x < writes_per_step) {
     if (blockIdx.x < *a.chunks) {
