@@ -1,20 +1,22 @@
 // Tests for include/ferry/pool/uva_pool.hpp (SPEC §6): rotation before use, per-slot pow2 growth
 // with the other slots untouched, exact prefix views, growth::fixed, max_slots, throwing calls that
-// change nothing, empty sources, copy_to_device, record_use on another stream, and a steady state
-// without allocation or synchronization. The in-flight reader tests are in
-// uva_pool_inflight_test.cu.
+// change nothing, empty sources, copy_to_device, record_use on another stream, fence_hits, a steady
+// state without allocation or synchronization, and pools on several threads. The in-flight reader
+// tests are in uva_pool_inflight_test.cu.
 #include <pool/pool_support.hpp>
 
 #include <catch2/catch_template_test_macros.hpp>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <ranges>
 #include <set>
 #include <span>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -174,10 +176,11 @@ TEMPLATE_TEST_CASE("uva_pool under growth::fixed throws capacity_error and chang
       ferry_test::gate<TestType> g(s);
       pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), c, &seen);  // held by the gate
       pool.copy_to_uva(generation<std::int32_t>(5, 6), s);                  // slot 0
-      const auto held = pool.stats();
+      auto held = pool.stats();
       CHECK_THROWS_AS(pool.copy_to_uva(generation<std::int32_t>(6, 6), s), ferry::capacity_error);
       CHECK(pool.current_slot() == 0);
       CHECK(pool.stats().slots == 2);
+      ++held.fence_hits;  // the busy slot it found; nothing else changed
       CHECK(pool_test::same(pool.stats(), held));
     }
     s.synchronize();
@@ -208,9 +211,10 @@ TEMPLATE_TEST_CASE("uva_pool inserts slots for busy ones up to max_slots then ca
     CHECK(pool.stats().fence_hits == 1);
     CHECK(pool.current_slot() == 1);  // the inserted slot sits after the previous one
     CHECK(std::set<const std::int32_t*>{v[0].data(), v[1].data(), v[2].data()}.size() == 3);
-    const auto before = pool.stats();
+    auto before = pool.stats();
     CHECK_THROWS_AS(pool.copy_to_uva(generation<std::int32_t>(3, 5), s), ferry::capacity_error);
     CHECK(pool.current_slot() == 1);
+    ++before.fence_hits;  // the busy slot it found; nothing else changed
     CHECK(pool_test::same(pool.stats(), before));
   }
   s.synchronize();
@@ -220,6 +224,59 @@ TEMPLATE_TEST_CASE("uva_pool inserts slots for busy ones up to max_slots then ca
   CHECK(w.data() == v[0].data());
   CHECK(pool.current_slot() == 2);
   CHECK(pool.slots() == 3);
+  s.synchronize();
+}
+
+TEMPLATE_TEST_CASE("uva_pool fence_hits counts every call that found its slot still read",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  std::vector<std::vector<std::int32_t>> src;
+  for (std::uint64_t k = 0; k < 6; ++k) src.push_back(ferry_test::random_values<std::int32_t>(8, 300 + k));
+  std::vector<std::int32_t> seen[3];
+  SECTION("inserted, then max_slots reached") {
+    ferry::uva_pool<std::int32_t, TestType> pool(8, 1, 2);
+    {
+      ferry_test::gate<TestType> g(s);
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), pool.copy_to_uva(src[0], s), &seen[0]);
+      CHECK(pool.stats().fence_hits == 0);  // a slot never read is free
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), pool.copy_to_uva(src[1], s), &seen[1]);
+      CHECK(pool.stats().fence_hits == 1);
+      CHECK(pool.stats().inserted == 1);
+      // Both slots are read behind the gate: each call finds its slot busy and throws.
+      CHECK_THROWS_AS(pool.copy_to_uva(src[2], s), ferry::capacity_error);
+      CHECK_THROWS_AS(pool.copy_to_uva(src[3], s), ferry::capacity_error);
+      CHECK(pool.stats().fence_hits == 3);
+      CHECK(pool.stats().inserted == 1);
+      CHECK(pool.stats().calls == 2);
+    }
+    s.synchronize();
+    CHECK(read(pool.copy_to_uva(src[4], s)) == src[4]);  // the readers are done: no hit
+    CHECK(pool.stats().fence_hits == 3);
+    CHECK(seen[0] == src[0]);
+    CHECK(seen[1] == src[1]);
+  }
+  SECTION("growth::fixed never inserts: every hit throws") {
+    ferry::uva_pool<std::int32_t, ferry::growth::fixed, TestType> pool(8, 2);
+    {
+      ferry_test::gate<TestType> g(s);
+      for (std::size_t k = 0; k < 2; ++k)
+        pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), pool.copy_to_uva(src[k], s), &seen[k]);
+      CHECK(pool.stats().fence_hits == 0);
+      CHECK_THROWS_AS(pool.copy_to_uva(src[2], s), ferry::capacity_error);
+      CHECK(pool.stats().fence_hits == 1);
+      CHECK(pool.stats().inserted == 0);
+    }
+    s.synchronize();
+    CHECK(seen[0] == src[0]);
+    CHECK(seen[1] == src[1]);
+  }
+  SECTION("caller_fenced never checks") {
+    ferry::uva_pool<std::int32_t, ferry::reuse::caller_fenced, TestType> pool(8, 2);
+    for (std::size_t k = 0; k < 4; ++k) CHECK(read(pool.copy_to_uva(src[k], s)) == src[k]);
+    CHECK(pool.stats().fence_hits == 0);
+    CHECK(pool.stats().fences == 0);
+  }
   s.synchronize();
 }
 
@@ -512,5 +569,38 @@ TEMPLATE_TEST_CASE("uva_pool steady state allocates nothing and never synchroniz
   CHECK(pool_after.calls == pool_before.calls + 1000);
   CHECK(pool_after.fences == pool_before.fences + 1000);
   s.synchronize();
+  CHECK(bad == 0);
+}
+
+TEMPLATE_TEST_CASE("uva_pools on several threads share the reuse core", "[pool]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  // Every pool stamps and asks the one process-wide timeline: pools used at once from several
+  // threads (each its own pool and stream) must still never rewrite a slot under its reader.
+  constexpr std::size_t threads = 4;
+  constexpr std::size_t calls = 200;
+  std::atomic<std::uint64_t> bad{0};
+  std::vector<std::thread> workers;
+  for (std::size_t t = 0; t < threads; ++t) {
+    workers.emplace_back([t, &bad] {
+      ferry::stream<TestType> s;
+      ferry::uva_pool<std::int64_t, TestType> pool(16, 2);
+      std::vector<std::vector<std::int64_t>> srcs;
+      for (std::size_t k = 0; k < 4; ++k)
+        srcs.push_back(ferry_test::random_values<std::int64_t>(16 + 5 * k, 1000 * t + k));
+      std::vector<ferry::event<TestType>> done(4);
+      for (std::size_t k = 0; k < calls; ++k) {
+        if (k >= 4) done[k % 4].synchronize();  // at most 3 readers in flight: no capacity_error
+        const auto& src = srcs[k % 4];
+        const auto v = pool.copy_to_uva(src, s);
+        ferry::enqueue_host(s, [v, &src, &bad] {
+          if (pool_test::read(v) != src) bad.fetch_add(1);
+        });
+        done[k % 4].record(s);
+      }
+      s.synchronize();
+    });
+  }
+  for (auto& w : workers) w.join();
   CHECK(bad == 0);
 }

@@ -3,9 +3,9 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
-#include <ferry/backend/detail/fence_clock.hpp>
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
+#include <ferry/memory/detail/timeline.hpp>
 #include <ferry/memory/device_span.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/policies/detail/select.hpp>
@@ -52,11 +52,12 @@ namespace ferry {
 /// record_use(stream) after enqueuing its work and before the pool's next call (a slot may hold
 /// fences on several streams). Destroying (or moving over) the pool waits for its readers: for
 /// the fences it holds, and, while the last view is not yet fenced, for the whole device (as
-/// freeing memory does; its readers' streams may be gone by then). A slot whose fences have not all passed is never rewritten: a new
-/// slot (a block from the arena) is inserted in front of it instead, without blocking, up to
-/// `max_slots`; beyond that, and always under `growth::fixed` (which promises stable addresses),
-/// the call throws ferry::capacity_error. Checks are amortized: a fence already known passed costs
-/// nothing, and the backend is asked (cudaEventQuery) only when a slot comes back into use.
+/// freeing memory does; its readers' streams may be gone by then). A slot whose fences have not
+/// all passed is never rewritten: a new slot (a block from the arena) is inserted in front of it
+/// instead, without blocking, up to `max_slots`; beyond that, and always under `growth::fixed`
+/// (which promises stable addresses), the call throws ferry::capacity_error. A fence is a stamp
+/// of ferry's reuse core (one timeline per backend, shared by every component): a stamp already
+/// known passed costs one compare, and the backend is asked only when a slot comes back into use.
 ///
 /// **reuse::caller_fenced**: no fences and no checks; the caller guarantees that every reader of
 /// a slot has finished before the pool comes back to that slot (`slots` calls later), e.g. by
@@ -124,7 +125,6 @@ class uva_pool {
   /// Views handed out by `o` stay valid (the slots move); `o` is left empty.
   uva_pool(uva_pool&& o) noexcept
       : arena_(o.arena_),
-        clock_(std::move(o.clock_)),
         slots_(std::move(o.slots_)),
         initial_(o.initial_),
         max_slots_(o.max_slots_),
@@ -140,7 +140,6 @@ class uva_pool {
     if (this != &o) {
       release_all();
       arena_ = o.arena_;
-      clock_ = std::move(o.clock_);
       slots_ = std::move(o.slots_);
       o.slots_.clear();
       initial_ = o.initial_;
@@ -165,7 +164,8 @@ class uva_pool {
   /// (dtype rule; ferry::cast<T>(range) converts explicitly); contiguous ranges are one memcpy,
   /// others are gathered. The source is consumed when the call returns. Throws
   /// ferry::capacity_error (growth::fixed exceeded; a busy slot with max_slots reached or under
-  /// growth::fixed; the arena's cap), changing nothing.
+  /// growth::fixed; the arena's cap), changing nothing (stats().fence_hits excepted: it counts
+  /// the busy slot found).
   template <class R>
   device_span<const T> copy_to_uva(R&& src, stream_ref<B> stream) {
     detail::check_pool_source<std::remove_reference_t<R>, T>();
@@ -240,25 +240,28 @@ class uva_pool {
     return static_cast<T*>(ops::mapped(static_cast<void*>(s.block.data)));
   }
 
+  // The reuse core: slots hold its stamps, and ask it whether they have passed.
+  static detail::timeline<B>& core() { return detail::shared_timeline<B>(); }
+
   detail::uva_slot make_slot(std::size_t capacity) {
     detail::uva_slot s;
-    s.fences.reserve(detail::uva_slot::reserved_fences);
+    s.stamps.reserve(detail::uva_slot::reserved_stamps);
     s.block = arena_->acquire(bytes_for(capacity));
     s.capacity = capacity;
     return s;
   }
 
   void fence_slot(std::size_t i, stream_ref<B> stream) {
-    slots_[i].add_fence(clock_.record(stream));
+    slots_[i].add_stamp(core().mark(stream));
     ++stats_.fences;
   }
 
-  // True when every fence of the slot has passed (and then forgets them); asks the backend only
-  // for fences above the clock's watermark. Changes nothing if the backend query throws.
-  bool slot_free(detail::uva_slot& s) {
-    for (const auto& f : s.fences)
-      if (!clock_.passed(f)) return false;
-    s.fences.clear();
+  // True when every stamp of the slot has passed (and then forgets them); the core asks the
+  // backend only for stamps above its watermark. Changes nothing if the backend query throws.
+  static bool slot_free(detail::uva_slot& s) {
+    for (const auto& p : s.stamps)
+      if (!core().passed(p)) return false;
+    s.stamps.clear();
     return true;
   }
 
@@ -291,20 +294,21 @@ class uva_pool {
     //    fenced on this call's stream: first if it is the slot coming into use (one slot, or
     //    empty calls in between), else after the check, so that the check asks about the older
     //    fence only (one query when the stream is behind, not two).
-    //    Fences recorded by a call that then throws stay (they only make reuse more
-    //    conservative); the stats count them at the commit.
+    //    Stamps made by a call that then throws stay (they only make reuse more conservative);
+    //    `fences` counts them at the commit, `fence_hits` counts a busy slot at once.
     bool busy = false;
     std::uint64_t recorded = 0;
     if constexpr (event_fenced) {
       if (unfenced_ == next) {
-        slots_[next].add_fence(clock_.record(stream));
+        slots_[next].add_stamp(core().mark(stream));
         ++recorded;
       }
       busy = !slot_free(slots_[next]);
       if (unfenced_ != none && unfenced_ != next) {
-        slots_[unfenced_].add_fence(clock_.record(stream));
+        slots_[unfenced_].add_stamp(core().mark(stream));
         ++recorded;
       }
+      if (busy) ++stats_.fence_hits;
     }
 
     // 2. Decide: insert a slot, grow the slot, or write it as it is.
@@ -357,7 +361,6 @@ class uva_pool {
       at = cur_ + 1;
       slots_.insert(slots_.begin() + static_cast<std::ptrdiff_t>(at), std::move(fresh));
       ++stats_.inserted;
-      ++stats_.fence_hits;
     } else if (grow) {
       if (fresh.block) slots_[next].block = fresh.block;
       slots_[next].capacity = new_cap;
@@ -380,7 +383,7 @@ class uva_pool {
     for (auto& s : slots_) {
       // A block whose readers could not be waited for is leaked, never reused under a reader.
       detail::destructor_guard([&] {
-        for (const auto& f : s.fences) clock_.wait(f);
+        for (const auto& p : s.stamps) core().wait(p);
         arena_->release(s.block);
       });
     }
@@ -390,7 +393,6 @@ class uva_pool {
   }
 
   pinned_arena<B>* arena_;
-  detail::fence_clock<B> clock_;
   std::vector<detail::uva_slot> slots_;
   std::size_t initial_ = 0;
   std::size_t max_slots_ = 0;
