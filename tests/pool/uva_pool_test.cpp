@@ -604,3 +604,117 @@ TEMPLATE_TEST_CASE("uva_pools on several threads share the reuse core", "[pool]"
   for (auto& w : workers) w.join();
   CHECK(bad == 0);
 }
+
+namespace {
+
+// The rows of a 2-D view, read on the host (pool slots are pinned, mapped host memory).
+template <class View>
+std::vector<std::vector<std::int32_t>> rows_of(const View& v) {
+  std::vector<std::vector<std::int32_t>> r(v.extent(0));
+  for (std::size_t i = 0; i < v.extent(0); ++i)
+    r[i].assign(v.data_handle() + i * v.extent(1), v.data_handle() + (i + 1) * v.extent(1));
+  return r;
+}
+std::vector<std::vector<std::int32_t>> rows_of(const std::vector<std::int32_t>& flat, std::size_t width) {
+  std::vector<std::vector<std::int32_t>> r(flat.size() / width);
+  for (std::size_t i = 0; i < r.size(); ++i)
+    r[i].assign(flat.begin() + static_cast<std::ptrdiff_t>(i * width),
+                flat.begin() + static_cast<std::ptrdiff_t>((i + 1) * width));
+  return r;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("uva_pool over rows of a fixed width grows the row count and views n rows",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  constexpr std::size_t width = 3;  // not a power of two: rows, not elements, are rounded
+  ferry::uva_pool<std::int32_t, TestType> pool(ferry::row_width{width}, 2, 2);
+  CHECK(pool.width() == width);
+  CHECK(pool.capacity(0) == 2);
+
+  const auto five = ferry_test::random_values<std::int32_t>(5 * width, 41);
+  const auto v = pool.copy_rows_to_uva(five, s);  // slot 1: 2 -> 8 rows (1 << bit_width(4))
+  CHECK(pool.current_slot() == 1);
+  CHECK(pool.capacity(1) == 8);
+  CHECK(pool.capacity(0) == 2);
+  CHECK(pool.stats().grows == 1);
+  REQUIRE(v.extent(0) == 5);
+  REQUIRE(v.extent(1) == width);
+  CHECK(rows_of(v) == rows_of(five, width));
+  s.synchronize();
+
+  // Rows that fit: no growth; 8 rows fit the grown slot exactly, 9 grow it to 16.
+  const auto two = ferry_test::random_values<std::int32_t>(2 * width, 42);
+  CHECK(rows_of(pool.copy_rows_to_uva(two, s)) == rows_of(two, width));  // slot 0
+  CHECK(pool.stats().grows == 1);
+  s.synchronize();
+  const auto eight = ferry_test::random_values<std::int32_t>(8 * width, 43);
+  const auto w8 = pool.copy_rows_to_uva(eight, s);  // slot 1 again
+  CHECK(w8.data_handle() == v.data_handle());
+  CHECK(pool.capacity(1) == 8);
+  CHECK(rows_of(w8) == rows_of(eight, width));
+  s.synchronize();
+  const auto nine = ferry_test::random_values<std::int32_t>(9 * width, 44);
+  CHECK(rows_of(pool.copy_rows_to_uva(nine, s)) == rows_of(nine, width));  // slot 0: 2 -> 16
+  CHECK(pool.capacity(0) == 16);
+  s.synchronize();
+
+  // The element view of the same call: n * width elements.
+  const auto one = ferry_test::random_values<std::int32_t>(width, 45);
+  const auto e = pool.copy_to_uva(one, s);
+  CHECK(e.size() == width);
+  CHECK(read(e) == one);
+  s.synchronize();
+
+  // Not whole rows: std::invalid_argument, and nothing changes.
+  const auto slot = pool.current_slot();
+  const auto before = pool.stats();
+  const auto seven = ferry_test::random_values<std::int32_t>(7, 46);
+  CHECK_THROWS_AS(pool.copy_to_uva(seven, s), std::invalid_argument);
+  CHECK_THROWS_AS(pool.copy_rows_to_uva(seven, s), std::invalid_argument);
+  CHECK(pool.current_slot() == slot);
+  CHECK(pool_test::same(pool.stats(), before));
+  const auto empty = pool.copy_rows_to_uva(std::vector<std::int32_t>{}, s);
+  CHECK(empty.extent(0) == 0);
+  CHECK(empty.extent(1) == width);
+  s.synchronize();
+}
+
+TEMPLATE_TEST_CASE("uva_pool over rows: growth::fixed, busy slots, and a zero width", "[pool]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  constexpr std::size_t width = 5;
+  CHECK_THROWS_AS((ferry::uva_pool<std::int32_t, TestType>(ferry::row_width{0}, 4)), std::invalid_argument);
+  SECTION("growth::fixed: the row count never changes") {
+    ferry::uva_pool<std::int32_t, ferry::growth::fixed, TestType> pool(ferry::row_width{width}, 4, 2);
+    const auto four = ferry_test::random_values<std::int32_t>(4 * width, 51);
+    CHECK(rows_of(pool.copy_rows_to_uva(four, s)) == rows_of(four, width));
+    s.synchronize();
+    const auto before = pool.stats();
+    CHECK_THROWS_AS(pool.copy_rows_to_uva(ferry_test::random_values<std::int32_t>(5 * width, 52), s),
+                    ferry::capacity_error);
+    CHECK(pool_test::same(pool.stats(), before));
+    CHECK(pool.capacity(0) == 4);
+  }
+  SECTION("a busy slot is replaced by an inserted one, its rows grown per pow2") {
+    ferry::uva_pool<std::int32_t, TestType> pool(ferry::row_width{width}, 4, 1);
+    std::vector<std::int32_t> seen;
+    const auto three = ferry_test::random_values<std::int32_t>(3 * width, 53);
+    {
+      ferry_test::gate<TestType> g(s);
+      const auto v = pool.copy_to_uva(three, s);
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), v, &seen);
+      const auto six = ferry_test::random_values<std::int32_t>(6 * width, 54);
+      const auto w = pool.copy_rows_to_uva(six, s);
+      CHECK(w.data_handle() != v.data());
+      CHECK(pool.stats().inserted == 1);
+      CHECK(pool.capacity(pool.current_slot()) == 8);  // 6 rows > 4 initial: pow2 of the rows
+      CHECK(rows_of(w) == rows_of(six, width));
+    }
+    s.synchronize();
+    CHECK(seen == three);
+  }
+}
