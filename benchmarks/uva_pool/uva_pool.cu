@@ -6,19 +6,36 @@
 //     hand-written H2D upload costs the host),
 //   - a plain memcpy into pinned memory (the true floor of a UVA write: what copy_to_uva must do
 //     at the least),
-// printed side by side as ratios; then syncs and allocations over 10,000 steady-state steps
-// (each step: copy_to_uva and a kernel that reads the view), counted by the backend's counters
-// (targets 0 and 0); then the host cost of a growth event (64 → 65536 elements), with the block
-// from the arena and with a fresh pinned allocation.
+// printed side by side as ratios; then copy_to_uva of 1024 int32, event-fenced against
+// caller-fenced in interleaved bursts (SPEC §10 target: <= 1.5x), with the GPU idle (the default
+// ring of 2 slots, and a deep ring of 8) and with the GPU at least two calls behind on the deep
+// ring (each call followed by a reader kernel slower than the host's loop), with the CUDA runtime
+// calls each copy_to_uva makes in steady state (counted through CUPTI in a separate, untimed pass);
+// then syncs and allocations over 10,000 steady-state steps (each step: copy_to_uva and a kernel
+// that reads the view), counted by the backend's counters (targets 0 and 0); then the host cost of
+// a growth event (64 → 65536 elements), with the block from the arena and with a fresh pinned
+// allocation.
 #include <support/bench.hpp>
 #include <support/gpu.cuh>
 
 #include <ferry/ferry.hpp>
 
+#if FERRY_BENCH_CUPTI
+#include <cupti.h>
+#endif
+
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <limits>
+#include <map>
 #include <random>
+#include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -39,6 +56,128 @@ std::vector<std::int32_t> values(std::size_t n, unsigned seed) {
 double elapsed_us(std::chrono::steady_clock::time_point t0, std::chrono::steady_clock::time_point t1) {
   return std::chrono::duration<double, std::micro>(t1 - t0).count();
 }
+
+/// A reader slower than the host's loop: spins about `spin_ns` (clock64 at ~2 GHz, as
+/// hold_kernel), reads the view, then stores its step number `r` into mapped memory.
+__global__ void slow_reader_kernel(ferry::device_span<const std::int32_t> v, unsigned long long spin_ns,
+                                   unsigned long long r, unsigned long long* done, std::int32_t* sink) {
+  const unsigned long long t0 = clock64();
+  while (clock64() - t0 < spin_ns * 2) {
+  }
+  if (v.size() != 0) sink[0] = v[0] + v[v.size() - 1];
+  __threadfence_system();
+  *reinterpret_cast<volatile unsigned long long*>(done) = r;
+}
+
+/// Host µs per operation of two variants measured in alternating bursts (which goes first swaps
+/// every burst), `drain()` between bursts, median over bursts. `a(count)` and `c(count)` run
+/// `count` operations and return the host µs they timed.
+template <class A, class C, class Drain>
+std::pair<double, double> interleaved(const ferry_bench::options& o, A&& a, C&& c, Drain&& drain) {
+  std::vector<double> ta, tc;
+  const auto n = static_cast<std::size_t>(o.burst);
+  auto run = [&](auto& op, std::vector<double>* out) {
+    const double us = op(n);
+    drain();
+    if (out) out->push_back(us / static_cast<double>(n));
+  };
+  for (int w = 0; w < 3; ++w) {
+    run(a, nullptr);
+    run(c, nullptr);
+  }
+  for (int b = 0; b < o.bursts; ++b) {
+    if (b % 2 == 0) {
+      run(a, &ta);
+      run(c, &tc);
+    } else {
+      run(c, &tc);
+      run(a, &ta);
+    }
+  }
+  return {ferry_bench::median(ta), ferry_bench::median(tc)};
+}
+
+/// CUDA runtime calls made on this thread while counting: every runtime API entry, by name
+/// (CUPTI; one subscriber per process, so no sync_guard may be alive meanwhile). Without CUPTI,
+/// or when another tool holds it, ok() is false and the counts are not measured.
+class runtime_calls {
+ public:
+#if FERRY_BENCH_CUPTI
+  runtime_calls() {
+    ok_ = cuptiSubscribe(&sub_, &on_call, this) == CUPTI_SUCCESS;
+    if (ok_ && cuptiEnableDomain(1, sub_, CUPTI_CB_DOMAIN_RUNTIME_API) != CUPTI_SUCCESS) {
+      cuptiUnsubscribe(sub_);
+      ok_ = false;
+    }
+  }
+  ~runtime_calls() {
+    if (ok_) cuptiUnsubscribe(sub_);
+  }
+#else
+  runtime_calls() = default;
+#endif
+  runtime_calls(const runtime_calls&) = delete;
+  runtime_calls& operator=(const runtime_calls&) = delete;
+
+  /// Counts the runtime calls `op()` makes (on this thread).
+  template <class Op>
+  void count(Op&& op) {
+    counting_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    op();
+    counting_.store(std::thread::id{}, std::memory_order_relaxed);
+  }
+  void reset() {
+    for (auto& c : counts_) c.store(0, std::memory_order_relaxed);
+  }
+  /// Calls per operation, in total and by name ("cudaEventQuery 0.14, ...").
+  [[nodiscard]] std::pair<double, std::string> per_op(std::size_t ops) const {
+    if (!ok_) return {std::numeric_limits<double>::quiet_NaN(), "not measured (no CUPTI)"};
+    std::map<std::string, std::uint64_t> by_name;
+    std::uint64_t total = 0;
+    for (std::size_t id = 0; id < counts_.size(); ++id) {
+      const std::uint64_t n = counts_[id].load(std::memory_order_relaxed);
+      if (n == 0) continue;
+      total += n;
+      by_name[name_of(id)] += n;
+    }
+    std::string names;
+    for (const auto& [name, n] : by_name) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, " %.2f", static_cast<double>(n) / static_cast<double>(ops));
+      names += (names.empty() ? "" : ", ") + name + buf;
+    }
+    return {static_cast<double>(total) / static_cast<double>(ops), names};
+  }
+
+ private:
+#if FERRY_BENCH_CUPTI
+  static constexpr std::size_t ids = CUPTI_RUNTIME_TRACE_CBID_SIZE;
+  static void CUPTIAPI on_call(void* user, CUpti_CallbackDomain, CUpti_CallbackId id, const void* data) {
+    auto* const self = static_cast<runtime_calls*>(user);
+    const auto* const info = static_cast<const CUpti_CallbackData*>(data);
+    if (info->callbackSite != CUPTI_API_ENTER || id >= ids ||
+        self->counting_.load(std::memory_order_relaxed) != std::this_thread::get_id())
+      return;
+    self->counts_[id].fetch_add(1, std::memory_order_relaxed);
+  }
+  static std::string name_of(std::size_t id) {
+    const char* n = nullptr;
+    if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, static_cast<std::uint32_t>(id), &n) != CUPTI_SUCCESS || !n)
+      return "cbid " + std::to_string(id);
+    std::string s = n;
+    for (const char* suffix : {"_ptsz_", "_ptds_", "_v"})
+      if (const auto p = s.rfind(suffix); p != std::string::npos) s.erase(p);
+    return s;
+  }
+  CUpti_SubscriberHandle sub_{};
+#else
+  static constexpr std::size_t ids = 1;
+  static std::string name_of(std::size_t) { return {}; }
+#endif
+  bool ok_ = false;
+  std::atomic<std::thread::id> counting_{};  // the thread whose calls count now (none: no one's)
+  std::array<std::atomic<std::uint64_t>, ids> counts_{};
+};
 
 }  // namespace
 
@@ -89,6 +228,106 @@ int main(int argc, char** argv) try {
              {"ferry/cudaMemcpyAsync", ferry_us / bare_us},
              {"ferry/memcpy", ferry_us / memcpy_us},
              {"caller_fenced/memcpy", caller_us / memcpy_us}});
+  }
+
+  // ---- copy_to_uva of 1024 int32, event-fenced vs caller-fenced: GPU idle and GPU behind -----
+  {
+    constexpr std::size_t n = 1024;
+    const auto src = values(n, 1025);
+    ferry::pinned_arena<B> arena;
+    arena.reserve(n * sizeof(std::int32_t), 24);
+    using fenced_pool = ferry::uva_pool<std::int32_t, B>;
+    using caller_pool = ferry::uva_pool<std::int32_t, ferry::reuse::caller_fenced, B>;
+    fenced_pool fenced2(n, 2, 8, arena);
+    caller_pool caller2(n, 2, 8, arena);
+    fenced_pool fenced8(n, 8, 8, arena);  // a deep ring: 8 slots from the start
+    caller_pool caller8(n, 8, 8, arena);
+    ferry::device_buffer<std::int32_t, B> sink(1);
+    ferry::pinned_buffer<unsigned long long, B> done(1);  // the last reader step finished
+    const volatile unsigned long long* const finished = done.host().data();
+    unsigned long long issued = 0;  // reader steps launched, numbered from 1
+    // Readers in flight when a call is made: one running and two queued, so the GPU is at least
+    // two calls behind; the reader (20 µs) outlasts the host's loop (a launch and a call).
+    constexpr unsigned long long in_flight = 3;
+    constexpr unsigned long long spin_ns = 20'000;
+    std::vector<double> behind_by;
+    runtime_calls* counter = nullptr;  // set for the counting pass only
+
+    auto call = [&](auto& pool) {
+      if (!counter) return pool.copy_to_uva(src, s);
+      ferry::device_span<const std::int32_t> v;
+      counter->count([&] { v = pool.copy_to_uva(src, s); });
+      return v;
+    };
+    auto idle = [&](auto& pool) {
+      return [&, p = &pool](std::size_t count) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (std::size_t k = 0; k < count; ++k) (void)call(*p);
+        return elapsed_us(t0, std::chrono::steady_clock::now());
+      };
+    };
+    auto behind = [&](auto& pool) {
+      return [&, p = &pool](std::size_t count) {
+        double us = 0;
+        for (std::size_t k = 0; k < count; ++k) {
+          while (issued - *finished > in_flight) {
+          }
+          behind_by.push_back(static_cast<double>(issued - *finished));
+          const auto t0 = std::chrono::steady_clock::now();
+          const auto v = call(*p);
+          us += elapsed_us(t0, std::chrono::steady_clock::now());
+          slow_reader_kernel<<<1, 1, 0, s.get()>>>(v, spin_ns, ++issued, done.device().data(), sink.data());
+          BENCH_CUDA(cudaPeekAtLastError());  // a failed launch would never finish: stop here
+        }
+        return us;
+      };
+    };
+
+    const auto [idle2_us, idle2_caller_us] = interleaved(o, idle(fenced2), idle(caller2), drain);
+    const auto [idle8_us, idle8_caller_us] = interleaved(o, idle(fenced8), idle(caller8), drain);
+    behind_by.clear();
+    const auto [behind_us, behind_caller_us] = interleaved(o, behind(fenced8), behind(caller8), drain);
+    const double calls_behind = ferry_bench::median(behind_by);  // readers unfinished at a call
+
+    // The runtime calls of copy_to_uva in steady state: an untimed pass, the same loops.
+    std::pair<double, std::string> calls[6];
+    {
+      runtime_calls rc;
+      const std::size_t ops = o.quick ? 256 : 2048;
+      auto per_call = [&](auto&& op) {
+        (void)op(std::size_t{64});  // steady state before counting
+        drain();
+        rc.reset();
+        counter = &rc;
+        (void)op(ops);
+        counter = nullptr;
+        drain();
+        return rc.per_op(ops);
+      };
+      calls[0] = per_call(idle(fenced2));
+      calls[1] = per_call(idle(caller2));
+      calls[2] = per_call(idle(fenced8));
+      calls[3] = per_call(idle(caller8));
+      calls[4] = per_call(behind(fenced8));
+      calls[5] = per_call(behind(caller8));
+    }
+    auto add = [&](const char* what, double gpu_behind, double ev, double cf, int c) {
+      rep.add({{"case", std::string("copy_to_uva 1024 int32, ") + what},
+               {"elements", static_cast<double>(n)},
+               {"ferry_us", ev},
+               {"ferry_caller_fenced_us", cf},
+               {"event/caller_fenced", ev / cf},
+               {"gpu_calls_behind", gpu_behind},
+               {"runtime_calls_per_call", calls[c].first},
+               {"runtime_calls_per_call_caller_fenced", calls[c + 1].first},
+               {"runtime_calls", calls[c].second},
+               {"runtime_calls_caller_fenced", calls[c + 1].second}});
+    };
+    add("GPU idle, ring of 2 (default)", 0, idle2_us, idle2_caller_us, 0);
+    add("GPU idle, ring of 8", 0, idle8_us, idle8_caller_us, 2);
+    add("GPU behind, ring of 8", calls_behind, behind_us, behind_caller_us, 4);
+    rep.add_target("copy_to_uva_event_vs_caller_fenced_idle", idle2_us / idle2_caller_us, "<=", 1.5);
+    rep.add_target("copy_to_uva_event_vs_caller_fenced_behind", behind_us / behind_caller_us, "<=", 1.5);
   }
 
   // ---- syncs and allocations over 10,000 steady-state steps ---------------------------------

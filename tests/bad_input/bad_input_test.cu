@@ -46,6 +46,8 @@ struct row {
 
 constexpr std::string_view enqueue_kept = "nothing enqueued, out unchanged, arena unchanged";
 constexpr std::string_view pool_kept = "pool rotation, stats and earlier views unchanged";
+constexpr std::string_view pool_busy_kept =
+    "pool rotation, stats and earlier views unchanged, but fence_hits counts the busy slot";
 constexpr std::string_view staged_kept = "staged writes kept, target unchanged";
 constexpr std::string_view fused_kept = "every tensor's staged writes kept, targets unchanged";
 
@@ -78,14 +80,17 @@ constexpr row registry[] = {
     {"cpu_gpu_buffer.moved_from", "std::out_of_range", "nothing enqueued, arena unchanged"},
     {"pool.slots_zero", "std::invalid_argument", "arena unchanged"},
     {"pool.slots_above_max", "std::invalid_argument", "arena unchanged"},
-    {"pool.max_slots", "ferry::capacity_error", pool_kept},
+    {"pool.max_slots", "ferry::capacity_error", pool_busy_kept},
     {"pool.fixed.exceeded", "ferry::capacity_error", pool_kept},
-    {"pool.fixed.busy", "ferry::capacity_error", pool_kept},
+    {"pool.fixed.busy", "ferry::capacity_error", pool_busy_kept},
     {"pool.request_overflow", "ferry::capacity_error", pool_kept},
     {"pool.copy_to_device.too_small", "std::out_of_range",
      "pool rotation, stats and earlier views unchanged, nothing enqueued"},
     {"pool.moved_from", "ferry::error", "nothing enqueued, arena unchanged"},
+    {"pool.rows.zero_width", "std::invalid_argument", "arena unchanged"},
+    {"pool.rows.not_whole", "std::invalid_argument", pool_kept},
     {"uva_backed.publish.n_above_size", "std::out_of_range", pool_kept},
+    {"uva_backed.publish_rows.n_above_rows", "std::out_of_range", pool_kept},
     {"staged.ctor.bytes_overflow", "std::invalid_argument", "nothing allocated"},
     {"staged.bounds.row", "std::out_of_range", staged_kept},
     {"staged.bounds.start", "std::out_of_range", staged_kept},
@@ -748,6 +753,7 @@ BAD_INPUT_ROW("pool.max_slots") {
     sc.mark();
     const auto src = ferry_test::random_values<i32>(4, 272);
     expect_throw([&] { sc.pool.copy_to_uva(src, sc.s); });
+    ++sc.stats_before.fence_hits;  // the busy slot it found
     sc.unchanged();
   }
   sc.next_call_rotates();
@@ -775,6 +781,7 @@ BAD_INPUT_ROW("pool.fixed.busy") {
     sc.mark();
     const auto src = ferry_test::random_values<i32>(4, 292);
     expect_throw([&] { sc.pool.copy_to_uva(src, sc.s); });
+    ++sc.stats_before.fence_hits;  // the busy slot it found
     sc.unchanged();
   }
   sc.next_call_rotates();
@@ -825,6 +832,49 @@ BAD_INPUT_ROW("pool.moved_from") {
   CHECK(tasks_of<B>(sc.s) == tasks);
   CHECK(same(sc.arena.stats(), stats));
   CHECK(std::vector<i32>(sc.views[0].data(), sc.views[0].data() + 4) == sc.values[0]);
+}
+
+BAD_INPUT_ROW("pool.rows.zero_width") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::pinned_arena<B> arena;
+  arena.reserve(256);
+  const auto stats = arena.stats();
+  expect_throw([&] { ferry::uva_pool<i32, B> p(ferry::row_width{0}, 4, 2, 8, arena); });
+  expect_throw([&] { ferry::uva_backed<i32, B> u(ferry::row_width{0}, 4, 2, 8, arena); });
+  CHECK(same(arena.stats(), stats));
+}
+
+BAD_INPUT_ROW("pool.rows.not_whole") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::stream<B> s;
+  ferry::pinned_arena<B> arena;
+  ferry::uva_pool<i32, B> pool(ferry::row_width{3}, 4, 2, 8, arena);
+  const auto first = ferry_test::random_values<i32>(6, 341);
+  const auto view = pool.copy_to_uva(first, s);
+  const auto stats = pool.stats();
+  const auto slot = pool.current_slot();
+  const auto src = ferry_test::random_values<i32>(7, 342);
+  expect_throw([&] { pool.copy_to_uva(src, s); });
+  CHECK(same(pool.stats(), stats));
+  CHECK(pool.current_slot() == slot);
+  CHECK(std::vector<i32>(view.data(), view.data() + 6) == first);
+}
+
+BAD_INPUT_ROW("uva_backed.publish_rows.n_above_rows") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::stream<B> s;
+  ferry::pinned_arena<B> arena;
+  ferry::uva_backed<i32, B> u(ferry::row_width{4}, 3, 2, 8, arena);
+  const auto first = ferry_test::random_values<i32>(12, 351);
+  std::copy(first.begin(), first.end(), u.host().begin());
+  const auto view = u.publish_rows(3, s);
+  const auto stats = u.stats();
+  expect_throw([&] { u.publish_rows(4, s); });
+  CHECK(same(u.stats(), stats));
+  CHECK(std::vector<i32>(view.data_handle(), view.data_handle() + 12) == first);
 }
 
 BAD_INPUT_ROW("uva_backed.publish.n_above_size") {

@@ -110,3 +110,35 @@ TEMPLATE_TEST_CASE("uva_backed destroyed under a held reader waits for it", "[po
   CHECK(seen == src);
   for (const auto& b : taken) arena.release(b);
 }
+
+TEMPLATE_TEST_CASE("uva_backed over rows publishes the first n rows as a 2-D view", "[pool]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  constexpr std::size_t width = 6;
+  ferry::uva_backed<std::int64_t, TestType> state(ferry::row_width{width}, 10);
+  CHECK(state.rows() == 10);
+  CHECK(state.width() == width);
+  REQUIRE(state.size() == 10 * width);
+  CHECK(std::all_of(state.host().begin(), state.host().end(), [](auto x) { return x == 0; }));
+  const auto g = ferry_test::random_values<std::int64_t>(10 * width, 61);
+  std::copy(g.begin(), g.end(), state.host().begin());
+
+  const auto v = state.publish_rows(7, s);
+  REQUIRE(v.extent(0) == 7);
+  REQUIRE(v.extent(1) == width);
+  CHECK(std::vector<std::int64_t>(v.data_handle(), v.data_handle() + 7 * width) ==
+        std::vector<std::int64_t>(g.begin(), g.begin() + 7 * width));
+  s.synchronize();
+
+  const auto before = state.stats();
+  CHECK_THROWS_AS(state.publish_rows(11, s), std::out_of_range);
+  CHECK_THROWS_AS(state.publish(width + 1, s), std::invalid_argument);  // not whole rows
+  CHECK(pool_test::same(state.stats(), before));
+  const auto all = state.publish_rows(10, s);
+  CHECK(all.extent(0) == 10);
+  CHECK(std::vector<std::int64_t>(all.data_handle(), all.data_handle() + 10 * width) == g);
+  CHECK(state.publish(2 * width, s).size() == 2 * width);
+  CHECK(state.stats().grows == 0);
+  s.synchronize();
+}

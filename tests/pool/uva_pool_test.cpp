@@ -1,20 +1,22 @@
 // Tests for include/ferry/pool/uva_pool.hpp (SPEC §6): rotation before use, per-slot pow2 growth
 // with the other slots untouched, exact prefix views, growth::fixed, max_slots, throwing calls that
-// change nothing, empty sources, copy_to_device, record_use on another stream, and a steady state
-// without allocation or synchronization. The in-flight reader tests are in
-// uva_pool_inflight_test.cu.
+// change nothing, empty sources, copy_to_device, record_use on another stream, fence_hits, a steady
+// state without allocation or synchronization, and pools on several threads. The in-flight reader
+// tests are in uva_pool_inflight_test.cu.
 #include <pool/pool_support.hpp>
 
 #include <catch2/catch_template_test_macros.hpp>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <ranges>
 #include <set>
 #include <span>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -174,10 +176,11 @@ TEMPLATE_TEST_CASE("uva_pool under growth::fixed throws capacity_error and chang
       ferry_test::gate<TestType> g(s);
       pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), c, &seen);  // held by the gate
       pool.copy_to_uva(generation<std::int32_t>(5, 6), s);                  // slot 0
-      const auto held = pool.stats();
+      auto held = pool.stats();
       CHECK_THROWS_AS(pool.copy_to_uva(generation<std::int32_t>(6, 6), s), ferry::capacity_error);
       CHECK(pool.current_slot() == 0);
       CHECK(pool.stats().slots == 2);
+      ++held.fence_hits;  // the busy slot it found; nothing else changed
       CHECK(pool_test::same(pool.stats(), held));
     }
     s.synchronize();
@@ -208,9 +211,10 @@ TEMPLATE_TEST_CASE("uva_pool inserts slots for busy ones up to max_slots then ca
     CHECK(pool.stats().fence_hits == 1);
     CHECK(pool.current_slot() == 1);  // the inserted slot sits after the previous one
     CHECK(std::set<const std::int32_t*>{v[0].data(), v[1].data(), v[2].data()}.size() == 3);
-    const auto before = pool.stats();
+    auto before = pool.stats();
     CHECK_THROWS_AS(pool.copy_to_uva(generation<std::int32_t>(3, 5), s), ferry::capacity_error);
     CHECK(pool.current_slot() == 1);
+    ++before.fence_hits;  // the busy slot it found; nothing else changed
     CHECK(pool_test::same(pool.stats(), before));
   }
   s.synchronize();
@@ -220,6 +224,59 @@ TEMPLATE_TEST_CASE("uva_pool inserts slots for busy ones up to max_slots then ca
   CHECK(w.data() == v[0].data());
   CHECK(pool.current_slot() == 2);
   CHECK(pool.slots() == 3);
+  s.synchronize();
+}
+
+TEMPLATE_TEST_CASE("uva_pool fence_hits counts every call that found its slot still read",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  std::vector<std::vector<std::int32_t>> src;
+  for (std::uint64_t k = 0; k < 6; ++k) src.push_back(ferry_test::random_values<std::int32_t>(8, 300 + k));
+  std::vector<std::int32_t> seen[3];
+  SECTION("inserted, then max_slots reached") {
+    ferry::uva_pool<std::int32_t, TestType> pool(8, 1, 2);
+    {
+      ferry_test::gate<TestType> g(s);
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), pool.copy_to_uva(src[0], s), &seen[0]);
+      CHECK(pool.stats().fence_hits == 0);  // a slot never read is free
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), pool.copy_to_uva(src[1], s), &seen[1]);
+      CHECK(pool.stats().fence_hits == 1);
+      CHECK(pool.stats().inserted == 1);
+      // Both slots are read behind the gate: each call finds its slot busy and throws.
+      CHECK_THROWS_AS(pool.copy_to_uva(src[2], s), ferry::capacity_error);
+      CHECK_THROWS_AS(pool.copy_to_uva(src[3], s), ferry::capacity_error);
+      CHECK(pool.stats().fence_hits == 3);
+      CHECK(pool.stats().inserted == 1);
+      CHECK(pool.stats().calls == 2);
+    }
+    s.synchronize();
+    CHECK(read(pool.copy_to_uva(src[4], s)) == src[4]);  // the readers are done: no hit
+    CHECK(pool.stats().fence_hits == 3);
+    CHECK(seen[0] == src[0]);
+    CHECK(seen[1] == src[1]);
+  }
+  SECTION("growth::fixed never inserts: every hit throws") {
+    ferry::uva_pool<std::int32_t, ferry::growth::fixed, TestType> pool(8, 2);
+    {
+      ferry_test::gate<TestType> g(s);
+      for (std::size_t k = 0; k < 2; ++k)
+        pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), pool.copy_to_uva(src[k], s), &seen[k]);
+      CHECK(pool.stats().fence_hits == 0);
+      CHECK_THROWS_AS(pool.copy_to_uva(src[2], s), ferry::capacity_error);
+      CHECK(pool.stats().fence_hits == 1);
+      CHECK(pool.stats().inserted == 0);
+    }
+    s.synchronize();
+    CHECK(seen[0] == src[0]);
+    CHECK(seen[1] == src[1]);
+  }
+  SECTION("caller_fenced never checks") {
+    ferry::uva_pool<std::int32_t, ferry::reuse::caller_fenced, TestType> pool(8, 2);
+    for (std::size_t k = 0; k < 4; ++k) CHECK(read(pool.copy_to_uva(src[k], s)) == src[k]);
+    CHECK(pool.stats().fence_hits == 0);
+    CHECK(pool.stats().fences == 0);
+  }
   s.synchronize();
 }
 
@@ -513,4 +570,151 @@ TEMPLATE_TEST_CASE("uva_pool steady state allocates nothing and never synchroniz
   CHECK(pool_after.fences == pool_before.fences + 1000);
   s.synchronize();
   CHECK(bad == 0);
+}
+
+TEMPLATE_TEST_CASE("uva_pools on several threads share the reuse core", "[pool]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  // Every pool stamps and asks the one process-wide timeline: pools used at once from several
+  // threads (each its own pool and stream) must still never rewrite a slot under its reader.
+  constexpr std::size_t threads = 4;
+  constexpr std::size_t calls = 200;
+  std::atomic<std::uint64_t> bad{0};
+  std::vector<std::thread> workers;
+  for (std::size_t t = 0; t < threads; ++t) {
+    workers.emplace_back([t, &bad] {
+      ferry::stream<TestType> s;
+      ferry::uva_pool<std::int64_t, TestType> pool(16, 2);
+      std::vector<std::vector<std::int64_t>> srcs;
+      for (std::size_t k = 0; k < 4; ++k)
+        srcs.push_back(ferry_test::random_values<std::int64_t>(16 + 5 * k, 1000 * t + k));
+      std::vector<ferry::event<TestType>> done(4);
+      for (std::size_t k = 0; k < calls; ++k) {
+        if (k >= 4) done[k % 4].synchronize();  // at most 3 readers in flight: no capacity_error
+        const auto& src = srcs[k % 4];
+        const auto v = pool.copy_to_uva(src, s);
+        ferry::enqueue_host(s, [v, &src, &bad] {
+          if (pool_test::read(v) != src) bad.fetch_add(1);
+        });
+        done[k % 4].record(s);
+      }
+      s.synchronize();
+    });
+  }
+  for (auto& w : workers) w.join();
+  CHECK(bad == 0);
+}
+
+namespace {
+
+// The rows of a 2-D view, read on the host (pool slots are pinned, mapped host memory).
+template <class View>
+std::vector<std::vector<std::int32_t>> rows_of(const View& v) {
+  std::vector<std::vector<std::int32_t>> r(v.extent(0));
+  for (std::size_t i = 0; i < v.extent(0); ++i)
+    r[i].assign(v.data_handle() + i * v.extent(1), v.data_handle() + (i + 1) * v.extent(1));
+  return r;
+}
+std::vector<std::vector<std::int32_t>> rows_of(const std::vector<std::int32_t>& flat, std::size_t width) {
+  std::vector<std::vector<std::int32_t>> r(flat.size() / width);
+  for (std::size_t i = 0; i < r.size(); ++i)
+    r[i].assign(flat.begin() + static_cast<std::ptrdiff_t>(i * width),
+                flat.begin() + static_cast<std::ptrdiff_t>((i + 1) * width));
+  return r;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("uva_pool over rows of a fixed width grows the row count and views n rows",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  constexpr std::size_t width = 3;  // not a power of two: rows, not elements, are rounded
+  ferry::uva_pool<std::int32_t, TestType> pool(ferry::row_width{width}, 2, 2);
+  CHECK(pool.width() == width);
+  CHECK(pool.capacity(0) == 2);
+
+  const auto five = ferry_test::random_values<std::int32_t>(5 * width, 41);
+  const auto v = pool.copy_rows_to_uva(five, s);  // slot 1: 2 -> 8 rows (1 << bit_width(4))
+  CHECK(pool.current_slot() == 1);
+  CHECK(pool.capacity(1) == 8);
+  CHECK(pool.capacity(0) == 2);
+  CHECK(pool.stats().grows == 1);
+  REQUIRE(v.extent(0) == 5);
+  REQUIRE(v.extent(1) == width);
+  CHECK(rows_of(v) == rows_of(five, width));
+  s.synchronize();
+
+  // Rows that fit: no growth; 8 rows fit the grown slot exactly, 9 grow it to 16.
+  const auto two = ferry_test::random_values<std::int32_t>(2 * width, 42);
+  CHECK(rows_of(pool.copy_rows_to_uva(two, s)) == rows_of(two, width));  // slot 0
+  CHECK(pool.stats().grows == 1);
+  s.synchronize();
+  const auto eight = ferry_test::random_values<std::int32_t>(8 * width, 43);
+  const auto w8 = pool.copy_rows_to_uva(eight, s);  // slot 1 again
+  CHECK(w8.data_handle() == v.data_handle());
+  CHECK(pool.capacity(1) == 8);
+  CHECK(rows_of(w8) == rows_of(eight, width));
+  s.synchronize();
+  const auto nine = ferry_test::random_values<std::int32_t>(9 * width, 44);
+  CHECK(rows_of(pool.copy_rows_to_uva(nine, s)) == rows_of(nine, width));  // slot 0: 2 -> 16
+  CHECK(pool.capacity(0) == 16);
+  s.synchronize();
+
+  // The element view of the same call: n * width elements.
+  const auto one = ferry_test::random_values<std::int32_t>(width, 45);
+  const auto e = pool.copy_to_uva(one, s);
+  CHECK(e.size() == width);
+  CHECK(read(e) == one);
+  s.synchronize();
+
+  // Not whole rows: std::invalid_argument, and nothing changes.
+  const auto slot = pool.current_slot();
+  const auto before = pool.stats();
+  const auto seven = ferry_test::random_values<std::int32_t>(7, 46);
+  CHECK_THROWS_AS(pool.copy_to_uva(seven, s), std::invalid_argument);
+  CHECK_THROWS_AS(pool.copy_rows_to_uva(seven, s), std::invalid_argument);
+  CHECK(pool.current_slot() == slot);
+  CHECK(pool_test::same(pool.stats(), before));
+  const auto empty = pool.copy_rows_to_uva(std::vector<std::int32_t>{}, s);
+  CHECK(empty.extent(0) == 0);
+  CHECK(empty.extent(1) == width);
+  s.synchronize();
+}
+
+TEMPLATE_TEST_CASE("uva_pool over rows: growth::fixed, busy slots, and a zero width", "[pool]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  constexpr std::size_t width = 5;
+  CHECK_THROWS_AS((ferry::uva_pool<std::int32_t, TestType>(ferry::row_width{0}, 4)), std::invalid_argument);
+  SECTION("growth::fixed: the row count never changes") {
+    ferry::uva_pool<std::int32_t, ferry::growth::fixed, TestType> pool(ferry::row_width{width}, 4, 2);
+    const auto four = ferry_test::random_values<std::int32_t>(4 * width, 51);
+    CHECK(rows_of(pool.copy_rows_to_uva(four, s)) == rows_of(four, width));
+    s.synchronize();
+    const auto before = pool.stats();
+    CHECK_THROWS_AS(pool.copy_rows_to_uva(ferry_test::random_values<std::int32_t>(5 * width, 52), s),
+                    ferry::capacity_error);
+    CHECK(pool_test::same(pool.stats(), before));
+    CHECK(pool.capacity(0) == 4);
+  }
+  SECTION("a busy slot is replaced by an inserted one, its rows grown per pow2") {
+    ferry::uva_pool<std::int32_t, TestType> pool(ferry::row_width{width}, 4, 1);
+    std::vector<std::int32_t> seen;
+    const auto three = ferry_test::random_values<std::int32_t>(3 * width, 53);
+    {
+      ferry_test::gate<TestType> g(s);
+      const auto v = pool.copy_to_uva(three, s);
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), v, &seen);
+      const auto six = ferry_test::random_values<std::int32_t>(6 * width, 54);
+      const auto w = pool.copy_rows_to_uva(six, s);
+      CHECK(w.data_handle() != v.data());
+      CHECK(pool.stats().inserted == 1);
+      CHECK(pool.capacity(pool.current_slot()) == 8);  // 6 rows > 4 initial: pow2 of the rows
+      CHECK(rows_of(w) == rows_of(six, width));
+    }
+    s.synchronize();
+    CHECK(seen == three);
+  }
 }

@@ -7,13 +7,16 @@
 namespace ferry {
 
 /// What a ferry::uva_pool (or ferry::uva_backed) holds and has done since construction. A call
-/// that throws changes none of these.
+/// that throws changes none of these but `fence_hits`.
 struct pool_stats {
   std::size_t slots = 0;       ///< slots in the ring now (the constructor's `slots` plus inserted)
   std::size_t max_slots = 0;   ///< the most slots the ring may hold
   std::uint64_t calls = 0;     ///< calls that returned (empty sources included)
   std::uint64_t grows = 0;     ///< slots grown (per GrowthPolicy) because a source exceeded them
-  std::uint64_t fence_hits = 0;  ///< times the slot coming into use was found still being read
+  /// calls (reuse::event_fenced) that found the slot coming into use still being read, whether
+  /// they then inserted a slot or threw ferry::capacity_error (max_slots reached, growth::fixed):
+  /// how often readers were behind the pool, even where no slot could be inserted
+  std::uint64_t fence_hits = 0;
   std::uint64_t inserted = 0;  ///< slots inserted (from the arena) in front of a busy slot
   std::uint64_t fences = 0;    ///< fences recorded (reuse::event_fenced; 0 under caller_fenced)
 };

@@ -27,6 +27,9 @@ namespace ferry {
 /// publish's call record_use(stream). Policies: GrowthPolicy, ReusePolicy, Backend (as uva_pool;
 /// every slot holds `size` elements from the start, so publishing never grows, and
 /// growth::fixed gives a pool that never inserts slots either). Move-only; moving keeps host().
+///
+/// Made with ferry::row_width{w}, the state is `rows` rows of w elements: publish_rows(n) gives
+/// the first n rows as a 2-D view, and publish(n) takes whole rows only (n a multiple of w).
 template <class T, class... Policies>
 class uva_backed {
   using pool_type = uva_pool<T, Policies...>;
@@ -39,11 +42,20 @@ class uva_backed {
   /// (std::invalid_argument when slots == 0 or slots > max_slots).
   explicit uva_backed(std::size_t size, std::size_t slots = 2,
                       std::size_t max_slots = pool_type::default_max_slots)
-      : host_(size), pool_(size, slots, max_slots) {}
+      : pool_(size, slots, max_slots), host_(size) {}
   /// The same, with slot blocks from `arena` (which must outlive this object).
   uva_backed(std::size_t size, std::size_t slots, std::size_t max_slots,
              pinned_arena<backend_type>& arena)
-      : host_(size), pool_(size, slots, max_slots, arena) {}
+      : pool_(size, slots, max_slots, arena), host_(size) {}
+  /// Zero-filled host state of `rows` rows of `width.value` elements (std::invalid_argument when
+  /// the width is 0, slots == 0 or slots > max_slots).
+  uva_backed(row_width width, std::size_t rows, std::size_t slots = 2,
+             std::size_t max_slots = pool_type::default_max_slots)
+      : pool_(width, rows, slots, max_slots), host_(rows * width.value) {}
+  /// The same, with slot blocks from `arena` (which must outlive this object).
+  uva_backed(row_width width, std::size_t rows, std::size_t slots, std::size_t max_slots,
+             pinned_arena<backend_type>& arena)
+      : pool_(width, rows, slots, max_slots, arena), host_(rows * width.value) {}
 
   /// The host's state: ordinary memory, mutable at any time.
   [[nodiscard]] std::span<T> host() noexcept { return {host_.data(), host_.size()}; }
@@ -51,6 +63,10 @@ class uva_backed {
   [[nodiscard]] std::span<const T> host() const noexcept { return {host_.data(), host_.size()}; }
   /// The number of elements.
   [[nodiscard]] std::size_t size() const noexcept { return host_.size(); }
+  /// Elements per row (1 unless made with a ferry::row_width).
+  [[nodiscard]] std::size_t width() const noexcept { return pool_.width(); }
+  /// The number of rows: size() / width().
+  [[nodiscard]] std::size_t rows() const noexcept { return host_.size() / pool_.width(); }
 
   /// Copies host()[0, n) into the next slot and returns its view for kernels on `stream` (a new
   /// address every time: never bake it into a CUDA graph). n > size() → std::out_of_range and
@@ -62,6 +78,14 @@ class uva_backed {
                               " exceeds size " + std::to_string(host_.size()));
     return pool_.copy_to_uva(std::span<const T>(host_.data(), n), stream);
   }
+  /// publish() of the first n rows, viewed as n rows of width() elements. n > rows() →
+  /// std::out_of_range and nothing changes.
+  staged_view<const T> publish_rows(std::size_t n, stream_ref<backend_type> stream) {
+    if (n > rows())
+      throw std::out_of_range("ferry: uva_backed::publish_rows: n = " + std::to_string(n) +
+                              " exceeds rows " + std::to_string(rows()));
+    return pool_.copy_rows_to_uva(std::span<const T>(host_.data(), n * pool_.width()), stream);
+  }
 
   /// uva_pool::record_use: readers of the last published view on `stream` are fenced too.
   void record_use(stream_ref<backend_type> stream) { pool_.record_use(stream); }
@@ -70,8 +94,8 @@ class uva_backed {
   [[nodiscard]] pool_stats stats() const noexcept { return pool_.stats(); }
 
  private:
+  pool_type pool_;  // first: it checks the width and size that host_ is made with
   std::vector<T> host_;
-  pool_type pool_;
 };
 
 }  // namespace ferry

@@ -3,15 +3,16 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
-#include <ferry/backend/detail/fence_clock.hpp>
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
+#include <ferry/memory/detail/timeline.hpp>
 #include <ferry/memory/device_span.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/policies/detail/select.hpp>
 #include <ferry/pool/detail/source.hpp>
 #include <ferry/pool/detail/uva_slot.hpp>
 #include <ferry/pool/pool_stats.hpp>
+#include <ferry/staged/staged_view.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -25,6 +26,12 @@
 #include <vector>
 
 namespace ferry {
+
+/// Elements per row, for a ferry::uva_pool or ferry::uva_backed made over rows of a fixed width
+/// (as vLLM's `UvaBufferPool((rows, width))`): `uva_pool<float>(ferry::row_width{64}, 16)`.
+struct row_width {
+  std::size_t value = 1;  ///< Elements per row (> 0).
+};
 
 /// A ring of pinned, mapped slots of T that kernels read in place through UVA (no copy engine, no
 /// device memory): the engine writes a small per-step array with copy_to_uva() and passes the
@@ -52,16 +59,23 @@ namespace ferry {
 /// record_use(stream) after enqueuing its work and before the pool's next call (a slot may hold
 /// fences on several streams). Destroying (or moving over) the pool waits for its readers: for
 /// the fences it holds, and, while the last view is not yet fenced, for the whole device (as
-/// freeing memory does; its readers' streams may be gone by then). A slot whose fences have not all passed is never rewritten: a new
-/// slot (a block from the arena) is inserted in front of it instead, without blocking, up to
-/// `max_slots`; beyond that, and always under `growth::fixed` (which promises stable addresses),
-/// the call throws ferry::capacity_error. Checks are amortized: a fence already known passed costs
-/// nothing, and the backend is asked (cudaEventQuery) only when a slot comes back into use.
+/// freeing memory does; its readers' streams may be gone by then). A slot whose fences have not
+/// all passed is never rewritten: a new slot (a block from the arena) is inserted in front of it
+/// instead, without blocking, up to `max_slots`; beyond that, and always under `growth::fixed`
+/// (which promises stable addresses), the call throws ferry::capacity_error. A fence is a stamp
+/// of ferry's reuse core (one timeline per backend, shared by every component): a stamp already
+/// known passed costs one compare, and the backend is asked only when a slot comes back into use.
 ///
 /// **reuse::caller_fenced**: no fences and no checks; the caller guarantees that every reader of
 /// a slot has finished before the pool comes back to that slot (`slots` calls later), e.g. by
 /// synchronizing once per step. A rewrite under a running reader is the caller's bug and is not
 /// detected.
+///
+/// **Rows of a fixed width.** Made with ferry::row_width{w}, every slot holds whole rows of w
+/// elements: capacities count rows, a source must be whole rows (n * w elements; otherwise
+/// std::invalid_argument, changing nothing), growth applies to the row count (pow2: a source of
+/// n rows grows the slot to `1 << bit_width(n - 1)` rows), and copy_rows_to_uva() returns the
+/// n rows as a 2-D view (ferry::staged_view). Made without it, a row is one element.
 ///
 /// Blocks come from an arena: ferry::default_arena<B>() unless one is given (it must outlive the
 /// pool). Steady state (every slot at its largest size, the ring at its working depth) allocates
@@ -96,23 +110,37 @@ class uva_pool {
   /// Throws std::invalid_argument when slots == 0 or slots > max_slots.
   explicit uva_pool(std::size_t initial_capacity, std::size_t slots = 2,
                     std::size_t max_slots = default_max_slots)
-      : uva_pool(initial_capacity, slots, max_slots, default_arena<B>()) {}
+      : uva_pool(row_width{}, initial_capacity, slots, max_slots, default_arena<B>()) {}
 
   /// The same, with blocks from `arena` (which must outlive the pool).
   uva_pool(std::size_t initial_capacity, std::size_t slots, std::size_t max_slots,
            pinned_arena<B>& arena)
-      : arena_(&arena), initial_(initial_capacity), max_slots_(max_slots) {
+      : uva_pool(row_width{}, initial_capacity, slots, max_slots, arena) {}
+
+  /// `slots` slots of `initial_rows` rows of `width.value` elements each, from
+  /// ferry::default_arena<B>(). Throws std::invalid_argument when the width is 0, slots == 0 or
+  /// slots > max_slots.
+  uva_pool(row_width width, std::size_t initial_rows, std::size_t slots = 2,
+           std::size_t max_slots = default_max_slots)
+      : uva_pool(width, initial_rows, slots, max_slots, default_arena<B>()) {}
+
+  /// The same, with blocks from `arena` (which must outlive the pool).
+  uva_pool(row_width width, std::size_t initial_rows, std::size_t slots, std::size_t max_slots,
+           pinned_arena<B>& arena)
+      : arena_(&arena), width_(width.value), initial_(initial_rows), max_slots_(max_slots) {
+    if (width_ == 0) throw std::invalid_argument("ferry: uva_pool rows need a width of at least one element");
     if (slots == 0) throw std::invalid_argument("ferry: uva_pool needs at least one slot (slots == 0)");
     if (slots > max_slots)
       throw std::invalid_argument("ferry: uva_pool slots (" + std::to_string(slots) +
                                   ") exceeds max_slots (" + std::to_string(max_slots) + ")");
-    if (initial_capacity > max_request)
-      throw capacity_error("ferry: uva_pool initial capacity of " + std::to_string(initial_capacity) +
-                           " elements is too large");
+    if (initial_rows > max_request / width_)
+      throw capacity_error("ferry: uva_pool initial capacity of " + std::to_string(initial_rows) +
+                           (width_ == 1 ? " elements" : " rows of " + std::to_string(width_)) +
+                           " is too large");
     device_ = ops::current_device();
     slots_.reserve(slots);
     try {
-      for (std::size_t i = 0; i < slots; ++i) slots_.push_back(make_slot(initial_capacity));
+      for (std::size_t i = 0; i < slots; ++i) slots_.push_back(make_slot(initial_rows));
     } catch (...) {
       release_all();
       throw;
@@ -124,7 +152,7 @@ class uva_pool {
   /// Views handed out by `o` stay valid (the slots move); `o` is left empty.
   uva_pool(uva_pool&& o) noexcept
       : arena_(o.arena_),
-        clock_(std::move(o.clock_)),
+        width_(o.width_),
         slots_(std::move(o.slots_)),
         initial_(o.initial_),
         max_slots_(o.max_slots_),
@@ -140,7 +168,7 @@ class uva_pool {
     if (this != &o) {
       release_all();
       arena_ = o.arena_;
-      clock_ = std::move(o.clock_);
+      width_ = o.width_;
       slots_ = std::move(o.slots_);
       o.slots_.clear();
       initial_ = o.initial_;
@@ -165,7 +193,8 @@ class uva_pool {
   /// (dtype rule; ferry::cast<T>(range) converts explicitly); contiguous ranges are one memcpy,
   /// others are gathered. The source is consumed when the call returns. Throws
   /// ferry::capacity_error (growth::fixed exceeded; a busy slot with max_slots reached or under
-  /// growth::fixed; the arena's cap), changing nothing.
+  /// growth::fixed; the arena's cap) and std::invalid_argument (not whole rows), changing nothing
+  /// (stats().fence_hits excepted: it counts the busy slot found).
   template <class R>
   device_span<const T> copy_to_uva(R&& src, stream_ref<B> stream) {
     detail::check_pool_source<std::remove_reference_t<R>, T>();
@@ -176,6 +205,12 @@ class uva_pool {
   device_span<const T> copy_to_uva(std::initializer_list<T> src, stream_ref<B> stream) {
     [[maybe_unused]] const auto on_device = ops::enter(stream, device_);
     return put(src, src.size(), stream);
+  }
+  /// copy_to_uva(src, stream), viewed as its rows: size(src) / width() rows of width() elements.
+  template <class R>
+  staged_view<const T> copy_rows_to_uva(R&& src, stream_ref<B> stream) {
+    const device_span<const T> v = copy_to_uva(std::forward<R>(src), stream);
+    return staged_view<const T>(v.data(), v.size() / width_, width_);
   }
 
   /// copy_to_uva(src, stream), then a stream-ordered copy of those elements into `out`; returns
@@ -226,7 +261,10 @@ class uva_pool {
   /// The index of the slot the last call used (0 before the first call). An inserted slot takes
   /// the index after the previous slot; the slots after it move up by one.
   [[nodiscard]] std::size_t current_slot() const noexcept { return cur_; }
-  /// The capacity, in elements, of slot `i`; std::out_of_range for i >= slots().
+  /// Elements per row (1 unless made with a ferry::row_width).
+  [[nodiscard]] std::size_t width() const noexcept { return width_; }
+  /// The capacity, in rows (elements unless made with a ferry::row_width), of slot `i`;
+  /// std::out_of_range for i >= slots().
   [[nodiscard]] std::size_t capacity(std::size_t i) const {
     if (i >= slots_.size())
       throw std::out_of_range("ferry: uva_pool::capacity: slot " + std::to_string(i) + " of " +
@@ -235,30 +273,36 @@ class uva_pool {
   }
 
  private:
-  static std::size_t bytes_for(std::size_t capacity) noexcept { return capacity * sizeof(T); }
+  std::size_t bytes_for(std::size_t rows) const noexcept { return rows * width_ * sizeof(T); }
+  std::string rows_text(std::size_t rows) const {
+    return std::to_string(rows) + (width_ == 1 ? " elements" : " rows");
+  }
   static T* data_of(const detail::uva_slot& s) noexcept {
     return static_cast<T*>(ops::mapped(static_cast<void*>(s.block.data)));
   }
 
+  // The reuse core: slots hold its stamps, and ask it whether they have passed.
+  static detail::timeline<B>& core() { return detail::shared_timeline<B>(); }
+
   detail::uva_slot make_slot(std::size_t capacity) {
     detail::uva_slot s;
-    s.fences.reserve(detail::uva_slot::reserved_fences);
+    s.stamps.reserve(detail::uva_slot::reserved_stamps);
     s.block = arena_->acquire(bytes_for(capacity));
     s.capacity = capacity;
     return s;
   }
 
   void fence_slot(std::size_t i, stream_ref<B> stream) {
-    slots_[i].add_fence(clock_.record(stream));
+    slots_[i].add_stamp(core().mark(stream));
     ++stats_.fences;
   }
 
-  // True when every fence of the slot has passed (and then forgets them); asks the backend only
-  // for fences above the clock's watermark. Changes nothing if the backend query throws.
-  bool slot_free(detail::uva_slot& s) {
-    for (const auto& f : s.fences)
-      if (!clock_.passed(f)) return false;
-    s.fences.clear();
+  // True when every stamp of the slot has passed (and then forgets them); the core asks the
+  // backend only for stamps above its watermark. Changes nothing if the backend query throws.
+  static bool slot_free(detail::uva_slot& s) {
+    for (const auto& p : s.stamps)
+      if (!core().passed(p)) return false;
+    s.stamps.clear();
     return true;
   }
 
@@ -267,6 +311,10 @@ class uva_pool {
   template <class R>
   device_span<const T> put(R& src, std::size_t n, stream_ref<B> stream) {
     if (slots_.empty()) throw error("ferry: uva_pool used after it was moved from");
+    const std::size_t rows = width_ == 1 ? n : n / width_;
+    if (rows * width_ != n)
+      throw std::invalid_argument("ferry: uva_pool: a source of " + std::to_string(n) +
+                                  " elements is not whole rows of " + std::to_string(width_));
     const std::size_t next = (cur_ + 1) % slots_.size();
     if (n == 0) {  // rotates; writes and grows nothing
       // The last view stays valid: its readers enqueued on this stream so far are fenced here.
@@ -281,30 +329,30 @@ class uva_pool {
       throw capacity_error("ferry: uva_pool request of " + std::to_string(n) + " elements is too large");
 
     if constexpr (fixed) {  // decided before anything is fenced: fixed never grows
-      if (n > slots_[next].capacity)
-        throw capacity_error("ferry: uva_pool (growth::fixed): a request of " + std::to_string(n) +
-                             " elements exceeds the slot capacity of " +
-                             std::to_string(slots_[next].capacity));
+      if (rows > slots_[next].capacity)
+        throw capacity_error("ferry: uva_pool (growth::fixed): a request of " + rows_text(rows) +
+                             " exceeds the slot capacity of " + rows_text(slots_[next].capacity));
     }
 
     // 1. Is the slot coming into use still read? (event_fenced). The previous view's slot is
     //    fenced on this call's stream: first if it is the slot coming into use (one slot, or
     //    empty calls in between), else after the check, so that the check asks about the older
     //    fence only (one query when the stream is behind, not two).
-    //    Fences recorded by a call that then throws stay (they only make reuse more
-    //    conservative); the stats count them at the commit.
+    //    Stamps made by a call that then throws stay (they only make reuse more conservative);
+    //    `fences` counts them at the commit, `fence_hits` counts a busy slot at once.
     bool busy = false;
     std::uint64_t recorded = 0;
     if constexpr (event_fenced) {
       if (unfenced_ == next) {
-        slots_[next].add_fence(clock_.record(stream));
+        slots_[next].add_stamp(core().mark(stream));
         ++recorded;
       }
       busy = !slot_free(slots_[next]);
       if (unfenced_ != none && unfenced_ != next) {
-        slots_[unfenced_].add_fence(clock_.record(stream));
+        slots_[unfenced_].add_stamp(core().mark(stream));
         ++recorded;
       }
+      if (busy) ++stats_.fence_hits;
     }
 
     // 2. Decide: insert a slot, grow the slot, or write it as it is.
@@ -322,12 +370,12 @@ class uva_pool {
                                "already holds max_slots (" + std::to_string(max_slots_) +
                                ") slots; readers are more than max_slots - 1 steps behind");
         insert = true;
-        new_cap = n > initial_ ? growth_policy::capacity_for(n) : initial_;
+        new_cap = rows > initial_ ? growth_policy::capacity_for(rows) : initial_;
       }
-    } else if (n > slots_[next].capacity) {
+    } else if (rows > slots_[next].capacity) {
       if constexpr (!fixed) {
         grow = true;
-        new_cap = growth_policy::capacity_for(n);
+        new_cap = growth_policy::capacity_for(rows);
       }
     }
 
@@ -357,7 +405,6 @@ class uva_pool {
       at = cur_ + 1;
       slots_.insert(slots_.begin() + static_cast<std::ptrdiff_t>(at), std::move(fresh));
       ++stats_.inserted;
-      ++stats_.fence_hits;
     } else if (grow) {
       if (fresh.block) slots_[next].block = fresh.block;
       slots_[next].capacity = new_cap;
@@ -380,7 +427,7 @@ class uva_pool {
     for (auto& s : slots_) {
       // A block whose readers could not be waited for is leaked, never reused under a reader.
       detail::destructor_guard([&] {
-        for (const auto& f : s.fences) clock_.wait(f);
+        for (const auto& p : s.stamps) core().wait(p);
         arena_->release(s.block);
       });
     }
@@ -390,7 +437,7 @@ class uva_pool {
   }
 
   pinned_arena<B>* arena_;
-  detail::fence_clock<B> clock_;
+  std::size_t width_ = 1;        // elements per row; capacities count rows
   std::vector<detail::uva_slot> slots_;
   std::size_t initial_ = 0;
   std::size_t max_slots_ = 0;

@@ -1,7 +1,7 @@
-// ferry/pool/detail/uva_slot.hpp: one slot of a UVA pool, and the fences that guard it.
+// ferry/pool/detail/uva_slot.hpp: one slot of a UVA pool, and the stamps that guard it.
 #pragma once
 
-#include <ferry/backend/detail/fence_clock.hpp>
+#include <ferry/memory/detail/timeline.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 
 #include <cstddef>
@@ -10,25 +10,25 @@
 namespace ferry::detail {
 
 /// A slot: a pinned block from the arena, its logical capacity in elements (the GrowthPolicy's
-/// number, which may be below what the block could hold), and the fences of the streams that read
-/// it. At most one fence per timeline is kept: within a stream a later fence covers every earlier
-/// one, so recording on a stream the slot already has a fence on replaces that fence.
+/// number, which may be below what the block could hold), and the stamps (points on the reuse
+/// core's lines) of the streams that read it. At most one stamp per line is kept: within a line a
+/// later point covers every earlier one, so stamping a line the slot already has replaces it.
 struct uva_slot {
   pinned_block block;
   std::size_t capacity = 0;
-  std::vector<fence> fences;
+  std::vector<stamp> stamps;
 
-  /// Room for the fences of a few streams, reserved when the slot is made (not on hot paths).
-  static constexpr std::size_t reserved_fences = 4;
+  /// Room for the stamps of a few streams, reserved when the slot is made (not on hot paths).
+  static constexpr std::size_t reserved_stamps = 4;
 
-  void add_fence(fence f) {
-    for (auto& g : fences) {
-      if (g.timeline == f.timeline) {
-        if (f.seq > g.seq) g = f;
+  void add_stamp(stamp p) {
+    for (auto& q : stamps) {
+      if (q.line == p.line) {
+        if (p.seq > q.seq) q = p;
         return;
       }
     }
-    fences.push_back(f);
+    stamps.push_back(p);
   }
 };
 
