@@ -8,6 +8,7 @@
 #include <future>
 #include <memory>
 #include <stdexcept>
+#include <thread>
 
 TEMPLATE_TEST_CASE("an event is ready only once its stream has passed it", "[event]", FERRY_TEST_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);
@@ -100,4 +101,30 @@ TEMPLATE_TEST_CASE("each event throws the first error before it, once; later err
   CHECK_NOTHROW(third.synchronize());
   REQUIRE_THROWS_WITH(s.synchronize(), Catch::Matchers::ContainsSubstring("third failure"));
   CHECK_NOTHROW(s.synchronize());
+}
+
+TEMPLATE_TEST_CASE("synchronize() counts one synchronization, whether or not it blocks", "[event]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  auto syncs = [] { return ferry::backend_stats_of<TestType>().synchronizations; };
+  ferry::event<TestType> done;
+  ferry::enqueue_host(s, [] {});
+  done.record(s);
+  s.synchronize();
+  auto before = syncs();
+  done.synchronize();  // already passed
+  CHECK(syncs() == before + 1);
+
+  ferry::event<TestType> held;
+  auto g = std::make_unique<ferry_test::gate<TestType>>(s);
+  held.record(s);
+  before = syncs();
+  std::thread opener([&] {
+    while (syncs() == before) std::this_thread::yield();  // synchronize() has counted: it blocks
+    g->open();
+  });
+  held.synchronize();
+  opener.join();
+  CHECK(syncs() == before + 1);
 }

@@ -284,7 +284,11 @@ TEST_CASE("sync_guard catches every kind of synchronizing call on cuda", "[sync_
   ferry::stream<ferry::backend::cuda> s;
   expect_sync("cudaStreamSynchronize", [&] { s.synchronize(); });
   ferry::event<ferry::backend::cuda> e;
-  e.record(s);
+  {
+    ferry_test::gate<ferry::backend::cuda> g(s);
+    e.record(s);
+    CHECK_FALSE(e.ready());  // a point found pending is not asked about again: the wait blocks
+  }
   expect_sync("cudaEventSynchronize", [&] { e.synchronize(); });
   ck(cudaStreamSynchronize(f.stream));
 }

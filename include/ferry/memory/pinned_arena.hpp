@@ -3,9 +3,9 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
-#include <ferry/backend/detail/fence_clock.hpp>
-#include <ferry/error.hpp>
 #include <ferry/detail/ring.hpp>
+#include <ferry/error.hpp>
+#include <ferry/memory/detail/timeline.hpp>
 
 #include <array>
 #include <bit>
@@ -38,9 +38,9 @@ struct pinned_block {
 
 /// Pinned staging memory for asynchronous copies and UVA reads. Blocks come in power-of-two size
 /// classes; a block is given back with the stream it was used on, and handed out again only once
-/// that stream has passed the point of use (a fence recorded at release()). Blocks are never
-/// returned to the backend except by trim() or the destructor, so after warm-up (or reserve())
-/// staging allocates nothing. Beyond `byte_cap` reserved bytes, acquire() throws
+/// that stream has passed the point of use (a stamp of the reuse core, memory/detail/timeline.hpp,
+/// made at release()). Blocks are never returned to the backend except by trim() or the
+/// destructor, so after warm-up (or reserve()) staging allocates nothing. Beyond `byte_cap` reserved bytes, acquire() throws
 /// ferry::capacity_error instead of allocating — and still never hands out a block in flight.
 /// Thread-safe.
 template <class B = default_backend>
@@ -59,7 +59,7 @@ class pinned_arena {
   explicit pinned_arena(std::size_t byte_cap = unlimited) : cap_(byte_cap) {}
   pinned_arena(const pinned_arena&) = delete;
   pinned_arena& operator=(const pinned_arena&) = delete;
-  /// Waits for the fences of the blocks it holds, then frees them. Blocks still handed out are
+  /// Waits for the stamps of the blocks it holds, then frees them. Blocks still handed out are
   /// the holder's bug; they are leaked, not freed under a reader.
   ~pinned_arena() {
     detail::destructor_guard([&] { trim(); });
@@ -91,14 +91,16 @@ class pinned_arena {
   /// Gives `b` back; it is reused only after `s` has passed everything enqueued on it so far.
   void release(pinned_block b, stream_ref<B> s) {
     if (!b) return;
+    // Marked before locking: the arena's lock is never held around the core's.
+    const detail::stamp at = detail::shared_timeline<B>().mark(s);
     std::lock_guard lock(mutex_);
-    give_back(b, clock_.record(s));
+    give_back(b, at);
   }
   /// Gives back a block that no stream used (reusable at once).
   void release(pinned_block b) {
     if (!b) return;
     std::lock_guard lock(mutex_);
-    give_back(b, detail::fence{});
+    give_back(b, detail::stamp{});
   }
 
   /// Makes sure at least `count` blocks of at least `bytes` bytes are free, allocating the
@@ -118,14 +120,14 @@ class pinned_arena {
     }
   }
 
-  /// Frees every block not handed out, after waiting for its fence. Synchronizing: the wait, and
+  /// Frees every block not handed out, after waiting for its stamp. Synchronizing: the wait, and
   /// on CUDA cudaFreeHost itself, which waits for the whole device.
   void trim() {
     std::lock_guard lock(mutex_);
     for (auto& list : free_) {
       while (!list.empty()) {
         auto e = list.pop_front();
-        clock_.wait(e.fence);
+        detail::shared_timeline<B>().wait(e.at);
         ops::free_pinned(e.block.data);
         stats_.bytes_reserved -= e.block.capacity;
       }
@@ -143,7 +145,7 @@ class pinned_arena {
  private:
   struct entry {
     pinned_block block;
-    detail::fence fence;
+    detail::stamp at;  // where the block's last use ends
   };
 
   static unsigned class_of(std::size_t bytes) {
@@ -152,33 +154,24 @@ class pinned_arena {
     return static_cast<unsigned>(std::bit_width(n - 1));
   }
 
-  // The oldest free block of the class whose fence has passed. Within one stream fences pass in
-  // order, so when the oldest block of a stream is still in flight, its later blocks are skipped
-  // without asking (for the first few such streams; blocks of the others are asked about).
+  // The oldest free block of the class whose stamp has passed (the core answers a scan over
+  // blocks of a stream still in flight with one backend query per stream).
   pinned_block take_passed(unsigned cls) {
     auto& list = free_[cls];
-    std::uint32_t blocked[4];
-    std::size_t n_blocked = 0;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      const detail::fence f = list[i].fence;
-      bool skip = false;
-      for (std::size_t k = 0; k < n_blocked; ++k) skip |= blocked[k] == f.timeline && !f.empty();
-      if (skip) continue;
-      if (clock_.passed(f)) return list.take(i).block;
-      if (n_blocked < std::size(blocked)) blocked[n_blocked++] = f.timeline;
-    }
+    auto& core = detail::shared_timeline<B>();
+    for (std::size_t i = 0; i < list.size(); ++i)
+      if (core.passed(list[i].at)) return list.take(i).block;
     return {};
   }
 
-  void give_back(pinned_block b, detail::fence f) {
-    free_[class_of(b.capacity)].push_back({b, f});
+  void give_back(pinned_block b, detail::stamp at) {
+    free_[class_of(b.capacity)].push_back({b, at});
     stats_.bytes_in_use -= b.capacity;
   }
 
   mutable std::mutex mutex_;
   std::size_t cap_;
   arena_stats stats_{};
-  detail::fence_clock<B> clock_;
   std::array<detail::ring<entry>, 64> free_{};
 };
 

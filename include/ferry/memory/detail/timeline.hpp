@@ -3,8 +3,8 @@
 // "The reuse core").
 #pragma once
 
-#include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/backend/stats.hpp>
+#include <ferry/backend/stream.hpp>
 #include <ferry/detail/ring.hpp>
 #include <ferry/error.hpp>
 
@@ -85,20 +85,22 @@ class timeline<backend::host> {
     return passed_locked(p);
   }
   [[nodiscard]] bool known(stamp p) { return passed(p); }
-  /// Blocks until `p` has passed (counted as a synchronization when it blocks).
-  void wait(stamp p) {
+  /// Blocks until `p` has passed. Returns whether it had to block (then counted as a
+  /// synchronization).
+  bool wait(stamp p) {
     std::shared_ptr<host_queue> q;
     std::uint64_t task = 0;
     {
       std::lock_guard lock(mutex_);
-      if (p.empty() || passed_locked(p)) return;
+      if (p.empty() || passed_locked(p)) return false;
       const auto& l = lines_[p.line];
       q = l.queue.lock();
       task = p.seq - l.base;
     }
-    if (!q) return;  // gone, so drained
+    if (!q) return false;  // gone, so drained
     count(counters<backend::host>().synchronizations);
     q->wait_for(task);
+    return true;
   }
   /// Makes work enqueued on `s` from now on wait for `p` (the host does not block).
   void order_after(stream_ref<backend::host> s, stamp p) {
@@ -214,23 +216,29 @@ class timeline<backend::cuda> {
     return p.seq <= lines_[p.line].known;
   }
 
-  /// Blocks until `p` has passed (counted as a synchronization when it blocks).
-  void wait(stamp p) {
+  /// Blocks until `p` has passed. Returns whether it had to block (then counted as a
+  /// synchronization). Blocks without the lock: other streams mark and ask meanwhile.
+  bool wait(stamp p) {
     std::unique_lock lock(mutex_);
-    if (p.empty() || passed_locked(lines_[p.line], p.seq)) return;
+    if (p.empty() || passed_locked(lines_[p.line], p.seq)) return false;
     count(counters<backend::cuda>().synchronizations);
-    auto& l = lines_[p.line];
-    if (const cudaEvent_t ev = covering(l, p.seq)) {
-      FERRY_CUDA_CHECK(cudaEventSynchronize(ev));
-      retire(l, covering_seq(l, p.seq));
-      return;
+    if (const cudaEvent_t ev = covering(lines_[p.line], p.seq)) {
+      const std::uint64_t seq = covering_seq(lines_[p.line], p.seq);
+      ++waiting_;  // no spare event is recorded again while ev may be one (record() creates)
+      lock.unlock();
+      const cudaError_t r = cudaEventSynchronize(ev);
+      lock.lock();
+      --waiting_;
+      FERRY_CUDA_CHECK(r);
+      retire(lines_[p.line], seq);
+      return true;
     }
     // Only a kernel's counter covers p: poll it (a fault shows as an error of any driver call).
     lock.unlock();
     for (;;) {
       std::this_thread::yield();
       lock.lock();
-      if (passed_locked(lines_[p.line], p.seq)) return;
+      if (passed_locked(lines_[p.line], p.seq)) return true;
       lock.unlock();
       if (const cudaError_t r = cudaStreamQuery(cudaStreamPerThread);
           r != cudaSuccess && r != cudaErrorNotReady)
@@ -275,7 +283,7 @@ class timeline<backend::cuda> {
   static constexpr int max_devices = 64;
 
   std::uint64_t record(line& l, cudaStream_t h) {
-    cudaEvent_t ev = take_spare(l.device);
+    cudaEvent_t ev = waiting_ == 0 ? take_spare(l.device) : nullptr;
     if (!ev) {
       const device_scope on_device(l.device);
       FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
@@ -423,6 +431,7 @@ class timeline<backend::cuda> {
   std::vector<line> lines_;
   std::vector<spare_event> spare_;
   std::uint64_t generation_ = 1;  // advanced by every mark: a miss is asked again after one
+  unsigned waiting_ = 0;          // threads blocked in wait() on an event they do not own
   std::uint64_t* counters_ = nullptr;
   unsigned* blocks_done_[max_devices] = {};
 };

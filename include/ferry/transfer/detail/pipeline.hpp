@@ -4,16 +4,14 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
-#include <ferry/backend/detail/fence_clock.hpp>
-#include <ferry/backend/stats.hpp>
 #include <ferry/error.hpp>
+#include <ferry/memory/detail/timeline.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/transfer/copy_pool.hpp>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -27,19 +25,20 @@ namespace ferry::detail {
 /// chunk has a block, and the pool's threads take slices in order whatever chunk they belong to,
 /// so host copying never stops at a chunk boundary. The calling thread owns every backend call:
 /// in chunk order it waits for a chunk's slices (running unstarted slices of that chunk itself
-/// meanwhile), enqueues the chunk's copy_async and records a fence. It keeps `depth` chunks
-/// published ahead of the one it waits for (at least two, and at least one slice per pool thread
-/// beyond the awaited chunk), so the threads always find work.
+/// meanwhile), enqueues the chunk's copy_async and marks the stream after it (the reuse core,
+/// memory/detail/timeline.hpp). It keeps `depth` chunks published ahead of the one it waits for
+/// (at least two, and at least one slice per pool thread beyond the awaited chunk), so the
+/// threads always find work.
 ///
 /// Blocks: the next chunk takes the oldest block this copy has enqueued if the stream has passed
-/// that copy (one fence query; counted in pipeline_stats::reused): on an idle stream the DMA keeps
-/// up with the host copy, so a handful of cache-warm blocks go round instead of one fresh block
-/// per chunk (staging 256 MiB through 16 distinct blocks ran at 31.7 GB/s on the H200, a reused
-/// double buffer at 46.1). Otherwise it takes a block from the arena, so a busy stream never makes
+/// that copy (the core's passed(); counted in pipeline_stats::reused): on an idle stream the DMA
+/// keeps up with the host copy, so a handful of cache-warm blocks go round instead of one fresh
+/// block per chunk. Otherwise it takes a block from the arena, so a busy stream never makes
 /// the call wait while the arena's cap allows: the whole source is staged. At the cap it waits for
-/// the fence of its oldest enqueued chunk (counted in pipeline_stats::waits) and reuses that
-/// block; with nothing of its own enqueued or being copied, it rethrows the capacity_error (chunks
-/// already enqueued stay enqueued). Its blocks go back to the arena fenced on `s` at the end.
+/// the stamp of its oldest enqueued chunk (counted in pipeline_stats::waits, and as a
+/// synchronization when it blocks) and reuses that block; with nothing of its own enqueued or
+/// being copied, it rethrows the capacity_error (chunks already enqueued stay enqueued). Its
+/// blocks go back to the arena, released on `s`, at the end.
 /// Returns once every chunk is enqueued: the host was blocked for the host-copy time, and `src`
 /// may be reused at once.
 template <class B>
@@ -79,12 +78,12 @@ void pipelined_upload(std::byte* dst, const std::byte* src, std::size_t bytes, s
 
   struct held {
     pinned_block block;
-    fence f;  // the end of the block's last copy
+    stamp at;  // the end of the block's last copy
   };
   std::vector<held> enqueued_blocks;  // in chunk order; [oldest, end) still held by this copy
   enqueued_blocks.reserve(count);
   std::size_t oldest = 0;
-  fence_clock<B> clock;
+  auto& core = shared_timeline<B>();
 
   std::size_t acquired = 0;  // chunks with a block, published to the pool
   std::size_t enqueued = 0;  // chunks whose copy is enqueued
@@ -100,7 +99,7 @@ void pipelined_upload(std::byte* dst, const std::byte* src, std::size_t bytes, s
       copy_pool::session session(pool, j, count * per_chunk);
       // A block for the next chunk, or none when the arena's cap is reached.
       auto next_block = [&]() -> pinned_block {
-        if (oldest < enqueued_blocks.size() && clock.passed(enqueued_blocks[oldest].f)) {
+        if (oldest < enqueued_blocks.size() && core.passed(enqueued_blocks[oldest].at)) {
           ++reused;
           return enqueued_blocks[oldest++].block;
         }
@@ -124,15 +123,13 @@ void pipelined_upload(std::byte* dst, const std::byte* src, std::size_t bytes, s
           session.wait(enqueued * per_chunk, (enqueued + 1) * per_chunk);
           const std::size_t off = enqueued * chunk;
           ops::copy_async(dst + off, j.blocks[enqueued].data, std::min(chunk, bytes - off), s);
-          enqueued_blocks.push_back({std::exchange(j.blocks[enqueued], {}), fence{}});
+          enqueued_blocks.push_back({std::exchange(j.blocks[enqueued], {}), stamp{}});
           ++enqueued;
-          enqueued_blocks.back().f = clock.record(s);
+          enqueued_blocks.back().at = core.mark(s);
         } else {
           // 3. Every chunk of ours is enqueued and the cap is reached: wait for the oldest.
           session.count_wait();
-          if constexpr (std::is_same_v<B, backend::host>)
-            ferry::detail::count(counters<B>().synchronizations);  // CUDA: the clock counts
-          clock.wait(enqueued_blocks[oldest].f);
+          core.wait(enqueued_blocks[oldest].at);
         }
       }
       session.count_copy(count, reused, bytes);
