@@ -49,8 +49,8 @@ class fused_staged_writer {
   static_assert((detail::check_element<T>(), true));
   using policies =
       detail::policies<detail::type_list<families::target_kind, families::staging,
-                                           families::growth, families::reuse, families::backend>,
-                         Policies...>;
+                                         families::growth, families::reuse, families::backend>,
+                       Policies...>;
 
  public:
   /// The element type of every tensor applied.
@@ -151,7 +151,8 @@ class fused_staged_writer {
                                std::to_string(chunks) + " chunks and " + std::to_string(copied) +
                                " bytes of scratch, beyond what reserve() gave");
       } else {
-        if (table > table_bytes_) table_bytes_ = detail::grown_capacity<growth_policy>(table, table_bytes_);
+        if (table > table_bytes_)
+          table_bytes_ = detail::grown_capacity<growth_policy>(table, table_bytes_);
         // High-water mark: every slot's scratch grows to the largest apply seen, so a larger
         // later apply allocates once per slot, not at every size step.
         if (copied > scratch_bytes_)

@@ -64,8 +64,8 @@ class staged_write_tensor {
   static_assert((detail::check_element<T>(), true));
   using policies =
       detail::policies<detail::type_list<families::target_kind, families::staging,
-                                           families::growth, families::reuse, families::backend>,
-                         Policies...>;
+                                         families::growth, families::reuse, families::backend>,
+                       Policies...>;
 
  public:
   /// The element type.
@@ -86,8 +86,8 @@ class staged_write_tensor {
   using ops = detail::backend_ops<B>;
   static constexpr bool uva_target = target_kind::memory == memory_kind::uva;
   static constexpr bool caller_fenced = !reuse_policy::ferry_fences;
-  static constexpr bool may_copy =
-      staging_policy::in_place_max_bytes(target_kind::memory) < std::numeric_limits<std::size_t>::max();
+  static constexpr bool may_copy = staging_policy::in_place_max_bytes(target_kind::memory) <
+                                   std::numeric_limits<std::size_t>::max();
   using core_type = detail::staging_core<T, B, growth_policy, caller_fenced>;
   using storage_type = std::conditional_t<uva_target, pinned_buffer<T, B>, device_buffer<T, B>>;
 

@@ -55,8 +55,8 @@ struct backend {
                     requires std::same_as<std::remove_cv_t<decltype(P::available)>, bool>;
                     typename std::bool_constant<P::available>;
                   },
-                  "ferry: a type declares the Backend family but does not model ferry::backend_tag: "
-                  "it lacks `static constexpr bool available`.");
+                  "ferry: a type declares the Backend family but does not model "
+                  "ferry::backend_tag: it lacks `static constexpr bool available`.");
     if constexpr (backend_tag<P>)
       static_assert(P::available,
                     "ferry: backend::cuda is not available because ferry was configured without "

@@ -21,12 +21,13 @@ namespace ferry {
 ///    construction or `reserve()` (a request beyond it throws ferry::capacity_error instead), so
 ///    addresses stay valid for CUDA graphs.
 template <class P>
-concept growth_policy = detail::declares_family<P, families::growth> &&
-                        requires(std::size_t needed, std::size_t current) {
-                          { P::capacity_for(needed, current) } -> std::same_as<std::size_t>;
-                          requires std::same_as<std::remove_cv_t<decltype(P::stable_addresses)>, bool>;
-                          typename std::bool_constant<P::stable_addresses>;
-                        };
+concept growth_policy =
+    detail::declares_family<P, families::growth> &&
+    requires(std::size_t needed, std::size_t current) {
+      { P::capacity_for(needed, current) } -> std::same_as<std::size_t>;
+      requires std::same_as<std::remove_cv_t<decltype(P::stable_addresses)>, bool>;
+      typename std::bool_constant<P::stable_addresses>;
+    };
 
 }  // namespace ferry
 

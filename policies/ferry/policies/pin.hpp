@@ -62,7 +62,8 @@ struct pin {
                     typename std::integral_constant<pageable_source, P::pageable>;
                   },
                   "ferry: a type declares the PinPolicy family but does not model "
-                  "ferry::pin_policy: it lacks `static constexpr ferry::pageable_source pageable`.");
+                  "ferry::pin_policy: it lacks `static constexpr ferry::pageable_source "
+                  "pageable`.");
     return pin_policy<P>;
   }
 };

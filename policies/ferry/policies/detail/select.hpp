@@ -85,7 +85,8 @@ struct known_policy {
 template <class T>
 inline constexpr bool of_known_family = false;
 template <policy_tag T>
-inline constexpr bool of_known_family<T> = contains_family<typename T::ferry_policy_family, all_families>;
+inline constexpr bool of_known_family<T> =
+    contains_family<typename T::ferry_policy_family, all_families>;
 
 template <class List>
 inline constexpr bool names_known_families = true;
