@@ -23,7 +23,9 @@ using ferry_test::random_bits;
 using ferry_test::read_back;
 using ferry_test::same_bits;
 
-namespace {
+// Named (not anonymous) namespace: the components' kernel-launching members instantiated for
+// these types keep external linkage, as their hidden visibility requires.
+namespace user_policies {
 
 /// Capacity grows by half of itself (or to what is needed, when that is more). Records the calls,
 /// which all come from the test's thread.
@@ -53,7 +55,11 @@ struct user_unfenced {
 };
 static_assert(ferry::reuse_policy<user_fenced> && ferry::reuse_policy<user_unfenced>);
 
-}  // namespace
+}  // namespace user_policies
+
+using user_policies::geometric;
+using user_policies::user_fenced;
+using user_policies::user_unfenced;
 
 TEMPLATE_TEST_CASE("uva_pool grows slots by a user growth policy", "[policies]",
                    FERRY_TEST_BACKENDS) {
