@@ -5,9 +5,9 @@
 using namespace ferry;
 using used = detail::type_list<families::growth, families::reuse>;
 #ifdef FERRY_EXPECT_FAIL
-using set = detail::policy_set<used, growth::pow2, reuse::caller_fenced, growth::fixed>;
+using set = detail::policies<used, growth::pow2, reuse::caller_fenced, growth::fixed>;
 #else
-using set = detail::policy_set<used, growth::pow2, reuse::caller_fenced>;
+using set = detail::policies<used, growth::pow2, reuse::caller_fenced>;
 #endif
 static_assert(sizeof(set) > 0);
 int main() {}

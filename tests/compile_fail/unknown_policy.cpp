@@ -6,9 +6,9 @@ using namespace ferry;
 using used = detail::type_list<families::growth, families::reuse>;
 struct not_a_policy {};
 #ifdef FERRY_EXPECT_FAIL
-using set = detail::policy_set<used, growth::pow2, not_a_policy>;
+using set = detail::policies<used, growth::pow2, not_a_policy>;
 #else
-using set = detail::policy_set<used, growth::pow2, reuse::event_fenced>;
+using set = detail::policies<used, growth::pow2, reuse::event_fenced>;
 #endif
 static_assert(sizeof(set) > 0);
 int main() {}

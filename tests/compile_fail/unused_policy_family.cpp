@@ -5,9 +5,9 @@
 using namespace ferry;
 using used = detail::type_list<families::growth, families::reuse>;
 #ifdef FERRY_EXPECT_FAIL
-using set = detail::policy_set<used, growth::pow2, target::uva>;
+using set = detail::policies<used, growth::pow2, target::uva>;
 #else
-using set = detail::policy_set<used, growth::pow2>;
+using set = detail::policies<used, growth::pow2>;
 #endif
 static_assert(sizeof(set) > 0);
 int main() {}

@@ -83,7 +83,7 @@ struct row_width {
 template <class T, class... Policies>
 class uva_pool {
   static_assert((detail::check_element<T>(), true));
-  using policy = detail::policy_set<
+  using policy = detail::policies<
       detail::type_list<families::growth, families::reuse, families::backend>, Policies...>;
 
  public:
@@ -93,11 +93,10 @@ class uva_pool {
   using reuse_policy = typename policy::reuse;    ///< Who fences slots (ReusePolicy).
 
  private:
-  static_assert((detail::check_backend<backend_type>(), true));
   using B = backend_type;
   using ops = detail::backend_ops<B>;
-  static constexpr bool event_fenced = std::is_same_v<reuse_policy, reuse::event_fenced>;
-  static constexpr bool fixed = std::is_same_v<growth_policy, growth::fixed>;
+  static constexpr bool event_fenced = reuse_policy::ferry_fences;
+  static constexpr bool fixed = growth_policy::stable_addresses;
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
   // Largest request: its byte size, rounded up to a power of two, must stay representable.
   static constexpr std::size_t max_request = (std::size_t{1} << 62) / sizeof(T);
@@ -370,12 +369,12 @@ class uva_pool {
                                "already holds max_slots (" + std::to_string(max_slots_) +
                                ") slots; readers are more than max_slots - 1 steps behind");
         insert = true;
-        new_cap = rows > initial_ ? growth_policy::capacity_for(rows) : initial_;
+        new_cap = rows > initial_ ? detail::grown_capacity<growth_policy>(rows, initial_) : initial_;
       }
     } else if (rows > slots_[next].capacity) {
       if constexpr (!fixed) {
         grow = true;
-        new_cap = growth_policy::capacity_for(rows);
+        new_cap = detail::grown_capacity<growth_policy>(rows, slots_[next].capacity);
       }
     }
 

@@ -48,9 +48,9 @@ template <class T, class... Policies>
 class fused_staged_writer {
   static_assert((detail::check_element<T>(), true));
   using policies =
-      detail::policy_set<detail::type_list<families::target_kind, families::staging,
-                                           families::growth, families::reuse, families::backend>,
-                         Policies...>;
+      detail::policies<detail::type_list<families::target_kind, families::staging,
+                                         families::growth, families::reuse, families::backend>,
+                       Policies...>;
 
  public:
   /// The element type of every tensor applied.
@@ -65,11 +65,10 @@ class fused_staged_writer {
   using reuse_policy = typename policies::reuse;
 
  private:
-  static_assert((detail::check_backend<backend_type>(), true));
   using B = backend_type;
   using ops = detail::backend_ops<B>;
-  static constexpr bool fixed = std::is_same_v<growth_policy, growth::fixed>;
-  static constexpr bool caller_fenced = std::is_same_v<reuse_policy, reuse::caller_fenced>;
+  static constexpr bool fixed = growth_policy::stable_addresses;
+  static constexpr bool caller_fenced = !reuse_policy::ferry_fences;
 
  public:
   /// A writer for up to `max_tensors` tensors per apply, with `slots` rotating staging slots.
@@ -152,10 +151,12 @@ class fused_staged_writer {
                                std::to_string(chunks) + " chunks and " + std::to_string(copied) +
                                " bytes of scratch, beyond what reserve() gave");
       } else {
-        table_bytes_ = std::max(table_bytes_, growth::pow2::capacity_for(table));
+        if (table > table_bytes_)
+          table_bytes_ = detail::grown_capacity<growth_policy>(table, table_bytes_);
         // High-water mark: every slot's scratch grows to the largest apply seen, so a larger
         // later apply allocates once per slot, not at every size step.
-        if (copied) scratch_bytes_ = std::max(scratch_bytes_, growth::pow2::capacity_for(copied));
+        if (copied > scratch_bytes_)
+          scratch_bytes_ = detail::grown_capacity<growth_policy>(copied, scratch_bytes_);
       }
       pool_.acquire_current(table_bytes_);
       if (pool_.current().block.capacity < table) pool_.finish_grow(pool_.begin_grow(table_bytes_));
@@ -198,13 +199,8 @@ class fused_staged_writer {
     bytes += t.core().content_bytes();
   }
   template <class X>
-  static constexpr bool uva_target_of = std::is_same_v<typename X::target_kind, target::uva>;
-  template <class X>
   static bool in_place(std::size_t total_bytes) {
-    if constexpr (std::is_same_v<staging_policy, staging::by_target>)
-      return uva_target_of<X>;
-    else
-      return detail::staged_reads_in_place<staging_policy, false>(total_bytes);
+    return detail::staged_reads_in_place<staging_policy, X::target_kind::memory>(total_bytes);
   }
   template <class X>
   static void count_copied(X& t, std::size_t total_bytes, std::size_t& copied) {

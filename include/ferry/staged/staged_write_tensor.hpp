@@ -63,9 +63,9 @@ template <class T, class... Policies>
 class staged_write_tensor {
   static_assert((detail::check_element<T>(), true));
   using policies =
-      detail::policy_set<detail::type_list<families::target_kind, families::staging,
-                                           families::growth, families::reuse, families::backend>,
-                         Policies...>;
+      detail::policies<detail::type_list<families::target_kind, families::staging,
+                                         families::growth, families::reuse, families::backend>,
+                       Policies...>;
 
  public:
   /// The element type.
@@ -82,15 +82,13 @@ class staged_write_tensor {
   using reuse_policy = typename policies::reuse;
 
  private:
-  static_assert((detail::check_backend<backend_type>(), true));
   using B = backend_type;
   using ops = detail::backend_ops<B>;
-  static constexpr bool uva_target = std::is_same_v<target_kind, target::uva>;
-  static constexpr bool fixed = std::is_same_v<growth_policy, growth::fixed>;
-  static constexpr bool caller_fenced = std::is_same_v<reuse_policy, reuse::caller_fenced>;
-  static constexpr bool may_copy = !std::is_same_v<staging_policy, staging::uva_direct> &&
-                                   !(std::is_same_v<staging_policy, staging::by_target> && uva_target);
-  using core_type = detail::staging_core<T, B, fixed, caller_fenced>;
+  static constexpr bool uva_target = target_kind::memory == memory_kind::uva;
+  static constexpr bool caller_fenced = !reuse_policy::ferry_fences;
+  static constexpr bool may_copy = staging_policy::in_place_max_bytes(target_kind::memory) <
+                                   std::numeric_limits<std::size_t>::max();
+  using core_type = detail::staging_core<T, B, growth_policy, caller_fenced>;
   using storage_type = std::conditional_t<uva_target, pinned_buffer<T, B>, device_buffer<T, B>>;
 
  public:
@@ -195,7 +193,7 @@ class staged_write_tensor {
     if (c.empty()) return;
     c.prepare();
     std::uintptr_t src = 0;
-    if (detail::staged_reads_in_place<staging_policy, uva_target>(c.content_bytes())) {
+    if (detail::staged_reads_in_place<staging_policy, target_kind::memory>(c.content_bytes())) {
       // Small: chunk table and contents travel in the launch's parameters (no PCIe read by the
       // kernel, no fence, no slot rotation).
       if (detail::launch_apply_inline<T, B>(s, c.chunk_table(), c.chunks(), c.content_data(),

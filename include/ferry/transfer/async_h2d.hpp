@@ -26,7 +26,7 @@ namespace detail {
 /// The policies async_h2d and async_h2d_packed read: PinPolicy only (the backend is the stream's).
 template <class... Policies>
 using transfer_pin_t =
-    typename policy_set<type_list<families::pin>, Policies...>::pin;
+    typename policies<type_list<families::pin>, Policies...>::pin;
 
 template <class Src>
 constexpr void check_pinned_source() {
@@ -47,7 +47,7 @@ constexpr void check_h2d() {
                 "ferry: async_h2d writes into out, so out must be a device_span of non-const "
                 "elements.");
   using pin_policy = transfer_pin_t<Policies...>;
-  if constexpr (std::is_same_v<pin_policy, pin::require>) check_pinned_source<Src>();
+  if constexpr (pin_policy::pageable == pageable_source::reject) check_pinned_source<Src>();
 }
 
 /// Enqueues the copy of `n` elements already in `block` (an arena block) into `out`, and gives
@@ -58,7 +58,7 @@ void send_block(pinned_block block, std::size_t n, device_span<T> out, stream_re
   using ops = backend_ops<B>;
   try {
     const std::size_t bytes = checked_bytes(n, sizeof(T), "a staging block");
-    if constexpr (std::is_same_v<Pin, pin::allow_sync>)
+    if constexpr (Pin::pageable == pageable_source::copy_blocking)
       ops::copy_blocking(out.data(), block.data, bytes, s);
     else
       ops::copy_async(out.data(), block.data, bytes, s);
@@ -66,7 +66,7 @@ void send_block(pinned_block block, std::size_t n, device_span<T> out, stream_re
     arena.release(block);
     throw;
   }
-  if constexpr (std::is_same_v<Pin, pin::allow_sync>)
+  if constexpr (Pin::pageable == pageable_source::copy_blocking)
     arena.release(block);
   else
     arena.release(block, s);
@@ -93,11 +93,11 @@ device_span<T> h2d_into(Src& src, device_span<T> out, stream_ref<B> s, pinned_ar
     const std::size_t n = count_of(src);
     const std::size_t bytes = fitting_bytes<T>(fn, n, out.size());
     if (n == 0) return out.first(0);
-    if constexpr (std::is_same_v<Pin, pin::allow_sync> && contiguous_source<Src>) {
+    if constexpr (Pin::pageable == pageable_source::copy_blocking && contiguous_source<Src>) {
       ops::copy_blocking(out.data(), std::ranges::data(src), bytes, s);
       return out.first(n);
     } else {
-      if constexpr (std::is_same_v<Pin, pin::stage> && contiguous_source<Src>) {
+      if constexpr (Pin::pageable == pageable_source::stage && contiguous_source<Src>) {
         const std::size_t threshold = pool ? pool->threshold_bytes() : large_copy_threshold;
         if (bytes > threshold) {
           pipelined_upload<B>(reinterpret_cast<std::byte*>(out.data()),

@@ -42,7 +42,7 @@ constexpr void check_packed_source() {
 
 template <class Pin, class... Srcs>
 constexpr void check_packed_pin() {
-  if constexpr (std::is_same_v<Pin, pin::require>) (check_pinned_source<Srcs>(), ...);
+  if constexpr (Pin::pageable == pageable_source::reject) (check_pinned_source<Srcs>(), ...);
 }
 
 /// Gathers the parts (at `offsets`, `counts`) of every source into one arena block and sends

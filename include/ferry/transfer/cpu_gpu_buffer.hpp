@@ -41,7 +41,7 @@ namespace ferry {
 template <class T, class... Policies>
 class cpu_gpu_buffer {
   static_assert((detail::check_element<T>(), true));
-  using policies = detail::policy_set<detail::type_list<families::reuse, families::backend>,
+  using policies = detail::policies<detail::type_list<families::reuse, families::backend>,
                                       Policies...>;
 
  public:
@@ -50,7 +50,6 @@ class cpu_gpu_buffer {
   using reuse_policy = typename policies::reuse;    ///< Who fences host() (ReusePolicy).
 
  private:
-  static_assert((detail::check_backend<backend_type>(), true));
   using B = backend_type;
   using ops = detail::backend_ops<B>;
 
@@ -83,7 +82,7 @@ class cpu_gpu_buffer {
     check_count("copy_to_device", n);
     if (n == 0) return device().first(0);
     const std::size_t bytes = detail::checked_bytes(n, sizeof(T), "cpu_gpu_buffer");
-    if constexpr (std::is_same_v<reuse_policy, reuse::event_fenced>) {
+    if constexpr (reuse_policy::ferry_fences) {
       detail::block_guard<B> guard(*arena_, arena_->acquire(bytes));
       std::memcpy(guard.get().data, host_.host().data(), bytes);
       ops::copy_async(device_.data(), guard.get().data, bytes, s);

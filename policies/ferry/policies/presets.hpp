@@ -1,5 +1,6 @@
 // ferry/policies/presets.hpp: named policy bundles. A tag given next to a preset overrides the
 // preset's member of that family; members of families a component does not use are ignored.
+// The measured reasons for each choice: docs/policies.md.
 #pragma once
 
 #include <ferry/policies/detail/families.hpp>
@@ -11,9 +12,8 @@
 namespace ferry::presets {
 
 /// A block table: a large device-resident table updated by small scattered appends. Device target
-/// (kernels read it at HBM speed every step), contents read in place through UVA (one launch, no
-/// copy: on the H200 the UVA apply beat the H2D path by a median of 1.37x over the apply grid,
-/// docs/measurements/h200-limits.md), pow2 growth, event-fenced reuse.
+/// (kernels read it every step at HBM speed), contents read in place through UVA (one launch, no
+/// copy), pow2 growth, event-fenced reuse.
 struct block_table {
   /// The tags of this preset.
   using ferry_policy_bundle =

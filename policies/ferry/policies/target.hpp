@@ -3,25 +3,59 @@
 
 #include <ferry/policies/detail/families.hpp>
 
+#include <concepts>
+#include <type_traits>
+
+namespace ferry {
+
+/// Where a target's elements live.
+enum class memory_kind {
+  device,  ///< Device memory: kernels read it at HBM speed; the host reads it back by a copy.
+  uva,     ///< Pinned, mapped host memory: kernels read and write it through UVA.
+};
+
+/// A TargetKind: declares `using ferry_policy_family = ferry::families::target_kind;` and
+/// provides `static constexpr ferry::memory_kind memory`, where the target lives.
+template <class P>
+concept target_kind = detail::declares_family<P, families::target_kind> && requires {
+  requires std::same_as<std::remove_cv_t<decltype(P::memory)>, memory_kind>;
+  typename std::integral_constant<memory_kind, P::memory>;
+};
+
+}  // namespace ferry
+
 namespace ferry::target {
 
 /// The target lives in device memory (the default): kernels read it at HBM speed.
 struct device {
   using ferry_policy_family = families::target_kind;  ///< Names the TargetKind family.
+  static constexpr memory_kind memory = memory_kind::device;  ///< Device memory.
 };
 
 /// The target lives in pinned, mapped host memory that kernels read and write through UVA: the
 /// host can read it without a copy, kernels pay PCIe latency on every access.
 struct uva {
   using ferry_policy_family = families::target_kind;  ///< Names the TargetKind family.
+  static constexpr memory_kind memory = memory_kind::uva;  ///< Pinned, mapped host memory.
 };
 
 }  // namespace ferry::target
 
 namespace ferry::families {
-/// The TargetKind policy family: what a tag of it names in `ferry_policy_family`.
+/// The TargetKind policy family: what a policy of it names in `ferry_policy_family`.
 struct target_kind {
-  /// The tag used when none of this family is given (target::device).
+  /// The policy used when none of this family is given (target::device).
   using default_policy = ferry::target::device;
+  /// Names, in a static_assert, each member a type declaring this family lacks.
+  template <class P>
+  static constexpr bool check() {
+    static_assert(requires {
+                    requires std::same_as<std::remove_cv_t<decltype(P::memory)>, memory_kind>;
+                    typename std::integral_constant<memory_kind, P::memory>;
+                  },
+                  "ferry: a type declares the TargetKind family but does not model "
+                  "ferry::target_kind: it lacks `static constexpr ferry::memory_kind memory`.");
+    return ferry::target_kind<P>;
+  }
 };
 }  // namespace ferry::families

@@ -208,14 +208,4 @@ struct backend_ops<backend::cuda> {
 };
 #endif
 
-template <class B>
-inline constexpr bool backend_available = std::is_same_v<B, backend::host> || FERRY_HAS_CUDA;
-
-template <class B>
-constexpr void check_backend() {
-  static_assert(backend_available<B>,
-                "ferry: backend::cuda is not available because ferry was configured without the "
-                "CUDA toolkit; use backend::host or configure with CUDA.");
-}
-
 }  // namespace ferry::detail

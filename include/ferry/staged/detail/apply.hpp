@@ -20,20 +20,11 @@
 namespace ferry::detail {
 
 /// Whether an apply of `content_bytes` bytes reads its contents in place through UVA (true) or
-/// copies them into device scratch first (false), under staging policy S for a target that is
-/// (UvaTarget) or is not pinned, mapped memory.
-template <class S, bool UvaTarget>
+/// copies them into device scratch first (false), under staging policy S for a target of kind
+/// `Target`.
+template <staging_policy S, memory_kind Target>
 constexpr bool staged_reads_in_place(std::size_t content_bytes) noexcept {
-  if constexpr (std::is_same_v<S, staging::uva_direct>) {
-    return true;
-  } else if constexpr (std::is_same_v<S, staging::h2d_copy>) {
-    return false;
-  } else if constexpr (std::is_same_v<S, staging::by_target>) {
-    return UvaTarget;
-  } else {
-    static_assert(is_threshold<S>, "ferry: unknown staging policy");
-    return content_bytes <= S::bytes;
-  }
+  return content_bytes <= S::in_place_max_bytes(Target);
 }
 
 /// Loads the CUDA apply kernels for T (see preload_apply_kernels); a no-op on the host backend

@@ -1,5 +1,5 @@
 // ferry/staged/detail/staging.hpp: one batch of staged writes in a pinned slot (see layout.hpp),
-// its capacity rules (growth::pow2 / growth::fixed), and its overlap bookkeeping.
+// its capacity rules (the GrowthPolicy's), and its overlap bookkeeping.
 #pragma once
 
 #include <ferry/detail/checked.hpp>
@@ -22,9 +22,10 @@
 
 namespace ferry::detail {
 
-template <class T, class B, bool Fixed, bool CallerFenced>
+template <class T, class B, growth_policy Growth, bool CallerFenced>
 class staging_core {
   static constexpr std::size_t per_chunk = elements_per_chunk<T>;
+  static constexpr bool Fixed = Growth::stable_addresses;
 
  public:
   using pool_type = slot_pool<B, CallerFenced>;
@@ -102,8 +103,8 @@ class staging_core {
     std::size_t wd = std::max(want_descs_, descs_needed);
     std::size_t wb = std::max(want_bytes_, bytes_needed);
     if constexpr (!Fixed) {
-      wd = growth::pow2::capacity_for(wd);
-      wb = pow2_contents(wd, wb);
+      wd = grown_capacity<Growth>(wd, want_descs_);
+      wb = grown_contents(wd, wb);
     }
     (void)slot_size(wd, wb);  // every size is checked before anything changes
     resolver_.reserve(wd);
@@ -135,7 +136,7 @@ class staging_core {
                              std::to_string(out.size()) + " chunks, more than the " +
                              std::to_string(desc_cap_) + " that reserve() gave (growth::fixed)");
       else
-        regrow(growth::pow2::capacity_for(out.size()), want_bytes_);
+        regrow(grown_capacity<Growth>(out.size(), desc_cap_), want_bytes_);
     }
     std::copy(out.begin(), out.end(), descs());
     chunks_ = out.size();
@@ -186,8 +187,8 @@ class staging_core {
             std::to_string(elements_) + " elements exceeds it");
     } else {
       if (!pool_.has_current() || chunks_ + chunks > desc_cap_ || end_bytes > content_cap_) {
-        want_descs_ = std::max(want_descs_, growth::pow2::capacity_for(chunks_ + chunks));
-        want_bytes_ = std::max(want_bytes_, pow2_contents(want_descs_, end_bytes));
+        want_descs_ = std::max(want_descs_, grown_capacity<Growth>(chunks_ + chunks, desc_cap_));
+        want_bytes_ = std::max(want_bytes_, grown_contents(want_descs_, end_bytes));
       }
     }
     if (!pool_.has_current()) {
@@ -213,11 +214,11 @@ class staging_core {
   static std::size_t slot_size(std::size_t descs, std::size_t bytes) {
     return checked_add<capacity_error>(table_bytes(descs), bytes, "a staging slot");
   }
-  // growth::pow2: the content capacity of the smallest power-of-two slot that holds `descs`
-  // descriptors and `bytes` of contents. The slot is rounded as a whole (arena blocks are powers
-  // of two): rounding each part would make a slot for 4 MiB of contents a 16 MiB block.
-  static std::size_t pow2_contents(std::size_t descs, std::size_t bytes) {
-    return growth::pow2::capacity_for(slot_size(descs, bytes)) - table_bytes(descs);
+  // The content capacity of the slot the GrowthPolicy grows to for `descs` descriptors and
+  // `bytes` of contents. The slot is grown as a whole (arena blocks are powers of two): growing
+  // each part would make a pow2 slot for 4 MiB of contents a 16 MiB block.
+  std::size_t grown_contents(std::size_t descs, std::size_t bytes) const {
+    return grown_capacity<Growth>(slot_size(descs, bytes), slot_bytes()) - table_bytes(descs);
   }
   [[nodiscard]] std::size_t slot_bytes() const { return slot_size(want_descs_, want_bytes_); }
   void layout() noexcept {
@@ -232,7 +233,7 @@ class staging_core {
   void regrow(std::size_t wd, std::size_t wb) {
     const std::size_t d = std::max({wd, want_descs_, chunks_});
     std::size_t b = std::max({wb, want_bytes_, used_});
-    if constexpr (!Fixed) b = pow2_contents(d, b);
+    if constexpr (!Fixed) b = grown_contents(d, b);
     const pinned_block old = pool_.begin_grow(slot_size(d, b));  // may throw: nothing changed
     const std::size_t old_off = content_off_;
     want_descs_ = d;

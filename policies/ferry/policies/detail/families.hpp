@@ -1,18 +1,20 @@
-// ferry/policies/detail/families.hpp: the six policy families and how a tag names its family.
+// ferry/policies/detail/families.hpp: the seven policy families and how a type names its family.
 #pragma once
 
 #include <cstddef>
 
 namespace ferry::families {
 
-// A family names its default tag and its name in diagnostics. Tags say which family they belong
-// to through a nested `ferry_policy_family` type.
+// A family names its default policy and checks that a type declaring it models the family's
+// concept (`check<P>()`, a static_assert per missing member). A policy type says which family it
+// belongs to through a nested `ferry_policy_family` type.
 struct target_kind;
 struct staging;
 struct growth;
 struct pin;
 struct reuse;
 struct backend;
+struct launch;
 
 }  // namespace ferry::families
 
@@ -20,6 +22,10 @@ namespace ferry::detail {
 
 template <class... Ts>
 struct type_list {};
+
+/// Every policy family, in the order diagnostics list them.
+using all_families = type_list<families::target_kind, families::staging, families::growth,
+                               families::pin, families::reuse, families::backend, families::launch>;
 
 template <class T>
 concept policy_tag = requires { typename T::ferry_policy_family; };
@@ -31,5 +37,9 @@ template <class Family, class P>
 inline constexpr bool is_tag_of = false;
 template <class Family, policy_tag P>
 inline constexpr bool is_tag_of<Family, P> = __is_same(typename P::ferry_policy_family, Family);
+
+/// P declares `Family` as its family (the first half of every family's concept).
+template <class P, class Family>
+concept declares_family = is_tag_of<Family, P>;
 
 }  // namespace ferry::detail

@@ -1,10 +1,13 @@
-// ferry/policies/detail/select.hpp: choosing one tag per family from an unordered pack of tags
-// and presets, with the compile-time checks every component shares.
+// ferry/policies/detail/select.hpp: the policy preamble every component shares. From an
+// unordered pack of policies and presets it chooses one policy per family and makes the
+// compile-time checks: known types, each family at most once, only families the component uses,
+// and each chosen policy models its family's concept (a backend is also available).
 #pragma once
 
 #include <ferry/policies/backend.hpp>
 #include <ferry/policies/detail/families.hpp>
 #include <ferry/policies/growth.hpp>
+#include <ferry/policies/launch.hpp>
 #include <ferry/policies/pin.hpp>
 #include <ferry/policies/reuse.hpp>
 #include <ferry/policies/staging.hpp>
@@ -67,34 +70,53 @@ inline constexpr bool contains_family = false;
 template <class Family, class... Fs>
 inline constexpr bool contains_family<Family, type_list<Fs...>> = (__is_same(Family, Fs) || ...);
 
-// ---- per-argument check ---------------------------------------------------------------------
+// ---- per-argument checks --------------------------------------------------------------------
 
 template <class P>
 struct known_policy {
   static_assert(policy_tag<P> || policy_bundle<P>,
                 "ferry: a template argument given as a policy is neither a ferry policy tag nor a "
                 "ferry preset; policies are the tags of ferry::target, ferry::staging, "
-                "ferry::growth, ferry::pin, ferry::reuse, ferry::backend and the bundles of "
-                "ferry::presets.");
+                "ferry::growth, ferry::pin, ferry::reuse, ferry::backend, ferry::launch, the "
+                "bundles of ferry::presets, and types that model a family's concept.");
   static constexpr bool value = true;
 };
 
-// ---- the resolved set -----------------------------------------------------------------------
+template <class T>
+inline constexpr bool of_known_family = false;
+template <policy_tag T>
+inline constexpr bool of_known_family<T> =
+    contains_family<typename T::ferry_policy_family, all_families>;
+
+template <class List>
+inline constexpr bool names_known_families = true;
+template <class... Ts>
+inline constexpr bool names_known_families<type_list<Ts...>> = (of_known_family<Ts> && ...);
+
+// ---- the preamble ---------------------------------------------------------------------------
 
 /// The policies of one component: `Used` lists the families the component reads; `Ps` is what
-/// the user wrote, in any order. `get<Family>` is the chosen tag: an explicit tag, else the
+/// the user wrote, in any order. `get<Family>` is the chosen policy: an explicit tag, else the
 /// presets' member, else the family's default.
 template <class Used, class... Ps>
-struct policy_set {
+struct policies;
+
+template <class... Used, class... Ps>
+struct policies<type_list<Used...>, Ps...> {
   static_assert((known_policy<Ps>::value && ... && true));
 
   using explicit_tags = typename concat<typename explicit_tags_of<Ps>::type...>::type;
   using bundle_tags = typename concat<typename bundle_tags_of<Ps>::type...>::type;
 
+  static_assert(names_known_families<explicit_tags> && names_known_families<bundle_tags>,
+                "ferry: a policy's `ferry_policy_family` names no ferry policy family; name one "
+                "of ferry::families::target_kind, staging, growth, pin, reuse, backend or "
+                "launch.");
+
   template <class F>
   static constexpr std::size_t given = count_in<F, explicit_tags>::value;
   template <class F>
-  static constexpr bool usable = given<F> == 0 || contains_family<F, Used>;
+  static constexpr bool usable = given<F> == 0 || (__is_same(F, Used) || ...);
 
   static_assert(given<families::target_kind> <= 1,
                 "ferry: the TargetKind policy family is given more than once; give each policy "
@@ -113,6 +135,9 @@ struct policy_set {
                 "family at most once.");
   static_assert(given<families::backend> <= 1,
                 "ferry: the Backend policy family is given more than once; give each policy "
+                "family at most once.");
+  static_assert(given<families::launch> <= 1,
+                "ferry: the LaunchPolicy policy family is given more than once; give each policy "
                 "family at most once.");
 
   static_assert(usable<families::target_kind>,
@@ -134,6 +159,9 @@ struct policy_set {
   static_assert(usable<families::backend>,
                 "ferry: this component does not use the Backend policy family; remove the "
                 "ferry::backend tag (the backend of a transfer comes from its stream).");
+  static_assert(usable<families::launch>,
+                "ferry: this component does not use the LaunchPolicy policy family; remove the "
+                "ferry::launch tag (LaunchPolicy is for step_batch).");
 
   template <class F>
   struct pick {
@@ -148,17 +176,17 @@ struct policy_set {
   template <class F>
   using get = typename pick<F>::type;
 
+  // Every family the component uses: its policy models the family's concept (a static_assert
+  // naming the missing member otherwise).
+  static_assert(((void)Used::template check<get<Used>>(), ..., true));
+
   using target = get<families::target_kind>;
   using staging = get<families::staging>;
   using growth = get<families::growth>;
   using pin = get<families::pin>;
   using reuse = get<families::reuse>;
   using backend = get<families::backend>;
+  using launch = get<families::launch>;
 };
-
-template <class T>
-inline constexpr bool is_threshold = false;
-template <std::size_t B>
-inline constexpr bool is_threshold<staging::threshold<B>> = true;
 
 }  // namespace ferry::detail

@@ -1,0 +1,56 @@
+// ferry/policies/launch.hpp: LaunchPolicy, how a step batch submits one step's work.
+#pragma once
+
+#include <ferry/policies/detail/families.hpp>
+
+#include <concepts>
+#include <type_traits>
+
+namespace ferry {
+
+/// A LaunchPolicy: declares `using ferry_policy_family = ferry::families::launch;` and provides
+/// `static constexpr bool replays_graph`: false when a step is submitted as one kernel launch,
+/// true when it is the replay of one CUDA graph per slot (captured once, so later steps pay one
+/// graph launch whatever the number of kernels).
+template <class P>
+concept launch_policy = detail::declares_family<P, families::launch> && requires {
+  requires std::same_as<std::remove_cv_t<decltype(P::replays_graph)>, bool>;
+  typename std::bool_constant<P::replays_graph>;
+};
+
+}  // namespace ferry
+
+namespace ferry::launch {
+
+/// A step is one kernel launch (the default).
+struct kernel {
+  using ferry_policy_family = families::launch;  ///< Names the LaunchPolicy family.
+  static constexpr bool replays_graph = false;    ///< One kernel launch per step.
+};
+
+/// A step is the replay of one CUDA graph per slot.
+struct graph {
+  using ferry_policy_family = families::launch;  ///< Names the LaunchPolicy family.
+  static constexpr bool replays_graph = true;     ///< One graph launch per step.
+};
+
+}  // namespace ferry::launch
+
+namespace ferry::families {
+/// The LaunchPolicy policy family: what a policy of it names in `ferry_policy_family`.
+struct launch {
+  /// The policy used when none of this family is given (launch::kernel).
+  using default_policy = ferry::launch::kernel;
+  /// Names, in a static_assert, each member a type declaring this family lacks.
+  template <class P>
+  static constexpr bool check() {
+    static_assert(requires {
+                    requires std::same_as<std::remove_cv_t<decltype(P::replays_graph)>, bool>;
+                    typename std::bool_constant<P::replays_graph>;
+                  },
+                  "ferry: a type declares the LaunchPolicy family but does not model "
+                  "ferry::launch_policy: it lacks `static constexpr bool replays_graph`.");
+    return launch_policy<P>;
+  }
+};
+}  // namespace ferry::families
