@@ -3,6 +3,7 @@
 
 #include <ferry/policies/backend.hpp>
 #include <ferry/policies/growth.hpp>
+#include <ferry/policies/launch.hpp>
 #include <ferry/policies/pin.hpp>
 #include <ferry/policies/presets.hpp>
 #include <ferry/policies/reuse.hpp>

@@ -1,4 +1,4 @@
-// ferry/policies/detail/families.hpp: the six policy families and how a tag names its family.
+// ferry/policies/detail/families.hpp: the seven policy families and how a tag names its family.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +13,7 @@ struct growth;
 struct pin;
 struct reuse;
 struct backend;
+struct launch;
 
 }  // namespace ferry::families
 

@@ -5,6 +5,7 @@
 #include <ferry/policies/backend.hpp>
 #include <ferry/policies/detail/families.hpp>
 #include <ferry/policies/growth.hpp>
+#include <ferry/policies/launch.hpp>
 #include <ferry/policies/pin.hpp>
 #include <ferry/policies/reuse.hpp>
 #include <ferry/policies/staging.hpp>
@@ -74,8 +75,8 @@ struct known_policy {
   static_assert(policy_tag<P> || policy_bundle<P>,
                 "ferry: a template argument given as a policy is neither a ferry policy tag nor a "
                 "ferry preset; policies are the tags of ferry::target, ferry::staging, "
-                "ferry::growth, ferry::pin, ferry::reuse, ferry::backend and the bundles of "
-                "ferry::presets.");
+                "ferry::growth, ferry::pin, ferry::reuse, ferry::backend, ferry::launch and the "
+                "bundles of ferry::presets.");
   static constexpr bool value = true;
 };
 
@@ -114,6 +115,9 @@ struct policy_set {
   static_assert(given<families::backend> <= 1,
                 "ferry: the Backend policy family is given more than once; give each policy "
                 "family at most once.");
+  static_assert(given<families::launch> <= 1,
+                "ferry: the LaunchPolicy policy family is given more than once; give each policy "
+                "family at most once.");
 
   static_assert(usable<families::target_kind>,
                 "ferry: this component does not use the TargetKind policy family; remove the "
@@ -134,6 +138,9 @@ struct policy_set {
   static_assert(usable<families::backend>,
                 "ferry: this component does not use the Backend policy family; remove the "
                 "ferry::backend tag (the backend of a transfer comes from its stream).");
+  static_assert(usable<families::launch>,
+                "ferry: this component does not use the LaunchPolicy policy family; remove the "
+                "ferry::launch tag (LaunchPolicy is for step_batch).");
 
   template <class F>
   struct pick {
@@ -154,6 +161,7 @@ struct policy_set {
   using pin = get<families::pin>;
   using reuse = get<families::reuse>;
   using backend = get<families::backend>;
+  using launch_policy = get<families::launch>;
 };
 
 template <class T>
