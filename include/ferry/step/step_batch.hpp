@@ -64,8 +64,9 @@ namespace ferry {
 /// the engine owns; a published view lives in the slot: **it stays valid for work enqueued on the
 /// submit's stream before the next submit** (work on another stream: record_use(stream) before
 /// the next submit). Under event_fenced a slot is rewritten only once its kernel and the readers
-/// of its publishes have passed; when the next slot is still in use, begin() inserts a new slot
-/// (pow2, up to max_slots) without blocking, and otherwise throws ferry::capacity_error.
+/// of its publishes have passed; when the next slot is still in use, begin() takes the next free
+/// one in ring order, else inserts a new slot (pow2, up to max_slots) without blocking, and
+/// otherwise throws ferry::capacity_error.
 /// Under caller_fenced nothing is checked: the caller makes sure a slot's step and readers are
 /// done `slots` steps later.
 ///
@@ -395,8 +396,9 @@ class step_batch {
   // ---- a step ----------------------------------------------------------------------------------
 
   /// Starts a step in the next slot. Under event_fenced a slot still in use (its kernel or the
-  /// readers of its publishes) is never rewritten: a new slot is inserted instead (pow2, up to
-  /// max_slots), else ferry::capacity_error with nothing changed. Throws ferry::error when the
+  /// readers of its publishes) is never rewritten: the next free slot in ring order is taken, else
+  /// a new slot is inserted (pow2, up to max_slots), else ferry::capacity_error with nothing
+  /// changed. Throws ferry::error when the
   /// step begun before was not submitted. Never blocks, never touches a stream.
   void begin() {
     core& k = c();
@@ -404,7 +406,17 @@ class step_batch {
     reserve();
     std::size_t next = k.cur_ == none ? 0 : (k.cur_ + 1) % k.slots_.size();
     bool insert = false;
-    if constexpr (fenced) insert = !slot_free(k.slots_[next]);
+    if constexpr (fenced) {  // the next slot in ring order that is free, stepping over held ones
+      std::size_t i = next;
+      while (!slot_free(k.slots_[i])) {
+        i = (i + 1) % k.slots_.size();
+        if (i == k.cur_ || i == next) {
+          insert = true;
+          break;
+        }
+      }
+      if (!insert) next = i;
+    }
     if (insert) {
       if (fixed || k.slots_.size() >= k.max_slots_)
         throw capacity_error("ferry: step_batch: the next slot is still in use (its step or the readers of "
