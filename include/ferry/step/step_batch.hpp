@@ -64,8 +64,8 @@ namespace ferry {
 /// the engine owns; a published view lives in the slot: **it stays valid for work enqueued on the
 /// submit's stream before the next submit** (work on another stream: record_use(stream) before
 /// the next submit). Under event_fenced a slot is rewritten only once its kernel and the readers
-/// of its publishes have passed; when the next slot is still in use, begin() takes the next free
-/// one in ring order, else inserts a new slot (pow2, up to max_slots) without blocking, and
+/// of its publishes have passed; when the next slot is still in use, begin() takes the one after
+/// it if that is free, else inserts a new slot (pow2, up to max_slots) without blocking, and
 /// otherwise throws ferry::capacity_error.
 /// Under caller_fenced nothing is checked: the caller makes sure a slot's step and readers are
 /// done `slots` steps later.
@@ -294,7 +294,9 @@ class step_batch {
     if constexpr (!std::is_same_v<B, backend::host>) detail::preload_step_kernel();
 #endif
   }
-  step_batch(step_batch&&) noexcept = default;
+  /// Takes over `o`'s slots and plan; handles and views handed out by `o` stay valid (they refer
+  /// to the plan, which moves as a whole); `o` is left empty.
+  step_batch(step_batch&& o) noexcept = default;
   /// Releases this batch (as the destructor does), then takes `o`'s.
   step_batch& operator=(step_batch&& o) noexcept {
     if (this != &o) {
@@ -303,6 +305,8 @@ class step_batch {
     }
     return *this;
   }
+  /// Waits for the batch's kernels and for the readers of the last step's publishes, then gives
+  /// every block back to the arena.
   ~step_batch() { release_all(); }
 
   // ---- the plan --------------------------------------------------------------------------------
@@ -396,9 +400,8 @@ class step_batch {
   // ---- a step ----------------------------------------------------------------------------------
 
   /// Starts a step in the next slot. Under event_fenced a slot still in use (its kernel or the
-  /// readers of its publishes) is never rewritten: the next free slot in ring order is taken, else
-  /// a new slot is inserted (pow2, up to max_slots), else ferry::capacity_error with nothing
-  /// changed. Throws ferry::error when the
+  /// readers of its publishes) is never rewritten: the slot after it is taken if free, else a new
+  /// slot is inserted (pow2, up to max_slots), else ferry::capacity_error with nothing changed. Throws ferry::error when the
   /// step begun before was not submitted. Never blocks, never touches a stream.
   void begin() {
     core& k = c();
@@ -406,16 +409,14 @@ class step_batch {
     reserve();
     std::size_t next = k.cur_ == none ? 0 : (k.cur_ + 1) % k.slots_.size();
     bool insert = false;
-    if constexpr (fenced) {  // the next slot in ring order that is free, stepping over held ones
-      std::size_t i = next;
-      while (!slot_free(k.slots_[i])) {
-        i = (i + 1) % k.slots_.size();
-        if (i == k.cur_ || i == next) {
-          insert = true;
-          break;
-        }
+    if constexpr (fenced) {
+      // A busy slot is stepped over once (a reader held on another stream); when the one after
+      // it is busy too, the stream itself is behind: a slot is inserted.
+      if (!slot_free(k.slots_[next])) {
+        const std::size_t after = (next + 1) % k.slots_.size();
+        insert = after == k.cur_ || after == next || !slot_free(k.slots_[after]);
+        if (!insert) next = after;
       }
-      if (!insert) next = i;
     }
     if (insert) {
       if (fixed || k.slots_.size() >= k.max_slots_)
@@ -578,7 +579,7 @@ class step_batch {
       s.table = k.arena_->acquire(table_bytes(k.want_table_));
       s.table_cap = k.want_table_;
       s.content = k.arena_->acquire(k.want_content_);
-      if constexpr (graphs) s.graph = make_graph(ops::mapped(s.table.data), s.table_cap);
+      if constexpr (graphs) s.graph = make_graph(ops::mapped(s.table.data), s.table_cap, k.device_);
     } catch (...) {
       release_slot(s);
       throw;
@@ -667,11 +668,11 @@ class step_batch {
 #endif
     }
   }
-  static void* make_graph(const void* table, std::size_t blocks) {
+  static void* make_graph(const void* table, std::size_t blocks, int device) {
 #if defined(__CUDACC__)
-    return detail::make_step_graph(table, blocks);
+    return detail::make_step_graph(table, blocks, device);
 #else
-    (void)table, (void)blocks;
+    (void)table, (void)blocks, (void)device;
     static_assert(detail::dependent_false<B>,
                   "ferry: step_batch with launch::graph builds CUDA graphs: build this translation "
                   "unit with nvcc and include <ferry/ferry.cuh>.");

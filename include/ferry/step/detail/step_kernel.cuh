@@ -86,11 +86,13 @@ FERRY_KERNEL_VISIBILITY inline void launch_step_kernel(const void* table, std::s
   FERRY_CUDA_CHECK_LAUNCH("ferry::step_kernels::run_step");
 }
 
-/// The executable graph of one slot: the step kernel over `blocks` blocks reading `table`.
-FERRY_KERNEL_VISIBILITY inline cudaGraphExec_t make_step_graph(const void* table, std::size_t blocks) {
+/// The executable graph of one slot, on `device`: the step kernel over `blocks` blocks reading
+/// `table`.
+FERRY_KERNEL_VISIBILITY inline cudaGraphExec_t make_step_graph(const void* table, std::size_t blocks, int device) {
   if (blocks > static_cast<std::size_t>(INT_MAX))
     throw capacity_error("ferry: a step graph of " + std::to_string(blocks) +
                          " descriptors exceeds the grid limit of 2^31-1 blocks");
+  const device_scope on_device(device);
   cudaGraph_t g = nullptr;
   FERRY_CUDA_CHECK(cudaGraphCreate(&g, 0));
   const auto* arg = static_cast<const step_header*>(table);
