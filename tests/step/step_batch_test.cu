@@ -196,8 +196,11 @@ void plan_run(std::uint64_t seed, std::size_t slots) {
   harness<B, batch_t> h(seed, slots);
   for (long k = 0; k < 40; ++k) {
     h.step();
-    // caller_fenced: the caller makes sure a slot's step has run before the slot comes back
-    if constexpr (std::is_same_v<typename batch_t::reuse_policy, ferry::reuse::caller_fenced>) h.s.synchronize();
+    // caller_fenced: the caller makes sure a slot's step has run before the slot comes back;
+    // growth::fixed: the caller stays within its slots (pow2 inserts slots instead)
+    if constexpr (std::is_same_v<typename batch_t::reuse_policy, ferry::reuse::caller_fenced> ||
+                  std::is_same_v<typename batch_t::growth_policy, ferry::growth::fixed>)
+      h.s.synchronize();
     if (k % 3 == 0 || k == 39) h.check(k);
   }
 }
