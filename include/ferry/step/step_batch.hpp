@@ -370,7 +370,8 @@ class step_batch {
   /// `src` publish (its span() call must cover index, else submit throws std::out_of_range).
   template <class T>
   void add_fill(device_span<T> dst, const publish<T>& src, std::size_t index) {
-    if (src.core_ != core_.get()) throw std::invalid_argument("ferry: step_batch::add_fill: a publish of another batch");
+    if (src.core_ != core_.get())
+      throw std::invalid_argument("ferry: step_batch::add_fill: a publish of another batch");
     add_fill_from(dst, 0, src.i_, index);
   }
 
@@ -401,8 +402,9 @@ class step_batch {
 
   /// Starts a step in the next slot. Under event_fenced a slot still in use (its kernel or the
   /// readers of its publishes) is never rewritten: the slot after it is taken if free, else a new
-  /// slot is inserted (pow2, up to max_slots), else ferry::capacity_error with nothing changed. Throws ferry::error when the
-  /// step begun before was not submitted. Never blocks, never touches a stream.
+  /// slot is inserted (pow2, up to max_slots), else ferry::capacity_error with nothing changed.
+  /// Throws ferry::error when the step begun before was not submitted. Never blocks, never
+  /// touches a stream.
   void begin() {
     core& k = c();
     if (k.open_) throw error("ferry: step_batch::begin: the step begun before was not submitted");
@@ -492,8 +494,10 @@ class step_batch {
     add_stamp(sl, st);
     if (k.prev_ != none && k.prev_ != k.cur_) add_stamp(k.slots_[k.prev_], st);
     k.prev_ = k.cur_;
-    k.prev_published_ = std::any_of(k.publishes_.begin(), k.publishes_.end(), [](const auto& p) { return p.n != 0; });
-    if constexpr (!fixed) k.want_content_ = std::max(k.want_content_, growth::pow2::capacity_for(k.step_bytes_));
+    k.prev_published_ =
+        std::any_of(k.publishes_.begin(), k.publishes_.end(), [](const auto& p) { return p.n != 0; });
+    if constexpr (!fixed)
+      k.want_content_ = std::max(k.want_content_, growth::pow2::capacity_for(k.step_bytes_));
     k.open_ = false;
     ++k.steps_;
   }
@@ -543,8 +547,12 @@ class step_batch {
   std::pair<std::size_t, std::size_t> planned_capacity() const {
     const core& k = *core_;
     std::size_t descs = 0, bytes = 0;
-    auto add = [](std::size_t& to, std::size_t n) { to = detail::checked_add<capacity_error>(to, n, "a step plan"); };
-    auto times = [](std::size_t a, std::size_t b) { return detail::checked_bytes<capacity_error>(a, b, "a step plan"); };
+    auto add = [](std::size_t& to, std::size_t n) {
+      to = detail::checked_add<capacity_error>(to, n, "a step plan");
+    };
+    auto times = [](std::size_t a, std::size_t b) {
+      return detail::checked_bytes<capacity_error>(a, b, "a step plan");
+    };
     for (const auto& u : k.uploads_) {
       add(descs, chunks_of(times(u.max_n, u.elem)));
       add(bytes, times(u.max_n, u.elem));
@@ -615,7 +623,8 @@ class step_batch {
     for (auto& w : k.writes_) {
       if (w.tracker.suspect() && !w.chunks.empty()) {
         if (w.resolver.any_overlap(w.chunks.data(), w.chunks.size())) {
-          const auto& out = w.resolver.paint(w.chunks.data(), w.chunks.size(), detail::step_chunk_bytes / w.elem);
+          const auto& out =
+              w.resolver.paint(w.chunks.data(), w.chunks.size(), detail::step_chunk_bytes / w.elem);
           w.chunks.assign(out.begin(), out.end());
         }
         w.tracker.resolved();
@@ -643,8 +652,9 @@ class step_batch {
         d[n++] = {w.base + ch.dst * w.elem, ch.src * w.elem, static_cast<std::uint32_t>(ch.count * w.elem), 0};
     for (const auto& f : k.fills_) {
       const std::uintptr_t src =
-          f.publish == none ? f.src
-                            : reinterpret_cast<std::uintptr_t>(ops::mapped(k.publishes_[f.publish].at)) + f.index * f.elem;
+          f.publish == none
+              ? f.src
+              : reinterpret_cast<std::uintptr_t>(ops::mapped(k.publishes_[f.publish].at)) + f.index * f.elem;
       put(f.dst, src, f.bytes, static_cast<std::uint32_t>(f.elem));
     }
     reinterpret_cast<detail::step_header*>(s.table.data)->work = n;
@@ -691,7 +701,8 @@ class step_batch {
   }
   static bool slot_free(typename core::slot& s) {
     auto& tl = detail::shared_timeline<B>();
-    return std::all_of(s.stamps.begin(), s.stamps.end(), [&](const detail::stamp& st) { return tl.passed(st); });
+    return std::all_of(s.stamps.begin(), s.stamps.end(),
+                       [&](const detail::stamp& st) { return tl.passed(st); });
   }
 
   void release_slot(typename core::slot& s) noexcept {

@@ -8,7 +8,6 @@
 // its destination mod 16, so the kernel copies bodies with 16-byte vectors.
 #pragma once
 
-#include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/detail/checked.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/detail/timeline.hpp>
@@ -29,8 +28,6 @@ namespace ferry::detail {
 
 template <class B, bool Fixed>
 class step_core {
-  using ops = backend_ops<B>;
-
  public:
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
 
