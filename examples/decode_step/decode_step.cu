@@ -1,5 +1,6 @@
 // decode_step: one engine step's input preparation built from ferry (SPEC §11; the step itself is
-// decode_step.hpp), run on the GPU when there is one and on ferry's host backend otherwise.
+// decode_step.hpp: one ferry::step_batch, submitted as one kernel launch, or with --graph as one
+// graph replay), run on the GPU when there is one and on ferry's host backend otherwise.
 //
 // 1. Checks: K steps, each followed by a read-back (ferry::async_d2h into pinned buffers, then one
 //    synchronize) of the block table, the published positions and sequence lengths, the packed
@@ -10,9 +11,10 @@
 //    median) and device µs per step (CUDA: events around a burst queued behind a kernel that holds
 //    the stream; host backend: wall time of a burst queued behind a held queue, until drained).
 //
-// Usage: decode_step [--steps N] [--check K] [--host]
+// Usage: decode_step [--steps N] [--check K] [--host] [--graph]
 //   --steps N  timed steps (default 5120: bursts of 256), --check K  checked steps before and
-//   after timing (default 16), --host  use the host backend even when a GPU is present.
+//   after timing (default 16), --host  use the host backend even when a GPU is present,
+//   --graph  submit each step as the replay of its slot's CUDA graph (ferry::launch::graph).
 // With FERRY_REQUIRE_GPU=1 a missing GPU is an error (the GPU machine's test run).
 // Built by nvcc when available; without nvcc it is built as C++ for the host backend only.
 #include "decode_step.hpp"
@@ -38,6 +40,7 @@ struct options {
   long steps = 5120;
   long check = 16;
   bool force_host = false;
+  bool graph = false;
 };
 
 /// The host model of the step: the same scheduler, applied to plain host arrays.
@@ -111,8 +114,8 @@ std::size_t compare(const char* what, long step, ferry::pinned_span<T> got, cons
 }
 
 /// Reads back every device-side result of the last step, waits for it, compares with `ref`.
-template <class B>
-std::size_t check_step(ferry_step<B>& step, const reference& ref, readback<B>& rb, ferry::stream_ref<B> s) {
+template <class B, class Step>
+std::size_t check_step(Step& step, const reference& ref, readback<B>& rb, ferry::stream_ref<B> s) {
   const auto& [tokens, temperature, top_p, top_k, seed] = step.sampling();
   auto table = ferry::async_d2h(step.block_table(), rb.table.host(), s);
   auto positions = ferry::async_d2h(step.positions(), rb.positions.host(), s);
@@ -157,8 +160,8 @@ void cuda_check(cudaError_t e, const char* what) {
 }
 
 /// CUDA: device µs per step of a burst queued behind a held stream, timed by events.
-double device_us_per_step(ferry_step<ferry::backend::cuda>& step, ferry::stream_ref<ferry::backend::cuda> s,
-                          long burst) {
+template <class Step>
+double device_us_per_step(Step& step, ferry::stream_ref<ferry::backend::cuda> s, long burst) {
   cudaEvent_t e0, e1;
   cuda_check(cudaEventCreate(&e0), "cudaEventCreate");
   cuda_check(cudaEventCreate(&e1), "cudaEventCreate");
@@ -182,8 +185,8 @@ double device_us_per_step(ferry_step<ferry::backend::cuda>& step, ferry::stream_
 
 /// Host backend: wall µs per step of a burst queued behind a held queue, from its release until
 /// the queue has drained.
-double device_us_per_step(ferry_step<ferry::backend::host>& step, ferry::stream_ref<ferry::backend::host> s,
-                          long burst) {
+template <class Step>
+double device_us_per_step(Step& step, ferry::stream_ref<ferry::backend::host> s, long burst) {
   std::vector<double> v;
   for (int rep = 0; rep < 4; ++rep) {
     std::atomic<bool> open{false};
@@ -199,16 +202,17 @@ double device_us_per_step(ferry_step<ferry::backend::host>& step, ferry::stream_
   return median(v);
 }
 
-template <class B>
+template <class B, class Launch>
 int run(const options& o, const char* where) {
   const long burst = std::max(1L, std::min(256L, o.steps));
   const long bursts = std::max(1L, o.steps / burst);
   ferry::stream<B> s;
-  ferry_step<B> step(s, static_cast<std::size_t>(burst) + 8);
+  ferry_step<B, Launch> step(s, static_cast<std::size_t>(burst) + 8);
   reference ref;
   readback<B> rb;
-  std::printf("decode_step on %s: batch %zu of %zu requests, block table %zu x %zu int32\n", where, batch,
-              max_requests, max_requests, max_blocks);
+  std::printf("decode_step on %s: batch %zu of %zu requests, block table %zu x %zu int32, one step_batch %s\n",
+              where, batch, max_requests, max_requests, max_blocks,
+              Launch::replays_graph ? "graph replay per step" : "kernel launch per step");
 
   // 1. checked steps
   std::size_t bad = 0;
@@ -275,7 +279,8 @@ options parse(int argc, char** argv) {
     if (a == "--steps") o.steps = std::max(1L, number());
     else if (a == "--check") o.check = number();
     else if (a == "--host") o.force_host = true;
-    else throw std::invalid_argument("unknown argument " + a + " (use --steps N, --check K, --host)");
+    else if (a == "--graph") o.graph = true;
+    else throw std::invalid_argument("unknown argument " + a + " (use --steps N, --check K, --host, --graph)");
   }
   return o;
 }
@@ -296,11 +301,13 @@ int main(int argc, char** argv) {
       cudaDeviceProp p{};
       cuda_check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
       const std::string where = std::string("the GPU (") + p.name + ")";
-      return run<ferry::backend::cuda>(o, where.c_str());
+      return o.graph ? run<ferry::backend::cuda, ferry::launch::graph>(o, where.c_str())
+                     : run<ferry::backend::cuda, ferry::launch::kernel>(o, where.c_str());
     }
 #endif
-    return run<ferry::backend::host>(o, gpu_present() ? "the host backend (--host)"
-                                                      : "the host backend (no CUDA device found)");
+    const char* where = gpu_present() ? "the host backend (--host)" : "the host backend (no CUDA device found)";
+    return o.graph ? run<ferry::backend::host, ferry::launch::graph>(o, where)
+                   : run<ferry::backend::host, ferry::launch::kernel>(o, where);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "decode_step: %s\n", e.what());
     return 1;

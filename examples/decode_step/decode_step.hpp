@@ -7,20 +7,24 @@
 // request. Per step:
 //   - block-table appends for the requests that cross a block boundary (every 16th request, one
 //     int32 each) and 8 newly admitted requests writing their whole block list (64 int32 each)
-//     into a device int32[1024 x 512] table: ferry::staged_write_tensor (presets::block_table),
-//     one apply launch;
-//   - positions int64[256] and sequence lengths int32[256]: the host owns the truth
-//     (ferry::uva_backed), a snapshot is published through UVA each step (no copy at all);
+//     into a device int32[1024 x 512] table (staged writes);
+//   - positions int64[256] and sequence lengths int32[256]: the host owns the truth, a snapshot is
+//     published through UVA each step (no copy at all);
 //   - token ids int32[256] and the sampling parameters temperature float[256], top-p float[256],
-//     top-k int32[256], seed int64[256]: ONE ferry::async_h2d_packed into a device byte buffer;
+//     top-k int32[256], seed int64[256], packed into one device byte buffer;
 //   - a logprob-request matrix int64[256 x 6] (32 requests ask for 5 token ids each, plus the
-//     sampled column) assembled in the pinned host() of a ferry::cpu_gpu_buffer and uploaded by
-//     copy_to_device;
+//     sampled column) uploaded into device memory;
 //   - the last logits index filled on the device from a device value (logits_indices[255] =
-//     seq_lens[255], read from the published UVA view) by a one-thread kernel (the host backend:
-//     a host task in stream order) — never a host read-back.
-// Nothing in run() allocates or synchronizes once warm (the arena and pools have seen the
-// largest number of steps in flight); the benchmark proves it with ferry::sync_guard.
+//     seq_lens[255], read from the published UVA view) — never a host read-back.
+//
+// Two implementations with the same interface and results:
+//   - ferry_step<B, Launch>: the step as ONE ferry::step_batch — the host writes the step into a
+//     pinned slot and submit() is one kernel launch (launch::kernel) or one graph replay
+//     (launch::graph) doing every upload, write and fill;
+//   - component_step<B>: the same step from ferry's components (staged_write_tensor, uva_backed,
+//     async_h2d_packed, cpu_gpu_buffer, a fill kernel): several launches and copies per step.
+// Nothing in run() allocates or synchronizes once warm (the slots have seen the largest number of
+// steps in flight); the benchmark proves it with ferry::sync_guard.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -29,6 +33,7 @@
 #include <ferry/ferry.hpp>
 #endif
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -196,11 +201,12 @@ void fill_last_index(ferry::device_span<std::int32_t> out, ferry::device_span<co
 
 // ---- the step, built from ferry -----------------------------------------------------------------
 
-/// One engine step's input preparation on backend B, built only from ferry (see the file comment).
-/// Construct once (allocations happen here and while warming up); call run(stream) every step.
-/// The device-side results of the last step are exposed for checking and for the model's kernels.
+/// One engine step's input preparation on backend B from ferry's components (see the file
+/// comment): a staged-write apply, two UVA publishes, a packed upload, a logprob upload and a fill
+/// launch per step. Construct once (allocations happen here and while warming up); call
+/// run(stream) every step. The device-side results of the last step are exposed for checking.
 template <class B>
-class ferry_step {
+class component_step {
  public:
   using backend_type = B;
   /// The packed sampling upload's parts: token ids, temperature, top-p, top-k, seed.
@@ -211,7 +217,7 @@ class ferry_step {
   /// Allocates everything; the zero fill of the table and the initial logits indices (0..255) are
   /// enqueued on `s`. `max_in_flight`: the most steps the host may run ahead of the device (the
   /// UVA-backed state gets a slot per step in flight, inserted while warming up, never beyond).
-  explicit ferry_step(ferry::stream_ref<B> s, std::size_t max_in_flight = 264)
+  explicit component_step(ferry::stream_ref<B> s, std::size_t max_in_flight = 264)
       : table_(max_requests, max_blocks, s),
         positions_(batch, 2, max_in_flight + 2),
         seq_lens_(batch, 2, max_in_flight + 2),
@@ -296,6 +302,125 @@ class ferry_step {
   ferry::device_span<const std::int32_t> seq_lens_view_;
   sampling_views sampling_;
   ferry::device_span<std::int64_t> logprob_view_;
+};
+
+// ---- the step as one step_batch -----------------------------------------------------------------
+
+/// One engine step's input preparation on backend B as ONE ferry::step_batch (see the file
+/// comment): run() writes the host's step into the batch's pinned slot and submits it, one kernel
+/// launch (launch::kernel) or one graph replay (launch::graph, fixed slots: presets::graph_safe).
+/// Construct once (allocations happen here and while warming up); call run(stream) every step.
+/// The device-side results of the last step are exposed for checking and for the model's kernels.
+template <class B, class Launch = ferry::launch::kernel>
+class ferry_step {
+  using batch_type = std::conditional_t<Launch::replays_graph, ferry::step_batch<B, Launch, ferry::presets::graph_safe>,
+                                        ferry::step_batch<B, Launch>>;
+
+ public:
+  using backend_type = B;
+  /// The packed sampling parts: token ids, temperature, top-p, top-k, seed.
+  using sampling_views = std::tuple<ferry::device_span<std::int32_t>, ferry::device_span<float>,
+                                    ferry::device_span<float>, ferry::device_span<std::int32_t>,
+                                    ferry::device_span<std::int64_t>>;
+
+  /// Allocates everything; the zero fill of the table and the initial logits indices (0..255) are
+  /// enqueued on `s`. `max_in_flight`: the most steps the host may run ahead of the device (slots
+  /// are inserted up to that depth while warming up; launch::graph makes them all at once).
+  explicit ferry_step(ferry::stream_ref<B> s, std::size_t max_in_flight = 264)
+      : table_(max_requests, max_blocks, s),
+        packed_(packed_bytes / sizeof(std::uint64_t)),
+        logprobs_(batch * logprob_cols),
+        logits_indices_(batch),
+        batch_(Launch::replays_graph ? max_in_flight + 2 : 2, max_in_flight + 2),
+        sampling_(part<std::int32_t>(0), part<float>(1), part<float>(2), part<std::int32_t>(3), part<std::int64_t>(4)),
+        tokens_(batch_.add_upload(std::get<0>(sampling_), batch)),
+        temperature_(batch_.add_upload(std::get<1>(sampling_), batch)),
+        top_p_(batch_.add_upload(std::get<2>(sampling_), batch)),
+        top_k_(batch_.add_upload(std::get<3>(sampling_), batch)),
+        seed_(batch_.add_upload(std::get<4>(sampling_), batch)),
+        logprob_upload_(batch_.add_upload(logprobs_.span(), batch * logprob_cols)),
+        positions_(batch_.template add_publish<std::int64_t>(batch)),
+        seq_lens_(batch_.template add_publish<std::int32_t>(batch)),
+        writes_(batch_.add_writes(table_, writes_per_step, elements_per_step)) {
+    batch_.add_fill(logits_indices_.span().subspan(batch - 1, 1), seq_lens_, batch - 1);
+    batch_.reserve();
+    for (std::size_t i = 0; i < batch; ++i) {
+      lens_[i] = scheduler::initial_seq_len(i);
+      positions_host_[i] = lens_[i] - 1;
+    }
+    scheduler::logprob_init(logprob_host_.data());
+    std::vector<std::int32_t> iota(batch);
+    std::iota(iota.begin(), iota.end(), 0);
+    ferry::async_h2d(iota, logits_indices_.span(), s);
+  }
+
+  /// One step on `s`: the host's state of the step written into the batch's slot, then one
+  /// submit. Never blocks the host.
+  void run(ferry::stream_ref<B> s) {
+    const std::int64_t step = sched_.begin_step();
+    batch_.begin();
+    scheduler::advance(positions_host_, lens_);
+    sched_.for_each_write(step, lens_, [&](std::size_t row, std::size_t start, std::span<const std::int32_t> ids) {
+      writes_.stage_write(row, start, ids);
+    });
+    scheduler::sampling(step, tokens_.span(batch).data(), temperature_.span(batch).data(), top_p_.span(batch).data(),
+                        top_k_.span(batch).data(), seed_.span(batch).data());
+    scheduler::logprob_rows(step, logprob_host_.data());
+    copy_into(logprob_upload_.span(batch * logprob_cols), logprob_host_);
+    copy_into(positions_.span(batch), positions_host_);
+    copy_into(seq_lens_.span(batch), lens_);
+    batch_.submit(s);
+  }
+
+  /// Steps run so far.
+  [[nodiscard]] std::int64_t steps() const noexcept { return sched_.steps(); }
+  /// The block table (device int32[1024 x 512], row-major).
+  [[nodiscard]] ferry::device_span<std::int32_t> block_table() const noexcept { return table_.span(); }
+  /// The last step's positions (UVA view of its slot).
+  [[nodiscard]] ferry::device_span<const std::int64_t> positions() const noexcept { return positions_.view(); }
+  /// The last step's sequence lengths (UVA view of its slot).
+  [[nodiscard]] ferry::device_span<const std::int32_t> seq_lens() const noexcept { return seq_lens_.view(); }
+  /// The packed parts (device memory, rewritten every step).
+  [[nodiscard]] const sampling_views& sampling() const noexcept { return sampling_; }
+  /// The logprob-request matrix (device int64[256 x 6]).
+  [[nodiscard]] ferry::device_span<std::int64_t> logprobs() const noexcept { return logprobs_.span(); }
+  /// The logits indices (device int32[256]; the last filled on the device each step).
+  [[nodiscard]] ferry::device_span<std::int32_t> logits_indices() const noexcept { return logits_indices_.span(); }
+
+ private:
+  // Part k of the packed buffer: 256 elements at a 16-byte aligned offset (int32, float, float,
+  // int32, int64: each part's bytes are a multiple of 16).
+  template <class T>
+  ferry::device_span<T> part(std::size_t k) const noexcept {
+    static constexpr std::size_t offsets[] = {0, 4 * batch, 8 * batch, 12 * batch, 16 * batch};
+    return {reinterpret_cast<T*>(reinterpret_cast<std::byte*>(packed_.data()) + offsets[k]), batch};
+  }
+  template <class T>
+  static void copy_into(std::span<T> out, const std::vector<T>& from) noexcept {
+    std::copy(from.begin(), from.end(), out.begin());
+  }
+
+  scheduler sched_;
+  ferry::staged_write_tensor<std::int32_t, B, ferry::presets::block_table> table_;
+  ferry::device_buffer<std::uint64_t, B> packed_;  // the packed parts' bytes (16-byte aligned)
+  ferry::device_buffer<std::int64_t, B> logprobs_;
+  ferry::device_buffer<std::int32_t, B> logits_indices_;
+  // the host's truth
+  std::vector<std::int64_t> positions_host_ = std::vector<std::int64_t>(batch);
+  std::vector<std::int32_t> lens_ = std::vector<std::int32_t>(batch);
+  std::vector<std::int64_t> logprob_host_ = std::vector<std::int64_t>(batch * logprob_cols);
+  // the step
+  batch_type batch_;
+  sampling_views sampling_;
+  typename batch_type::template upload<std::int32_t> tokens_;
+  typename batch_type::template upload<float> temperature_;
+  typename batch_type::template upload<float> top_p_;
+  typename batch_type::template upload<std::int32_t> top_k_;
+  typename batch_type::template upload<std::int64_t> seed_;
+  typename batch_type::template upload<std::int64_t> logprob_upload_;
+  typename batch_type::template publish<std::int64_t> positions_;
+  typename batch_type::template publish<std::int32_t> seq_lens_;
+  typename batch_type::template writes<std::int32_t> writes_;
 };
 
 }  // namespace decode_step

@@ -9,3 +9,4 @@
 #include <ferry/ferry.hpp>
 
 #include <ferry/staged/detail/apply_kernel.cuh>
+#include <ferry/step/detail/step_kernel.cuh>

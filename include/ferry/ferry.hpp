@@ -34,3 +34,5 @@
 #include <ferry/staged/fused_staged_writer.hpp>
 #include <ferry/staged/staged_view.hpp>
 #include <ferry/staged/staged_write_tensor.hpp>
+
+#include <ferry/step/step_batch.hpp>

@@ -1,0 +1,140 @@
+// ferry/step/detail/step_core.hpp: the state of a step_batch that its handles write into: the
+// declared plan, the slots (pinned table and content blocks from the arena, each stamped by the
+// reuse core), and the open step's records.
+//
+// Contents are bump-allocated in the slot's content block; a step that outgrows it (pow2) takes
+// another block for the rest of the step, so nothing handed out moves, and the next use of the
+// slot consolidates into one block of the largest step's size. Every placement is congruent to
+// its destination mod 16, so the kernel copies bodies with 16-byte vectors.
+#pragma once
+
+#include <ferry/detail/checked.hpp>
+#include <ferry/error.hpp>
+#include <ferry/memory/detail/timeline.hpp>
+#include <ferry/memory/pinned_arena.hpp>
+#include <ferry/policies/growth.hpp>
+#include <ferry/staged/detail/layout.hpp>
+#include <ferry/staged/detail/overlap.hpp>
+#include <ferry/step/detail/plan.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ferry::detail {
+
+template <class B, bool Fixed>
+class step_core {
+ public:
+  static constexpr std::size_t none = static_cast<std::size_t>(-1);
+
+  struct slot {
+    pinned_block table;                // step_header + step_desc[table_cap]
+    std::size_t table_cap = 0;         // descriptors
+    pinned_block content;              // bump-allocated contents
+    std::vector<pinned_block> extra;   // blocks taken by a step that outgrew `content`
+    std::vector<stamp> stamps;         // its kernel's, the next submit's, record_use's
+    void* graph = nullptr;             // launch::graph: the slot's cudaGraphExec_t
+  };
+  struct upload_rec {
+    std::uintptr_t dst;
+    std::size_t elem, limit, max_n;
+    std::byte* at = nullptr;  // this step's contents (host address) and bytes
+    std::size_t bytes = 0, room = 0;
+  };
+  struct publish_rec {
+    std::size_t elem, max_n;
+    std::byte* at = nullptr;  // the last step's contents (host address) and elements
+    std::size_t n = 0, room = 0;
+  };
+  struct writes_rec {
+    std::uintptr_t base;
+    std::size_t rows, cols, elem, max_writes, max_elements;
+    overlap_tracker tracker;
+    overlap_resolver resolver;
+    std::vector<chunk_desc> chunks;  // dst: element of the target; src: absolute element index
+    std::size_t writes = 0, elements = 0;
+  };
+  struct fill_rec {
+    std::uintptr_t dst, src;
+    std::size_t elem, bytes;
+    std::size_t publish = none, index = 0;  // a source in a publish of this step, else `src`
+  };
+
+  step_core(std::size_t slots, std::size_t max_slots, int device, pinned_arena<B>& arena)
+      : arena_(&arena), initial_slots_(slots), max_slots_(max_slots), device_(device) {}
+  step_core(const step_core&) = delete;
+  step_core& operator=(const step_core&) = delete;
+
+  // ---- the plan (before the first step) --------------------------------------------------------
+
+  void check_planning(const char* what) const {
+    if (frozen_)
+      throw error(std::string("ferry: step_batch::") + what +
+                  ": the plan is fixed once the first step begins (or reserve() is called); "
+                  "declare every upload, publish, write target and fill before");
+  }
+
+  // ---- one step --------------------------------------------------------------------------------
+
+  void check_open(const char* what) const {
+    if (!open_)
+      throw error(std::string("ferry: step_batch: ") + what +
+                  " outside a step; call begin() first (and submit() once the step is filled)");
+  }
+
+  /// `bytes` of contents for a destination at `dst` (0: none), placed congruent to it mod 16.
+  /// Throws ferry::capacity_error (growth::fixed, arena cap) with nothing changed.
+  std::byte* place(std::size_t bytes, std::uintptr_t dst) {
+    const std::size_t want = static_cast<std::size_t>(dst % step_vector_bytes);
+    auto offset = [&](std::size_t used) {
+      const auto at = reinterpret_cast<std::uintptr_t>(base_) + used;
+      return used + (want + step_vector_bytes - at % step_vector_bytes) % step_vector_bytes;
+    };
+    std::size_t off = offset(used_);
+    if (off > room_ || bytes > room_ - off) {
+      if constexpr (Fixed) {
+        throw capacity_error("ferry: step_batch (growth::fixed): the step's contents exceed the "
+                             "slot's " + std::to_string(room_) + " bytes");
+      } else {
+        const std::size_t need = checked_add<capacity_error>(bytes, step_vector_bytes, "step contents");
+        const pinned_block b = arena_->acquire(std::max(need, room_));  // a power of two
+        slots_[cur_].extra.push_back(b);
+        base_ = b.data;
+        room_ = b.capacity;
+        used_ = 0;
+        off = offset(0);
+      }
+    }
+    used_ = off + bytes;
+    step_bytes_ += bytes + step_vector_bytes;
+    return base_ + off;
+  }
+
+  // ---- state -----------------------------------------------------------------------------------
+
+  pinned_arena<B>* arena_;
+  std::size_t initial_slots_, max_slots_;
+  int device_;
+  std::vector<upload_rec> uploads_;
+  std::vector<publish_rec> publishes_;
+  std::vector<writes_rec> writes_;
+  std::vector<fill_rec> fills_;
+  std::vector<slot> slots_;
+  bool frozen_ = false;
+  bool open_ = false;
+  std::size_t cur_ = none;   // the slot of the open (or last) step
+  std::size_t prev_ = none;  // the slot of the last submitted step
+  bool prev_published_ = false;  // its publishes may have readers no stamp covers yet
+  std::uint64_t steps_ = 0;
+  // capacities wanted for every slot (fixed: the plan's bounds)
+  std::size_t want_table_ = 0, want_content_ = 0;
+  // the open step's bump allocation
+  std::byte* base_ = nullptr;
+  std::size_t room_ = 0, used_ = 0, step_bytes_ = 0;
+};
+
+}  // namespace ferry::detail

@@ -1,0 +1,117 @@
+// ferry/step/detail/step_kernel.cuh: the CUDA step kernel of step_batch, its launcher and the
+// graph of one slot. Block b runs descriptor b of the slot's table (plan.hpp), read through UVA
+// with the step's work count and kernel mark; every block then finishes the kernel mark.
+#pragma once
+
+#if defined(__CUDACC__)
+
+#include <ferry/backend/detail/cuda_runtime.hpp>
+#include <ferry/config.hpp>
+#include <ferry/error.hpp>
+#include <ferry/memory/detail/kernel_mark.cuh>
+#include <ferry/staged/detail/apply_kernel.cuh>
+#include <ferry/step/detail/plan.hpp>
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ferry {
+inline namespace FERRY_KERNEL_NAMESPACE {
+namespace step_kernels {
+
+/// Writes the `sizeof(U)`-byte value at `src` over `bytes` bytes at `dst` with the whole block.
+template <class U>
+__device__ __forceinline__ void fill_chunk(unsigned char* dst, const unsigned char* src, unsigned bytes) {
+  const U v = *reinterpret_cast<const U*>(src);
+  U* d = reinterpret_cast<U*>(dst);
+  for (unsigned i = threadIdx.x; i < bytes / sizeof(U); i += blockDim.x) d[i] = v;
+}
+
+/// The step kernel: block b runs descriptor b when b < the table's work count; every block
+/// finishes the kernel mark written in the table's header.
+FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::step_block_threads)
+    run_step(const detail::step_header* table) {
+  // Header words 0-3 (work, mark), descriptor b's three words. Plain loads: the launch orders them
+  // after the host's writes, and __ldcv of mapped memory is slow on the H200 (docs/performance.md).
+  __shared__ unsigned long long w[7];
+  const auto* words = reinterpret_cast<const unsigned long long*>(table);
+  constexpr unsigned first_desc = sizeof(detail::step_header) / sizeof(unsigned long long);
+  if (threadIdx.x < 4)
+    w[threadIdx.x] = words[threadIdx.x];
+  else if (threadIdx.x < 7)
+    w[threadIdx.x] = words[first_desc + 3ull * blockIdx.x + (threadIdx.x - 4)];
+  __syncthreads();
+  if (blockIdx.x < w[0]) {
+    auto* dst = reinterpret_cast<unsigned char*>(w[4]);
+    const auto* src = reinterpret_cast<const unsigned char*>(w[5]);
+    const auto bytes = static_cast<unsigned>(w[6] & 0xffffffffu);
+    switch (static_cast<unsigned>(w[6] >> 32)) {
+      case 0: staged_kernels::copy_chunk<unsigned char>(dst, src, bytes); break;
+      case 1: fill_chunk<unsigned char>(dst, src, bytes); break;
+      case 2: fill_chunk<unsigned short>(dst, src, bytes); break;
+      case 4: fill_chunk<unsigned>(dst, src, bytes); break;
+      default: fill_chunk<unsigned long long>(dst, src, bytes); break;
+    }
+  }
+  detail::finish_kernel_mark(detail::kernel_mark{reinterpret_cast<std::uint64_t*>(w[1]),
+                                                 reinterpret_cast<unsigned*>(w[2]), w[3]});
+}
+
+}  // namespace step_kernels
+}  // namespace FERRY_KERNEL_NAMESPACE
+
+namespace detail {
+
+/// Loads the step kernel's module once per process, at construction (see preload_apply_kernels).
+FERRY_KERNEL_VISIBILITY inline void preload_step_kernel() {
+  static const bool loaded = [] {
+    cudaFuncAttributes a{};
+    FERRY_CUDA_CHECK(cudaFuncGetAttributes(&a, step_kernels::run_step));
+    return true;
+  }();
+  (void)loaded;
+}
+
+/// Launches the step kernel over `blocks` blocks for the table at `table` (mapped) on `s`.
+FERRY_KERNEL_VISIBILITY inline void launch_step_kernel(const void* table, std::size_t blocks, cudaStream_t s) {
+  if (blocks > static_cast<std::size_t>(INT_MAX))
+    throw capacity_error("ferry: a step of " + std::to_string(blocks) +
+                         " descriptors exceeds the grid limit of 2^31-1 blocks");
+  step_kernels::run_step<<<static_cast<unsigned>(blocks), step_block_threads, 0, s>>>(
+      static_cast<const step_header*>(table));
+  FERRY_CUDA_CHECK_LAUNCH("ferry::step_kernels::run_step");
+}
+
+/// The executable graph of one slot, on `device`: the step kernel over `blocks` blocks reading
+/// `table`.
+FERRY_KERNEL_VISIBILITY inline cudaGraphExec_t make_step_graph(const void* table, std::size_t blocks, int device) {
+  if (blocks > static_cast<std::size_t>(INT_MAX))
+    throw capacity_error("ferry: a step graph of " + std::to_string(blocks) +
+                         " descriptors exceeds the grid limit of 2^31-1 blocks");
+  const device_scope on_device(device);
+  cudaGraph_t g = nullptr;
+  FERRY_CUDA_CHECK(cudaGraphCreate(&g, 0));
+  const auto* arg = static_cast<const step_header*>(table);
+  void* args[] = {&arg};
+  cudaKernelNodeParams p{};
+  p.func = reinterpret_cast<void*>(&step_kernels::run_step);
+  p.gridDim = dim3(static_cast<unsigned>(blocks));
+  p.blockDim = dim3(step_block_threads);
+  p.kernelParams = args;
+  cudaGraphNode_t node = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t r = cudaGraphAddKernelNode(&node, g, nullptr, 0, &p);
+  if (r == cudaSuccess) r = cudaGraphInstantiate(&exec, g, 0);
+  static_cast<void>(cudaGraphDestroy(g));
+  if (r != cudaSuccess) throw_cuda(r, "building a step_batch slot's graph", __FILE__, __LINE__);
+  return exec;
+}
+
+}  // namespace detail
+}  // namespace ferry
+
+#endif  // defined(__CUDACC__)

@@ -1,0 +1,740 @@
+// ferry/step/step_batch.hpp: step_batch<Policies...>, a whole engine step (packed uploads, UVA
+// publishes, staged writes into any number of targets, device-side fills) gathered into one
+// pinned slot and submitted as one kernel launch or one graph replay.
+#pragma once
+
+#include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/backend/stream.hpp>
+#include <ferry/config.hpp>
+#include <ferry/detail/checked.hpp>
+#include <ferry/detail/source_range.hpp>
+#include <ferry/element.hpp>
+#include <ferry/error.hpp>
+#include <ferry/memory/detail/timeline.hpp>
+#include <ferry/memory/device_span.hpp>
+#include <ferry/memory/pinned_arena.hpp>
+#include <ferry/policies/detail/select.hpp>
+#include <ferry/policies/growth.hpp>
+#include <ferry/policies/launch.hpp>
+#include <ferry/policies/reuse.hpp>
+#include <ferry/staged/staged_view.hpp>
+#include <ferry/staged/staged_write_tensor.hpp>
+#include <ferry/step/detail/plan.hpp>
+#include <ferry/step/detail/step_core.hpp>
+
+#if defined(__CUDACC__)
+#include <ferry/step/detail/step_kernel.cuh>
+#endif
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <ranges>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace ferry {
+
+/// A whole engine step in one launch. At setup an engine declares what every step moves:
+/// `add_upload` (a packed array into a device buffer), `add_publish` (an array that kernels read
+/// in place through UVA), `add_writes` (staged row-segment writes into a 2-D target: a
+/// staged_write_tensor or any device matrix view, of any element type) and `add_fill` (a device
+/// destination filled from a device value). Every step then: `begin()` takes the next pinned
+/// slot; the handles write the step's host data straight into it (`span(n)`, `stage_write`);
+/// `submit(stream)` enqueues ONE kernel launch (launch::kernel) or ONE graph replay (launch::graph)
+/// that reads the descriptors and contents through UVA and does all of it, then records its own
+/// completion for ferry's reuse core as its last act (no event record, no query in steady state).
+/// The host backend runs the same plan as one host task, with identical results.
+///
+/// Policies (any order, each family at most once): GrowthPolicy (`growth::pow2` default: a step
+/// larger than its slot takes more arena memory for that step, and every slot grows to the
+/// largest step at its next use; `growth::fixed`: the declared maxima are the capacity, beyond
+/// them ferry::capacity_error and nothing is recorded), ReusePolicy (`reuse::event_fenced`
+/// default; `reuse::caller_fenced`), LaunchPolicy (`launch::kernel` default; `launch::graph`,
+/// which needs growth::fixed: presets::graph_safe), Backend; and the presets.
+///
+/// **Rules.** Destinations of one step are disjoint, except writes into one target: of two
+/// writes that overlap, the one staged later wins. A fill's source must not be written by the
+/// same step (it may be an element of this step's publish). Uploads and writes land in memory
+/// the engine owns; a published view lives in the slot: **it stays valid for work enqueued on the
+/// submit's stream before the next submit** (work on another stream: record_use(stream) before
+/// the next submit). Under event_fenced a slot is rewritten only once its kernel and the readers
+/// of its publishes have passed; when the next slot is still in use, begin() takes the one after
+/// it if that is free, else inserts a new slot (pow2, up to max_slots) without blocking, and
+/// otherwise throws ferry::capacity_error.
+/// Under caller_fenced nothing is checked: the caller makes sure a slot's step and readers are
+/// done `slots` steps later.
+///
+/// **Capture safety.** begin(), the handles' calls, reserve() and the add_* calls touch no stream
+/// and may run while a stream captures; submit() and record_use() throw ferry::error on a
+/// capturing stream (the graph a replay uses is ferry's own, one per slot).
+///
+/// Handles are small values that refer to the batch; they stay valid while it lives (moves
+/// included). Destruction waits for the batch's kernels and for the readers of the last step's
+/// publishes (the device, as freeing memory does: their streams may be gone). Move-only; not
+/// thread-safe.
+template <class... Policies>
+class step_batch {
+  using policies = detail::policies<
+      detail::type_list<families::growth, families::reuse, families::launch, families::backend>,
+      Policies...>;
+
+ public:
+  using backend_type = typename policies::backend;        ///< The backend (Backend policy).
+  using growth_policy = typename policies::growth;        ///< Slot growth (GrowthPolicy).
+  using reuse_policy = typename policies::reuse;          ///< Who fences slots (ReusePolicy).
+  using launch_policy = typename policies::launch;        ///< How a step is submitted.
+
+ private:
+  using B = backend_type;
+  using ops = detail::backend_ops<B>;
+  static constexpr bool fixed = growth_policy::stable_addresses;
+  static constexpr bool fenced = reuse_policy::ferry_fences;
+  static constexpr bool graphs = launch_policy::replays_graph && !std::is_same_v<B, backend::host>;
+  static_assert(!launch_policy::replays_graph || fixed,
+                "ferry: launch::graph replays a graph over fixed slot addresses and needs "
+                "growth::fixed (presets::graph_safe)");
+  using core = detail::step_core<B, fixed>;
+  static constexpr std::size_t none = core::none;
+
+ public:
+  /// The default ceiling on slots.
+  static constexpr std::size_t default_max_slots = 8;
+
+  // ---- handles ---------------------------------------------------------------------------------
+
+  /// A packed upload into a device buffer: each step, `span(n)` is where the host writes the
+  /// first n elements of the destination (pinned slot memory); the submit copies them.
+  template <class T>
+  class upload {
+   public:
+    upload() = default;
+    /// This step's n elements for destination[0, n), uninitialized: write every one of them
+    /// before submit(). A second call in one step replaces the first. n > destination().size():
+    /// std::out_of_range; growth::fixed and n > the declared max_n: ferry::capacity_error
+    /// (nothing changes either way).
+    std::span<T> span(std::size_t n) {
+      auto& r = c().uploads_[i_];
+      c().check_open("upload::span");
+      if (n > r.limit)
+        throw std::out_of_range("ferry: step_batch upload of " + std::to_string(n) +
+                                " elements into a destination of " + std::to_string(r.limit));
+      if (fixed && n > r.max_n)
+        throw capacity_error("ferry: step_batch (growth::fixed): an upload of " + std::to_string(n) +
+                             " elements exceeds its declared max_n of " + std::to_string(r.max_n));
+      const std::size_t bytes = n * sizeof(T);
+      if (r.at == nullptr || bytes > r.room) {
+        r.at = c().place(bytes, r.dst);
+        r.room = bytes;
+      }
+      r.bytes = bytes;
+      return {reinterpret_cast<T*>(r.at), n};
+    }
+    /// The device buffer this upload fills.
+    [[nodiscard]] device_span<T> destination() const noexcept {
+      const auto& r = core_->uploads_[i_];
+      return {reinterpret_cast<T*>(r.dst), r.limit};
+    }
+
+   private:
+    friend class step_batch;
+    upload(core* c, std::size_t i) : core_(c), i_(i) {}
+    core& c() const {
+      if (!core_) throw error("ferry: use of an empty step_batch::upload handle");
+      return *core_;
+    }
+    core* core_ = nullptr;
+    std::size_t i_ = 0;
+  };
+
+  /// A UVA publish: each step, `span(n)` is where the host writes n elements (pinned slot
+  /// memory); `view()` is what kernels read in place, with no copy (see the class's lifetime rule).
+  template <class T>
+  class publish {
+   public:
+    publish() = default;
+    /// This step's n elements, uninitialized: write every one before submit(). A second call in
+    /// one step replaces the first. growth::fixed and n > the declared max_n:
+    /// ferry::capacity_error (nothing changes).
+    std::span<T> span(std::size_t n) {
+      auto& r = c().publishes_[i_];
+      c().check_open("publish::span");
+      if (fixed && n > r.max_n)
+        throw capacity_error("ferry: step_batch (growth::fixed): a publish of " + std::to_string(n) +
+                             " elements exceeds its declared max_n of " + std::to_string(r.max_n));
+      const std::size_t bytes = detail::checked_bytes<capacity_error>(n, sizeof(T), "a publish");
+      if (r.at == nullptr || bytes > r.room) {
+        r.at = c().place(bytes, 0);
+        r.room = bytes;
+      }
+      r.n = n;
+      return {reinterpret_cast<T*>(r.at), n};
+    }
+    /// The kernel-readable view of the last span() of the current (or last submitted) step;
+    /// empty before the step's span() call.
+    [[nodiscard]] device_span<const T> view() const noexcept {
+      const auto& r = core_->publishes_[i_];
+      return {static_cast<const T*>(ops::mapped(r.at)), r.n};
+    }
+
+   private:
+    friend class step_batch;
+    publish(core* c, std::size_t i) : core_(c), i_(i) {}
+    core& c() const {
+      if (!core_) throw error("ferry: use of an empty step_batch::publish handle");
+      return *core_;
+    }
+    core* core_ = nullptr;
+    std::size_t i_ = 0;
+  };
+
+  /// Staged writes into one rows x cols target, as staged_write_tensor's: each is recorded
+  /// straight into the slot and applied by the step's submit.
+  template <class T>
+  class writes {
+   public:
+    writes() = default;
+    /// Records a write of the elements of `range` to [row][start, start + n). Checks first, even
+    /// for an empty range: row < rows(), start <= cols(), n <= cols() - start; otherwise
+    /// std::out_of_range naming them, and nothing is recorded. The element type must be T's
+    /// (ferry's dtype rule). growth::fixed: beyond the declared max_writes / max_elements,
+    /// ferry::capacity_error, nothing recorded. The range is consumed when this returns.
+    template <std::ranges::input_range R>
+      requires(std::ranges::sized_range<R> || std::ranges::forward_range<R>)
+    void stage_write(std::size_t row, std::size_t start, R&& range) {
+      detail::check_same_element<std::ranges::range_value_t<R>, T>();
+      stage(row, start, range);
+    }
+    /// stage_write(row, start, {a, b, c}).
+    void stage_write(std::size_t row, std::size_t start, std::initializer_list<T> values) {
+      stage(row, start, std::span<const T>(values.begin(), values.size()));
+    }
+    /// A one-element write of `value` at [row][0] (ferry's scalar rule).
+    template <class V>
+    void stage_write_elem(std::size_t row, V value) {
+      detail::check_scalar<V, T>();
+      const T v = static_cast<T>(value);
+      stage(row, 0, std::span<const T>(&v, 1));
+    }
+    /// Writes recorded in the open step (empty writes are not recorded).
+    [[nodiscard]] std::size_t pending() const noexcept { return core_ ? core_->writes_[i_].writes : 0; }
+    /// Elements recorded in the open step.
+    [[nodiscard]] std::size_t pending_elements() const noexcept {
+      return core_ ? core_->writes_[i_].elements : 0;
+    }
+    /// The target's rows.
+    [[nodiscard]] std::size_t rows() const noexcept { return core_ ? core_->writes_[i_].rows : 0; }
+    /// The target's columns.
+    [[nodiscard]] std::size_t cols() const noexcept { return core_ ? core_->writes_[i_].cols : 0; }
+
+   private:
+    friend class step_batch;
+    writes(core* c, std::size_t i) : core_(c), i_(i) {}
+
+    template <class R>
+    void stage(std::size_t row, std::size_t start, R&& src) {
+      if (!core_) throw error("ferry: use of an empty step_batch::writes handle");
+      core& k = *core_;
+      auto& r = k.writes_[i_];
+      const std::size_t len = detail::count_of(src);
+      if (row >= r.rows || start > r.cols || len > r.cols - start)
+        throw std::out_of_range("ferry: stage_write out of bounds: row " + std::to_string(row) +
+                                ", start " + std::to_string(start) + ", len " + std::to_string(len) +
+                                " for a " + std::to_string(r.rows) + " x " + std::to_string(r.cols) +
+                                " target (needs row < rows, start <= cols, len <= cols - start)");
+      k.check_open("writes::stage_write");
+      if (len == 0) return;
+      if (fixed && (r.writes + 1 > r.max_writes || r.elements + len > r.max_elements))
+        throw capacity_error("ferry: step_batch (growth::fixed): a target holds at most " +
+                             std::to_string(r.max_writes) + " writes of " + std::to_string(r.max_elements) +
+                             " elements per step; a write of " + std::to_string(len) + " elements after " +
+                             std::to_string(r.writes) + " writes of " + std::to_string(r.elements) +
+                             " exceeds it");
+      const std::uint64_t dst = static_cast<std::uint64_t>(row) * r.cols + start;
+      T* const out = reinterpret_cast<T*>(k.place(len * sizeof(T), r.base + dst * sizeof(T)));
+      detail::fill(src, out, len);  // a gather may throw: the placed bytes are only unused
+      constexpr std::size_t per_chunk = detail::step_chunk_bytes / sizeof(T);
+      const std::uint64_t from = reinterpret_cast<std::uintptr_t>(ops::mapped(out)) / sizeof(T);
+      for (std::size_t e = 0; e < len; e += per_chunk)
+        r.chunks.push_back({dst + e, from + e, static_cast<std::uint32_t>(std::min(per_chunk, len - e)), 0});
+      r.tracker.note(row, start, start + len);
+      ++r.writes;
+      r.elements += len;
+    }
+
+    core* core_ = nullptr;
+    std::size_t i_ = 0;
+  };
+
+  // ---- construction ----------------------------------------------------------------------------
+
+  /// A batch of `slots` slots (at least 2 under event_fenced: a slot's readers are stamped by the
+  /// next submit), up to `max_slots`, from ferry::default_arena<B>(). Slots are allocated by
+  /// reserve() or the first begin(). Throws std::invalid_argument on bad counts.
+  explicit step_batch(std::size_t slots = 2, std::size_t max_slots = default_max_slots)
+      : step_batch(slots, max_slots, default_arena<B>()) {}
+  /// The same, with blocks from `arena` (which must outlive the batch).
+  step_batch(std::size_t slots, std::size_t max_slots, pinned_arena<B>& arena) {
+    if (slots < (fenced ? 2u : 1u))
+      throw std::invalid_argument(std::string("ferry: step_batch needs at least ") +
+                                  (fenced ? "2 slots under reuse::event_fenced" : "1 slot") +
+                                  " (slots == " + std::to_string(slots) + ")");
+    if (slots > max_slots)
+      throw std::invalid_argument("ferry: step_batch slots (" + std::to_string(slots) +
+                                  ") exceeds max_slots (" + std::to_string(max_slots) + ")");
+    core_ = std::make_unique<core>(slots, fixed ? slots : max_slots, ops::current_device(), arena);
+#if defined(__CUDACC__)
+    if constexpr (!std::is_same_v<B, backend::host>) detail::preload_step_kernel();
+#endif
+  }
+  /// Takes over `o`'s slots and plan; handles and views handed out by `o` stay valid (they refer
+  /// to the plan, which moves as a whole); `o` is left empty.
+  step_batch(step_batch&& o) noexcept = default;
+  /// Releases this batch (as the destructor does), then takes `o`'s.
+  step_batch& operator=(step_batch&& o) noexcept {
+    if (this != &o) {
+      release_all();
+      core_ = std::move(o.core_);
+    }
+    return *this;
+  }
+  /// Waits for the batch's kernels and for the readers of the last step's publishes, then gives
+  /// every block back to the arena.
+  ~step_batch() { release_all(); }
+
+  // ---- the plan --------------------------------------------------------------------------------
+
+  /// Declares a packed upload of up to `max_n` elements into `dst` per step (max_n <= dst.size(),
+  /// else std::invalid_argument; under growth::fixed max_n is the limit, under pow2 a hint).
+  template <class T>
+  upload<T> add_upload(device_span<T> dst, std::size_t max_n) {
+    static_assert((detail::check_element<T>(), true));
+    core& k = c();
+    k.check_planning("add_upload");
+    if (max_n > dst.size())
+      throw std::invalid_argument("ferry: step_batch::add_upload: max_n " + std::to_string(max_n) +
+                                  " exceeds the destination's " + std::to_string(dst.size()) + " elements");
+    k.uploads_.push_back({reinterpret_cast<std::uintptr_t>(dst.data()), sizeof(T), dst.size(), max_n});
+    return upload<T>(&k, k.uploads_.size() - 1);
+  }
+
+  /// Declares a UVA publish of up to `max_n` elements per step (fixed: the limit; pow2: a hint).
+  template <class T>
+  publish<T> add_publish(std::size_t max_n) {
+    static_assert((detail::check_element<T>(), true));
+    core& k = c();
+    k.check_planning("add_publish");
+    (void)detail::checked_bytes<capacity_error>(max_n, sizeof(T), "a publish");
+    k.publishes_.push_back({sizeof(T), max_n});
+    return publish<T>(&k, k.publishes_.size() - 1);
+  }
+
+  /// Declares staged writes into the rows x cols target `target` (device memory or UVA), of up to
+  /// `max_writes` writes of `max_elements` elements in all per step (fixed: the limits; pow2:
+  /// hints).
+  template <class T>
+  writes<T> add_writes(staged_view<T> target, std::size_t max_writes = 0, std::size_t max_elements = 0) {
+    static_assert((detail::check_element<T>(), true));
+    core& k = c();
+    k.check_planning("add_writes");
+    const std::size_t rows = target.extent(0), cols = target.extent(1);
+    (void)detail::checked_bytes<capacity_error>(max_elements, sizeof(T), "step_batch writes");
+    k.writes_.push_back({reinterpret_cast<std::uintptr_t>(target.data_handle()), rows, cols, sizeof(T),
+                         max_writes, max_elements, detail::overlap_tracker(rows, cols), {}, {}, 0, 0});
+    return writes<T>(&k, k.writes_.size() - 1);
+  }
+  /// add_writes(tensor.view(), ...): writes into a staged_write_tensor's target (its own staged
+  /// writes are independent of these; work on one stream applies both in stream order).
+  template <class T, class... Ps>
+  writes<T> add_writes(staged_write_tensor<T, Ps...>& tensor, std::size_t max_writes = 0,
+                       std::size_t max_elements = 0) {
+    static_assert(std::is_same_v<typename staged_write_tensor<T, Ps...>::backend_type, B>,
+                  "ferry: step_batch::add_writes: the tensor's backend differs from the batch's");
+    return add_writes<T>(tensor.view(), max_writes, max_elements);
+  }
+
+  /// Declares a fill, every step, of every element of `dst` with the value at `device_value`
+  /// (device memory or UVA, read by the step's kernel: never by the host).
+  template <class T>
+  void add_fill(device_span<T> dst, const T* device_value) {
+    add_fill_from(dst, reinterpret_cast<std::uintptr_t>(device_value), none, 0);
+  }
+  /// Declares a fill, every step, of every element of `dst` with element `index` of this step's
+  /// `src` publish (its span() call must cover index, else submit throws std::out_of_range).
+  template <class T>
+  void add_fill(device_span<T> dst, const publish<T>& src, std::size_t index) {
+    if (src.core_ != core_.get())
+      throw std::invalid_argument("ferry: step_batch::add_fill: a publish of another batch");
+    add_fill_from(dst, 0, src.i_, index);
+  }
+
+  /// Fixes the plan and allocates every slot now at its declared capacity (growth::fixed: the
+  /// capacity; launch::graph: also instantiates each slot's graph), so that steady state
+  /// allocates nothing. The first begin() does this when not called. Not a hot path.
+  void reserve() {
+    core& k = c();
+    if (k.frozen_) return;
+    const auto [table, content] = planned_capacity();
+    k.want_table_ = table;
+    k.want_content_ = content;
+    for (auto& w : k.writes_) {
+      w.chunks.reserve(table);
+      w.resolver.reserve(table);
+    }
+    k.slots_.reserve(k.max_slots_);
+    try {
+      for (std::size_t i = 0; i < k.initial_slots_; ++i) k.slots_.push_back(make_slot());
+    } catch (...) {
+      release_all_slots();
+      throw;
+    }
+    k.frozen_ = true;
+  }
+
+  // ---- a step ----------------------------------------------------------------------------------
+
+  /// Starts a step in the next slot. Under event_fenced a slot still in use (its kernel or the
+  /// readers of its publishes) is never rewritten: the slot after it is taken if free, else a new
+  /// slot is inserted (pow2, up to max_slots), else ferry::capacity_error with nothing changed.
+  /// Throws ferry::error when the step begun before was not submitted. Never blocks, never
+  /// touches a stream.
+  void begin() {
+    core& k = c();
+    if (k.open_) throw error("ferry: step_batch::begin: the step begun before was not submitted");
+    reserve();
+    std::size_t next = k.cur_ == none ? 0 : (k.cur_ + 1) % k.slots_.size();
+    bool insert = false;
+    if constexpr (fenced) {
+      // A busy slot is stepped over once (a reader held on another stream); when the one after
+      // it is busy too, the stream itself is behind: a slot is inserted.
+      if (!slot_free(k.slots_[next])) {
+        const std::size_t after = (next + 1) % k.slots_.size();
+        insert = after == k.cur_ || after == next || !slot_free(k.slots_[after]);
+        if (!insert) next = after;
+      }
+    }
+    if (insert) {
+      if (fixed || k.slots_.size() >= k.max_slots_)
+        throw capacity_error("ferry: step_batch: the next slot is still in use (its step or the readers of "
+                             "its publishes) and " +
+                             std::string(fixed ? "growth::fixed never inserts a slot"
+                                               : "the batch holds max_slots (" + std::to_string(k.max_slots_) +
+                                                     ") slots") +
+                             "; use more slots, or let the stream catch up");
+      if constexpr (!fixed) {
+        next = k.cur_ + 1;
+        k.slots_.insert(k.slots_.begin() + static_cast<std::ptrdiff_t>(next), make_slot());
+        if (k.prev_ != none && k.prev_ >= next) ++k.prev_;
+      }
+    } else if constexpr (!fixed) {
+      fit(k.slots_[next]);
+    }
+    auto& s = k.slots_[next];
+    s.stamps.clear();  // all passed (or caller_fenced)
+    k.cur_ = next;
+    k.base_ = s.content.data;
+    k.room_ = s.content.capacity;
+    k.used_ = 0;
+    k.step_bytes_ = 0;
+    for (auto& u : k.uploads_) u = {u.dst, u.elem, u.limit, u.max_n};
+    for (auto& p : k.publishes_) p = {p.elem, p.max_n};
+    for (auto& w : k.writes_) {
+      w.chunks.clear();
+      w.tracker.reset();
+      w.writes = w.elements = 0;
+    }
+    k.open_ = true;
+  }
+
+  /// Submits the open step on `s`: ONE kernel launch (launch::kernel) or graph replay
+  /// (launch::graph) that performs every upload, write and fill of the step, reading them from
+  /// the slot through UVA, and stamps the slot (and the previous step's slot, whose publishes'
+  /// readers on `s` it follows) for the reuse core. Never synchronizes. Throws ferry::error
+  /// outside a step, on a stream of another device or one that is capturing; std::out_of_range
+  /// for a fill from an element its publish does not hold this step; ferry::capacity_error when
+  /// growth::fixed is exceeded. Whatever throws leaves the step open and its data as they were.
+  FERRY_KERNEL_VISIBILITY void submit(stream_ref<B> s) {
+    core& k = c();
+    [[maybe_unused]] const auto on_device = ops::enter(s, k.device_);
+    k.check_open("submit");
+    auto& sl = k.slots_[k.cur_];
+    for (const auto& f : k.fills_) {
+      if (f.publish != none && f.index >= k.publishes_[f.publish].n)
+        throw std::out_of_range("ferry: step_batch::submit: a fill reads element " + std::to_string(f.index) +
+                                " of a publish that holds " + std::to_string(k.publishes_[f.publish].n) +
+                                " elements this step");
+    }
+    const std::size_t n = resolve_and_count();
+    if (n > sl.table_cap) {
+      if constexpr (fixed) {
+        throw capacity_error("ferry: step_batch (growth::fixed): the step needs " + std::to_string(n) +
+                             " descriptors, more than the " + std::to_string(sl.table_cap) + " of its slot");
+      } else {
+        k.want_table_ = std::max(k.want_table_, detail::grown_capacity<growth_policy>(n, sl.table_cap));
+        regrow_table(sl, k.want_table_);
+      }
+    }
+    write_table(sl);
+    auto* header = reinterpret_cast<detail::step_header*>(sl.table.data);
+    const void* table = ops::mapped(sl.table.data);
+    const std::size_t blocks = graphs ? sl.table_cap : std::max<std::size_t>(n, 1);
+    const detail::stamp st = detail::shared_timeline<B>().mark_with(s, [&](const detail::kernel_mark& m) {
+      header->counter = reinterpret_cast<std::uintptr_t>(m.counter);
+      header->blocks_done = reinterpret_cast<std::uintptr_t>(m.blocks_done);
+      header->value = m.value;
+      launch(s, table, blocks, sl.graph);
+    });
+    add_stamp(sl, st);
+    if (k.prev_ != none && k.prev_ != k.cur_) add_stamp(k.slots_[k.prev_], st);
+    k.prev_ = k.cur_;
+    k.prev_published_ =
+        std::any_of(k.publishes_.begin(), k.publishes_.end(), [](const auto& p) { return p.n != 0; });
+    if constexpr (!fixed)
+      k.want_content_ =
+          std::max(k.want_content_, detail::grown_capacity<growth_policy>(k.step_bytes_, k.want_content_));
+    k.open_ = false;
+    ++k.steps_;
+  }
+
+  /// Declares that work enqueued on `s` so far reads the last submitted step's publishes: its
+  /// slot is not rewritten before `s` has passed this point. Needed for readers on a stream other
+  /// than the next submit's. Throws ferry::error on a capturing stream.
+  void record_use(stream_ref<B> s) {
+    core& k = c();
+    [[maybe_unused]] const auto on_device = ops::enter(s, k.device_);
+    if (k.prev_ != none) add_stamp(k.slots_[k.prev_], detail::shared_timeline<B>().mark(s));
+  }
+
+  /// Steps submitted so far.
+  [[nodiscard]] std::uint64_t steps() const noexcept { return core_ ? core_->steps_ : 0; }
+  /// True between begin() and submit().
+  [[nodiscard]] bool in_step() const noexcept { return core_ && core_->open_; }
+  /// Slots now (0 before reserve() or the first begin()).
+  [[nodiscard]] std::size_t slots() const noexcept { return core_ ? core_->slots_.size() : 0; }
+
+ private:
+  core& c() const {
+    if (!core_) throw error("ferry: use of a moved-from step_batch");
+    return *core_;
+  }
+
+  template <class T>
+  void add_fill_from(device_span<T> dst, std::uintptr_t src, std::size_t publish, std::size_t index) {
+    static_assert((detail::check_element<T>(), true));
+    core& k = c();
+    k.check_planning("add_fill");
+    k.fills_.push_back({reinterpret_cast<std::uintptr_t>(dst.data()), src, sizeof(T), dst.size() * sizeof(T),
+                        publish, index});
+  }
+
+  static std::size_t chunks_of(std::size_t bytes) noexcept {
+    return bytes / detail::step_chunk_bytes + (bytes % detail::step_chunk_bytes != 0);
+  }
+  static std::size_t table_bytes(std::size_t descs) {
+    return detail::checked_add<capacity_error>(
+        sizeof(detail::step_header),
+        detail::checked_bytes<capacity_error>(descs, sizeof(detail::step_desc), "a step table"), "a step table");
+  }
+
+  // The declared maxima as a table (descriptors) and content (bytes) capacity: the limits under
+  // growth::fixed (every placement may pad by up to 15 bytes), the initial sizes under pow2.
+  std::pair<std::size_t, std::size_t> planned_capacity() const {
+    const core& k = *core_;
+    std::size_t descs = 0, bytes = 0;
+    auto add = [](std::size_t& to, std::size_t n) {
+      to = detail::checked_add<capacity_error>(to, n, "a step plan");
+    };
+    auto times = [](std::size_t a, std::size_t b) {
+      return detail::checked_bytes<capacity_error>(a, b, "a step plan");
+    };
+    for (const auto& u : k.uploads_) {
+      add(descs, chunks_of(times(u.max_n, u.elem)));
+      add(bytes, times(u.max_n, u.elem));
+      add(bytes, detail::step_vector_bytes);
+    }
+    for (const auto& p : k.publishes_) {
+      add(bytes, times(p.max_n, p.elem));
+      add(bytes, detail::step_vector_bytes);
+    }
+    for (const auto& w : k.writes_) {
+      // resolved overlaps: at most 2 segments per write, each split into chunks
+      add(descs, times(2, w.max_writes));
+      add(descs, chunks_of(times(w.max_elements, w.elem)));
+      add(bytes, times(w.max_elements, w.elem));
+      add(bytes, times(w.max_writes, detail::step_vector_bytes));
+    }
+    for (const auto& f : k.fills_) add(descs, chunks_of(f.bytes));
+    descs = std::max<std::size_t>(descs, 1);
+    bytes = std::max(bytes, pinned_arena<B>::min_block);
+    if constexpr (!fixed) {
+      descs = detail::grown_capacity<growth_policy>(descs, 0);
+      bytes = detail::grown_capacity<growth_policy>(bytes, 0);
+    }
+    return {descs, bytes};
+  }
+
+  typename core::slot make_slot() {
+    core& k = *core_;
+    typename core::slot s;
+    s.stamps.reserve(4);
+    try {
+      s.table = k.arena_->acquire(table_bytes(k.want_table_));
+      s.table_cap = k.want_table_;
+      s.content = k.arena_->acquire(k.want_content_);
+      if constexpr (graphs) s.graph = make_graph(ops::mapped(s.table.data), s.table_cap, k.device_);
+    } catch (...) {
+      release_slot(s);
+      throw;
+    }
+    return s;
+  }
+
+  // growth::pow2: a slot coming into use takes the sizes of the largest step so far, in one block
+  // (its blocks have all passed: released at once).
+  void fit(typename core::slot& s) {
+    core& k = *core_;
+    if (s.table_cap < k.want_table_) regrow_table(s, k.want_table_);
+    if (s.content.capacity < k.want_content_ || !s.extra.empty()) {
+      const pinned_block b = k.arena_->acquire(std::max(k.want_content_, s.content.capacity));
+      k.arena_->release(s.content);
+      for (const auto& e : s.extra) k.arena_->release(e);
+      s.extra.clear();
+      s.content = b;
+    }
+  }
+  void regrow_table(typename core::slot& s, std::size_t descs) {
+    const pinned_block b = core_->arena_->acquire(table_bytes(descs));
+    core_->arena_->release(s.table);
+    s.table = b;
+    s.table_cap = descs;
+  }
+
+  // Resolves overlapping writes (later wins) and returns the step's descriptor count.
+  std::size_t resolve_and_count() {
+    core& k = *core_;
+    std::size_t n = 0;
+    for (const auto& u : k.uploads_) n += chunks_of(u.bytes);
+    for (auto& w : k.writes_) {
+      if (w.tracker.suspect() && !w.chunks.empty()) {
+        if (w.resolver.any_overlap(w.chunks.data(), w.chunks.size())) {
+          const auto& out =
+              w.resolver.paint(w.chunks.data(), w.chunks.size(), detail::step_chunk_bytes / w.elem);
+          w.chunks.assign(out.begin(), out.end());
+        }
+        w.tracker.resolved();
+      }
+      n += w.chunks.size();
+    }
+    for (const auto& f : k.fills_) n += chunks_of(f.bytes);
+    return n;
+  }
+
+  void write_table(typename core::slot& s) {
+    core& k = *core_;
+    detail::step_desc* d = detail::step_descs(s.table.data);
+    std::size_t n = 0;
+    auto put = [&](std::uintptr_t dst, std::uintptr_t src, std::size_t bytes, std::uint32_t fill) {
+      for (std::size_t at = 0; at < bytes; at += detail::step_chunk_bytes) {
+        const std::size_t piece = std::min(detail::step_chunk_bytes, bytes - at);
+        d[n++] = {dst + at, fill ? src : src + at, static_cast<std::uint32_t>(piece), fill};
+      }
+    };
+    for (const auto& u : k.uploads_)
+      if (u.bytes) put(u.dst, reinterpret_cast<std::uintptr_t>(ops::mapped(u.at)), u.bytes, 0);
+    for (const auto& w : k.writes_)
+      for (const auto& ch : w.chunks)
+        d[n++] = {w.base + ch.dst * w.elem, ch.src * w.elem, static_cast<std::uint32_t>(ch.count * w.elem), 0};
+    for (const auto& f : k.fills_) {
+      const std::uintptr_t src =
+          f.publish == none
+              ? f.src
+              : reinterpret_cast<std::uintptr_t>(ops::mapped(k.publishes_[f.publish].at)) + f.index * f.elem;
+      put(f.dst, src, f.bytes, static_cast<std::uint32_t>(f.elem));
+    }
+    reinterpret_cast<detail::step_header*>(s.table.data)->work = n;
+  }
+
+  static void launch(stream_ref<B> s, const void* table, std::size_t blocks, void* graph) {
+    if constexpr (std::is_same_v<B, backend::host>) {
+      (void)blocks, (void)graph;
+      enqueue_host(s, [table] { detail::run_step_now(table); });
+    } else {
+#if defined(__CUDACC__)
+      if constexpr (graphs)
+        FERRY_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), s.get()));
+      else
+        detail::launch_step_kernel(table, blocks, s.get());
+#else
+      (void)s, (void)table, (void)blocks, (void)graph;
+      static_assert(detail::dependent_false<B>,
+                    "ferry: step_batch::submit launches a CUDA kernel: build this translation unit "
+                    "with nvcc and include <ferry/ferry.cuh>.");
+#endif
+    }
+  }
+  static void* make_graph(const void* table, std::size_t blocks, int device) {
+#if defined(__CUDACC__)
+    return detail::make_step_graph(table, blocks, device);
+#else
+    (void)table, (void)blocks, (void)device;
+    static_assert(detail::dependent_false<B>,
+                  "ferry: step_batch with launch::graph builds CUDA graphs: build this translation "
+                  "unit with nvcc and include <ferry/ferry.cuh>.");
+    return nullptr;
+#endif
+  }
+
+  static void add_stamp(typename core::slot& s, detail::stamp st) {
+    for (auto& t : s.stamps) {
+      if (t.line == st.line) {
+        t.seq = std::max(t.seq, st.seq);
+        return;
+      }
+    }
+    s.stamps.push_back(st);
+  }
+  static bool slot_free(typename core::slot& s) {
+    auto& tl = detail::shared_timeline<B>();
+    return std::all_of(s.stamps.begin(), s.stamps.end(),
+                       [&](const detail::stamp& st) { return tl.passed(st); });
+  }
+
+  void release_slot(typename core::slot& s) noexcept {
+    auto& arena = *core_->arena_;
+    // A block whose readers could not be waited for is leaked, never reused under a reader.
+    detail::destructor_guard([&] {
+      for (const auto& st : s.stamps) detail::shared_timeline<B>().wait(st);
+#if defined(__CUDACC__)
+      if constexpr (graphs) {
+        if (s.graph) FERRY_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(s.graph)));
+      }
+#endif
+      if (s.table) arena.release(s.table);
+      if (s.content) arena.release(s.content);
+      for (const auto& e : s.extra) arena.release(e);
+    });
+    s = {};
+  }
+  void release_all_slots() noexcept {
+    for (auto& s : core_->slots_) release_slot(s);
+    core_->slots_.clear();
+  }
+  // Destruction is a use of every slot: the last step's publishes may have readers that no stamp
+  // covers (the next submit would have stamped them): the device is synchronized first, which
+  // needs no stream that may be gone by now.
+  void release_all() noexcept {
+    if (!core_) return;
+    if (core_->prev_published_)
+      detail::destructor_guard([&] { ops::synchronize_device(core_->device_); });
+    release_all_slots();
+  }
+
+  std::unique_ptr<core> core_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,453 @@
+// Tests for include/ferry/step/step_batch.hpp (and the step kernel / host task): random plans
+// against a host reference on both backends, slots reused under readers held behind gates, the
+// graph launch replaying changing steps, bad input, and steady state.
+#if defined(__CUDACC__)
+#include <ferry/ferry.cuh>
+#endif
+#include <staged/support.hpp>
+
+#include <catch2/catch_template_test_macros.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+using ferry_test::model;
+using ferry_test::random_bits;
+
+/// Bitwise equality (empty vectors included).
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+/// The elements of `v`, read back through a stream-ordered copy into pinned memory kept between
+/// calls (a pinned allocation per read would dominate 1000 checked steps); synchronizes `s`.
+template <class T, class B>
+std::vector<T> read(ferry::device_span<const T> v, ferry::stream_ref<B> s) {
+  if (v.empty()) return {};
+  static ferry::pinned_buffer<std::uint64_t, B>* buf = nullptr;  // left at exit, as ferry's arena
+  const std::size_t words = (v.size() * sizeof(T) + 7) / 8;
+  if (!buf || buf->size() < words) {
+    delete buf;
+    buf = new ferry::pinned_buffer<std::uint64_t, B>(std::max<std::size_t>(words, 1 << 16));
+  }
+  const auto out = ferry::assume_pinned(std::span<T>(reinterpret_cast<T*>(buf->host().data()), v.size()));
+  ferry::async_d2h(v, out, s);
+  s.synchronize();
+  return {out.begin(), out.end()};
+}
+
+/// `buf` set to random bits (stream-ordered on `s`); returns them.
+template <class T, class B>
+std::vector<T> randomize(ferry::device_buffer<T, B>& buf, ferry::stream_ref<B> s, std::mt19937_64& rng) {
+  auto v = random_bits<T>(buf.size(), rng);
+  ferry::async_h2d(v, buf.span(), s);
+  return v;
+}
+
+/// A step plan of every kind, on batch type Batch: three write targets (int32 tensor with rows of
+/// several chunks, a plain double matrix, a uint8 tensor), three uploads (int64, uint16 of more
+/// than one chunk, float), two publishes (int32, double), a fill from a publish's element and one
+/// from a device value. Each step is random (sizes, values, write counts, overlaps) and mirrored
+/// in a host reference. `declared`: the maxima given to the plan (growth::fixed needs them; pow2
+/// gets tiny hints and grows).
+template <class B, class Batch>
+struct harness {
+  static constexpr bool fixed = std::is_same_v<typename Batch::growth_policy, ferry::growth::fixed>;
+  // per-step limits (the declared maxima under growth::fixed)
+  static constexpr std::size_t n64 = 300, n16 = 5000, nf = 64, np32 = 256, npd = 40;
+  static constexpr std::size_t wa = 12, ea = 9000, wm = 8, em = 600, wc = 6, ec = 120;
+
+  ferry::stream<B> s;
+  std::mt19937_64 rng;
+  ferry::staged_write_tensor<std::int32_t, B> ta{10, 4200, s};
+  ferry::device_buffer<double, B> mb{12 * 300};
+  ferry::staged_write_tensor<std::uint8_t, B> tc{9, 50, s};
+  ferry::device_buffer<std::int64_t, B> d64{n64 + 100};
+  ferry::device_buffer<std::uint16_t, B> d16{n16};
+  ferry::device_buffer<float, B> df{nf};
+  ferry::device_buffer<std::int32_t, B> f32{7};
+  ferry::device_buffer<std::int64_t, B> f64{3};
+  ferry::device_buffer<std::int64_t, B> value{1};
+  model<std::int32_t> ma{10, 4200};
+  model<double> mm{12, 300};
+  model<std::uint8_t> mc{9, 50};
+  std::vector<std::int64_t> r64;
+  std::vector<std::uint16_t> r16;
+  std::vector<float> rf;
+  std::vector<std::int32_t> rp32, rf32;
+  std::vector<double> rpd;
+  std::vector<std::int64_t> rf64;
+  Batch batch;
+  typename Batch::template upload<std::int64_t> u64;
+  typename Batch::template upload<std::uint16_t> u16;
+  typename Batch::template upload<float> uf;
+  typename Batch::template publish<std::int32_t> p32;
+  typename Batch::template publish<double> pd;
+  typename Batch::template writes<std::int32_t> w_a;
+  typename Batch::template writes<double> w_m;
+  typename Batch::template writes<std::uint8_t> w_c;
+
+  harness(std::uint64_t seed, std::size_t slots) : rng(seed), batch(slots, fixed ? slots : 64) {
+    mm.data = randomize(mb, s, rng);
+    r64 = randomize(d64, s, rng);
+    r16 = randomize(d16, s, rng);
+    rf = randomize(df, s, rng);
+    rf32 = randomize(f32, s, rng);
+    rf64 = randomize(f64, s, rng);
+    auto d = [](std::size_t n) { return fixed ? n : std::size_t{1}; };
+    u64 = batch.add_upload(d64.span(), d(n64));
+    u16 = batch.add_upload(d16.span(), d(n16));
+    uf = batch.add_upload(df.span(), d(nf));
+    p32 = batch.template add_publish<std::int32_t>(d(np32));
+    pd = batch.template add_publish<double>(d(npd));
+    w_a = fixed ? batch.add_writes(ta, wa, ea) : batch.add_writes(ta);
+    w_m = fixed ? batch.add_writes(ferry::staged_view<double>(mb.span().data(), 12, 300), wm, em)
+                : batch.add_writes(ferry::staged_view<double>(mb.span().data(), 12, 300));
+    w_c = fixed ? batch.add_writes(tc, wc, ec) : batch.add_writes(tc);
+    batch.add_fill(f32.span(), p32, 5);
+    batch.add_fill(f64.span(), value.span().data());
+  }
+
+  std::size_t pick(std::size_t lo, std::size_t hi) { return std::uniform_int_distribution<std::size_t>(lo, hi)(rng); }
+
+  template <class T, class U>
+  void random_upload(U& h, std::vector<T>& ref, std::size_t max_n) {
+    const std::size_t n = pick(0, max_n);
+    const auto v = random_bits<T>(n, rng);
+    auto out = h.span(n);
+    REQUIRE(out.size() == n);
+    std::copy(v.begin(), v.end(), out.begin());
+    std::copy(v.begin(), v.end(), ref.begin());
+  }
+  template <class T, class W>
+  void random_writes(W& h, model<T>& m, std::size_t max_w, std::size_t max_e) {
+    const std::size_t count = pick(0, max_w);
+    std::size_t left = max_e, row = 0, start = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (pick(0, 3) != 0) {  // else: the same row again, often overlapping
+        row = pick(0, m.rows - 1);
+        start = pick(0, m.cols);
+      } else {
+        start = pick(0, start);
+      }
+      const std::size_t len = pick(0, std::min(m.cols - start, left));
+      const auto v = random_bits<T>(len, rng);
+      if (len == 1 && start == 0 && pick(0, 1) == 0)
+        h.stage_write_elem(row, v[0]);
+      else
+        h.stage_write(row, start, v);
+      m.write(row, start, v);
+      left -= len;
+    }
+  }
+
+  /// Fills one random step (begin() already called).
+  void fill_step() {
+    random_upload(u64, r64, n64);
+    random_upload(u16, r16, n16);
+    random_upload(uf, rf, nf);
+    rp32 = random_bits<std::int32_t>(pick(6, np32), rng);
+    std::copy(rp32.begin(), rp32.end(), p32.span(rp32.size()).begin());
+    rpd = random_bits<double>(pick(0, npd), rng);
+    std::copy(rpd.begin(), rpd.end(), pd.span(rpd.size()).begin());
+    random_writes(w_a, ma, wa, ea);
+    random_writes(w_m, mm, wm, em);
+    random_writes(w_c, mc, wc, ec);
+    std::fill(rf32.begin(), rf32.end(), rp32[5]);
+  }
+
+  /// A new device value for the step's device-sourced fill, enqueued before its submit.
+  void next_value() {
+    const auto v = random_bits<std::int64_t>(1, rng);
+    ferry::async_h2d(v, value.span(), s);
+    std::fill(rf64.begin(), rf64.end(), v[0]);
+  }
+
+  void step() {
+    next_value();
+    batch.begin();
+    fill_step();
+    batch.submit(s);
+  }
+
+  /// Every destination and the last step's publishes against the reference.
+  void check(long step) {
+    INFO("step " << step);
+    CHECK(same_bits(read<std::int32_t, B>(ta.span(), s), ma.data));
+    CHECK(same_bits(read<double, B>(mb.span(), s), mm.data));
+    CHECK(same_bits(read<std::uint8_t, B>(tc.span(), s), mc.data));
+    CHECK(same_bits(read<std::int64_t, B>(d64.span(), s), r64));
+    CHECK(same_bits(read<std::uint16_t, B>(d16.span(), s), r16));
+    CHECK(same_bits(read<float, B>(df.span(), s), rf));
+    CHECK(same_bits(read<std::int32_t, B>(p32.view(), s), rp32));
+    CHECK(same_bits(read<double, B>(pd.view(), s), rpd));
+    CHECK(same_bits(read<std::int32_t, B>(f32.span(), s), rf32));
+    REQUIRE(same_bits(read<std::int64_t, B>(f64.span(), s), rf64));
+  }
+};
+
+template <class B, class... Ps>
+void plan_run(std::uint64_t seed, std::size_t slots) {
+  using batch_t = ferry::step_batch<B, Ps...>;
+  harness<B, batch_t> h(seed, slots);
+  for (long k = 0; k < 40; ++k) {
+    h.step();
+    // caller_fenced: the caller makes sure a slot's step has run before the slot comes back;
+    // growth::fixed: the caller stays within its slots (pow2 inserts slots instead)
+    if constexpr (std::is_same_v<typename batch_t::reuse_policy, ferry::reuse::caller_fenced> ||
+                  std::is_same_v<typename batch_t::growth_policy, ferry::growth::fixed>)
+      h.s.synchronize();
+    if (k % 3 == 0 || k == 39) h.check(k);
+  }
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("step_batch: random plans match a host reference", "[step]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  SECTION("pow2, event_fenced (grows from tiny hints)") { plan_run<TestType>(11, 2); }
+  SECTION("growth::fixed") { plan_run<TestType, ferry::growth::fixed>(12, 3); }
+  SECTION("caller_fenced") { plan_run<TestType, ferry::reuse::caller_fenced>(13, 1); }
+}
+
+TEMPLATE_TEST_CASE("step_batch: launch::graph replays 1000 changing steps, each equal to the reference",
+                   "[step][graph]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using batch_t = ferry::step_batch<TestType, ferry::presets::graph_safe, ferry::launch::graph>;
+  harness<TestType, batch_t> h(21, 4);
+  h.batch.reserve();  // the slots and their graphs, once
+  REQUIRE(h.batch.slots() == 4);
+  for (long k = 0; k < 1000; ++k) {
+    h.next_value();
+    h.batch.begin();
+    h.fill_step();
+    if (k % 97 == 5) {  // beyond the fixed slot: capacity_error, and nothing of the step is lost
+      CHECK_THROWS_AS(h.u64.span(h.n64 + 1), ferry::capacity_error);
+      while (h.w_a.pending() < h.wa && h.w_a.pending_elements() < h.ea) {
+        const auto v = random_bits<std::int32_t>(1, h.rng);
+        h.w_a.stage_write(3, 7, v);
+        h.ma.write(3, 7, v);
+      }
+      CHECK_THROWS_AS(h.w_a.stage_write(1, 0, {std::int32_t{2}}), ferry::capacity_error);
+    }
+    h.batch.submit(h.s);
+    h.check(k);
+  }
+  REQUIRE(h.batch.slots() == 4);
+}
+
+namespace {
+
+/// Publishes `data` as one step of `batch` on `s`, and enqueues a reader of its view on `r`
+/// (a stream-ordered copy into `out`).
+template <class B, class Batch, class P>
+void publish_step(Batch& batch, P& p, const std::vector<std::uint32_t>& data, ferry::stream_ref<B> s,
+                  ferry::stream_ref<B> r, ferry::pinned_buffer<std::uint32_t, B>& out) {
+  batch.begin();
+  auto span = p.span(data.size());
+  std::copy(data.begin(), data.end(), span.begin());
+  batch.submit(s);
+  ferry::async_d2h(p.view(), out.host(), r);
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("step_batch: a slot is never rewritten under its step or a held reader", "[step][reuse]",
+                   STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  std::mt19937_64 rng(31);
+  constexpr std::size_t n = 300, steps = 6;
+  std::vector<std::vector<std::uint32_t>> data;
+  std::vector<std::unique_ptr<ferry::pinned_buffer<std::uint32_t, B>>> out;
+  for (std::size_t k = 0; k < steps; ++k) {
+    data.push_back(random_bits<std::uint32_t>(n, rng));
+    out.push_back(std::make_unique<ferry::pinned_buffer<std::uint32_t, B>>(n));
+  }
+  auto check = [&](std::size_t upto) {
+    for (std::size_t k = 0; k < upto; ++k) {
+      INFO("step " << k);
+      REQUIRE(same_bits(std::vector<std::uint32_t>(out[k]->host().begin(), out[k]->host().end()), data[k]));
+    }
+  };
+
+  SECTION("pow2: slots are inserted while the stream is held") {
+    ferry::stream<B> s;
+    ferry::step_batch<B> batch(2, 8);
+    auto p = batch.template add_publish<std::uint32_t>(n);
+    ferry_test::gate<B> g(s);  // holds every step's kernel and every reader
+    for (std::size_t k = 0; k < steps; ++k) publish_step<B>(batch, p, data[k], s, s, *out[k]);
+    CHECK(batch.slots() == steps);
+    g.open();
+    s.synchronize();
+    check(steps);
+    // the stream caught up: the ring is reused, not grown
+    for (std::size_t k = 0; k < 2 * steps; ++k) {
+      publish_step<B>(batch, p, data[k % steps], s, s, *out[k % steps]);
+      s.synchronize();
+    }
+    CHECK(batch.slots() == steps);
+    check(steps);
+  }
+  SECTION("a reader held after its step has run: the next submit covers it") {
+    ferry::stream<B> s;
+    ferry::step_batch<B> batch(2, 8);
+    auto p = batch.template add_publish<std::uint32_t>(n);
+    batch.begin();
+    auto span = p.span(n);
+    std::copy(data[0].begin(), data[0].end(), span.begin());
+    batch.submit(s);
+    ferry_test::gate<B> g(s);
+    g.wait_entered();  // step 0 has run; its reader is held
+    ferry::async_d2h(p.view(), out[0]->host(), s);
+    for (std::size_t k = 1; k < steps; ++k) publish_step<B>(batch, p, data[k], s, s, *out[k]);
+    g.open();
+    s.synchronize();
+    check(steps);
+  }
+  SECTION("growth::fixed: a busy next slot throws capacity_error and loses nothing") {
+    ferry::stream<B> s;
+    ferry::step_batch<B, ferry::growth::fixed> batch(2);
+    auto p = batch.template add_publish<std::uint32_t>(n);
+    ferry_test::gate<B> g(s);
+    publish_step<B>(batch, p, data[0], s, s, *out[0]);
+    publish_step<B>(batch, p, data[1], s, s, *out[1]);
+    REQUIRE_THROWS_AS(batch.begin(), ferry::capacity_error);
+    CHECK_FALSE(batch.in_step());
+    g.open();
+    s.synchronize();
+    publish_step<B>(batch, p, data[2], s, s, *out[2]);
+    s.synchronize();
+    check(3);
+  }
+  SECTION("a reader on another stream, declared with record_use") {
+    ferry::stream<B> s, r;
+    ferry::step_batch<B> batch(2, 8);
+    auto p = batch.template add_publish<std::uint32_t>(n);
+    ferry_test::gate<B> g(r);  // holds the reader only: the steps themselves run
+    publish_step<B>(batch, p, data[0], s, r, *out[0]);
+    batch.record_use(r);
+    for (std::size_t k = 1; k < steps; ++k) {
+      publish_step<B>(batch, p, data[k], s, s, *out[k]);
+      s.synchronize();
+    }
+    CHECK(batch.slots() == 3);  // one slot inserted; then the held slot is stepped over
+    g.open();
+    r.synchronize();
+    check(steps);
+  }
+}
+
+TEMPLATE_TEST_CASE("step_batch: bad input throws clearly and loses nothing", "[step][bad_input]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  std::mt19937_64 rng(41);
+  ferry::stream<B> s;
+  ferry::device_buffer<std::int64_t, B> dst(64), fill(4);
+  ferry::staged_write_tensor<float, B> t(4, 10, s);
+  ferry::step_batch<B, ferry::growth::fixed> batch(2);
+  CHECK_THROWS_AS(batch.add_upload(dst.span(), 65), std::invalid_argument);
+  auto up = batch.add_upload(dst.span(), 32);
+  auto pub = batch.template add_publish<std::int64_t>(8);
+  auto w = batch.add_writes(t, 2, 12);
+  batch.add_fill(fill.span(), pub, 3);
+  CHECK_THROWS_WITH(up.span(1), Catch::Matchers::StartsWith("ferry: ") &&
+                                    Catch::Matchers::ContainsSubstring("call begin() first"));
+  batch.begin();
+  CHECK_THROWS_WITH(batch.template add_publish<int>(1), Catch::Matchers::ContainsSubstring("the plan is fixed"));
+  CHECK_THROWS_AS(batch.begin(), ferry::error);
+
+  const auto a = random_bits<std::int64_t>(32, rng);
+  auto sa = up.span(32);
+  std::copy(a.begin(), a.end(), sa.begin());
+  CHECK_THROWS_AS(up.span(65), std::out_of_range);
+  CHECK_THROWS_AS(up.span(33), ferry::capacity_error);
+  CHECK_THROWS_AS(pub.span(9), ferry::capacity_error);
+  const auto row = random_bits<float>(10, rng);
+  CHECK_THROWS_AS(w.stage_write(4, 0, row), std::out_of_range);
+  CHECK_THROWS_AS(w.stage_write(0, 1, row), std::out_of_range);
+  w.stage_write(1, 0, row);
+  CHECK_THROWS_AS(w.stage_write(2, 0, row), ferry::capacity_error);  // 20 > 12 elements
+  w.stage_write(2, 8, std::span(row).first(2));
+  CHECK_THROWS_AS(w.stage_write(3, 0, {1.f}), ferry::capacity_error);  // a third write
+  CHECK(w.pending() == 2);
+  CHECK(w.pending_elements() == 12);
+  const auto pv = random_bits<std::int64_t>(3, rng);
+  auto sp = pub.span(3);
+  std::copy(pv.begin(), pv.end(), sp.begin());
+  CHECK_THROWS_AS(batch.submit(s), std::out_of_range);  // the fill reads element 3 of 3
+  CHECK(batch.in_step());
+  const auto pv2 = random_bits<std::int64_t>(4, rng);
+  sp = pub.span(4);
+  std::copy(pv2.begin(), pv2.end(), sp.begin());
+  batch.submit(s);
+  CHECK_FALSE(batch.in_step());
+
+  CHECK(same_bits(read<std::int64_t, B>(dst.span().first(32), s), a));
+  CHECK(same_bits(read<std::int64_t, B>(fill.span(), s), std::vector<std::int64_t>(4, pv2[3])));
+  model<float> m(4, 10);
+  m.write(1, 0, row);
+  m.write(2, 8, {row[0], row[1]});
+  CHECK(same_bits(ferry_test::read_back<float, B>(t, s), m.data));
+}
+
+TEMPLATE_TEST_CASE("step_batch: steady state allocates nothing, never synchronizes, one task per step",
+                   "[step][steady]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  std::mt19937_64 rng(51);
+  ferry::stream<B> s;
+  ferry::device_buffer<std::int32_t, B> dst(256);
+  ferry::staged_write_tensor<std::int32_t, B> t(64, 128, s);
+  ferry::step_batch<B> batch(2, 32);
+  auto up = batch.add_upload(dst.span(), 256);
+  auto pub = batch.template add_publish<std::int64_t>(256);
+  auto w = batch.add_writes(t, 8, 512);
+  const auto v = random_bits<std::int32_t>(256, rng);
+  const auto p = random_bits<std::int64_t>(256, rng);
+  auto step = [&](std::size_t k) {
+    batch.begin();
+    auto a = up.span(256);
+    std::copy(v.begin(), v.end(), a.begin());
+    auto b = pub.span(256);
+    std::copy(p.begin(), p.end(), b.begin());
+    for (std::size_t i = 0; i < 8; ++i) w.stage_write((k + i) % 64, 0, std::span(v).first(64));
+    batch.submit(s);
+  };
+  {  // warm-up: the deepest ring, behind a held stream (a burst's steps and the step before it)
+    ferry_test::gate<B> g(s);
+    for (std::size_t k = 0; k < 17; ++k) step(k);
+  }
+  s.synchronize();
+  const std::size_t slots = batch.slots();
+  ferry::backend_stats total{};
+  for (int burst = 0; burst < 8; ++burst) {
+    const auto before = ferry::backend_stats_of<B>();
+    for (std::size_t k = 0; k < 16; ++k) step(k);
+    const auto after = ferry::backend_stats_of<B>();
+    total.pinned_allocations += after.pinned_allocations - before.pinned_allocations;
+    total.device_allocations += after.device_allocations - before.device_allocations;
+    total.synchronizations += after.synchronizations - before.synchronizations;
+    s.synchronize();
+  }
+  CHECK(total.pinned_allocations == 0);
+  CHECK(total.device_allocations == 0);
+  CHECK(total.synchronizations == 0);
+  CHECK(batch.slots() == slots);
+  if constexpr (std::is_same_v<B, ferry::backend::host>) {
+    const auto before = s.get()->enqueued();
+    step(0);
+    CHECK(s.get()->enqueued() - before == 1);
+  }
+}
