@@ -2,7 +2,10 @@
 // hand-written floors and the PyTorch and libtorch baselines, on the same host data.
 //
 // Rows measured in this process, interleaved burst by burst:
-//  - "ferry per-component": examples/decode_step/decode_step.hpp, the step built from ferry's
+//  - "ferry step_batch launch::kernel" and "... launch::graph": examples/decode_step/decode_step.hpp's
+//    ferry_step, the whole step in one ferry::step_batch submit (one kernel launch, or one graph
+//    replay per slot);
+//  - "ferry per-component": the same file's component_step, the step built from ferry's
 //    components (apply launch, UVA publishes, packed copy, logprob copy, fill launch);
 //  - three hand-written raw-CUDA floors, each with 4 fixed pinned slots (cudaHostAlloc, mapped)
 //    into which the host writes the whole step (sampling arrays and logprob matrix packed, then
@@ -503,12 +506,17 @@ static int run(int argc, char** argv) {
   ferry::stream<B> s;
   const cudaStream_t cs = s.get();
   // the UVA-backed state gets a slot per step in flight: a held burst, or a guard burst
-  ferry_step<B> step(s, static_cast<std::size_t>(std::max(o.burst, 250)) + 8);
+  const auto in_flight = static_cast<std::size_t>(std::max(o.burst, 250)) + 8;
+  ferry_step<B> batch_kernel(s, in_flight);
+  ferry_step<B, ferry::launch::graph> batch_graph(s, in_flight);
+  component_step<B> parts(s, in_flight);
   floor_step floor_copy(floor_step::kind::copy_kernel, cs);
   floor_step floor_uva(floor_step::kind::uva_kernel, cs);
   floor_step floor_graph(floor_step::kind::graph, cs);
   std::vector<variant> vs;
-  vs.push_back({label_ferry, [&] { step.run(s); }, true});
+  vs.push_back({label_step_batch_kernel, [&] { batch_kernel.run(s); }, true});
+  vs.push_back({label_step_batch_graph, [&] { batch_graph.run(s); }, true});
+  vs.push_back({label_ferry, [&] { parts.run(s); }, true});
   vs.push_back({label_floor_copy, [&] { floor_copy.run(); }, false});
   vs.push_back({label_floor_uva, [&] { floor_uva.run(); }, false});
   vs.push_back({label_floor_graph, [&] { floor_graph.run(); }, false});
@@ -520,7 +528,11 @@ static int run(int argc, char** argv) {
     for (auto& v : vs) v.step();
   BENCH_CUDA(cudaStreamSynchronize(cs));
   ferry_bench::hold_stream(cs, 20);
-  for (int k = 0; k < std::max(o.burst, 250); ++k) step.run(s);
+  for (int k = 0; k < std::max(o.burst, 250); ++k) {
+    batch_kernel.run(s);
+    batch_graph.run(s);
+    parts.run(s);
+  }
   BENCH_CUDA(cudaStreamSynchronize(cs));
 
   measure(vs, o, cs);
