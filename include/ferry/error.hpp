@@ -8,6 +8,7 @@
 #include <deque>
 #include <exception>
 #include <limits>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -15,7 +16,8 @@
 namespace ferry {
 
 /// Base of every exception ferry throws for a failed operation (bounds errors are
-/// std::out_of_range and bad arguments std::invalid_argument).
+/// std::out_of_range, bad arguments std::invalid_argument, and running out of memory
+/// ferry::out_of_memory, a std::bad_alloc).
 class error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -37,6 +39,21 @@ class cuda_error : public error {
 class capacity_error : public error {
  public:
   using error::error;
+};
+
+/// Pinned or device memory ran out, on either backend (CUDA: cudaErrorMemoryAllocation from
+/// cudaHostAlloc, cudaMalloc or cudaMallocAsync, consumed; host: the allocator failed). A
+/// std::bad_alloc, not a ferry::error, so that generic out-of-memory handlers catch it; what()
+/// starts with "ferry: " and names the request.
+class out_of_memory : public std::bad_alloc {
+ public:
+  /// An error whose what() is `what`.
+  explicit out_of_memory(const std::string& what) : what_(what) {}
+  /// The message, starting with "ferry: ".
+  [[nodiscard]] const char* what() const noexcept override { return what_.what(); }
+
+ private:
+  std::runtime_error what_;  // holds the message; its copies never throw, as an exception's must not
 };
 
 /// A synchronizing call or an allocation was made inside a ferry::sync_guard in raise mode.

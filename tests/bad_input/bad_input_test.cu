@@ -169,7 +169,7 @@ bool same(const ferry::pool_stats& a, const ferry::pool_stats& b) {
 template <class B>
 std::uint64_t tasks_of(ferry::stream_ref<B> s) {
   if constexpr (std::is_same_v<B, host>)
-    return s.get()->enqueued();
+    return ferry_test::enqueued(s);
   else
     return 0;
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <new>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -26,7 +27,7 @@ class engine_pool {
  public:
   explicit engine_pool(std::size_t bytes) : arena_(bytes / 8) {}
   void* allocate(ferry::stream_ref<B> s, std::size_t bytes, std::size_t alignment) {
-    last_stream = s.get();
+    last_stream = s;
     const std::size_t start = (used_ + alignment - 1) / alignment * alignment;
     if (start + bytes > arena_.span().size_bytes()) throw std::bad_alloc();
     used_ = start + bytes;
@@ -35,11 +36,11 @@ class engine_pool {
     return p;
   }
   void deallocate(ferry::stream_ref<B> s, void* p, std::size_t bytes, std::size_t) {
-    last_stream = s.get();
+    last_stream = s;
     if (live.at(p) == bytes) live.erase(p);
   }
   std::map<void*, std::size_t> live;
-  decltype(std::declval<ferry::stream_ref<B>>().get()) last_stream{};
+  std::optional<ferry::stream_ref<B>> last_stream;
 
  private:
   ferry::device_buffer<std::uint64_t, B> arena_;
@@ -104,7 +105,7 @@ TEMPLATE_TEST_CASE("An engine's pool behind ferry's resource refs serves ferry's
   void* p = copy.allocate(s, values.size() * sizeof(std::int32_t), 256);
   CHECK(reinterpret_cast<std::uintptr_t>(p) % 256 == 0);
   CHECK(pool.live.at(p) == values.size() * sizeof(std::int32_t));
-  CHECK(pool.last_stream == s.get());
+  CHECK(pool.last_stream == ferry::stream_ref<B>(s));
   ferry::device_span<std::int32_t> d(static_cast<std::int32_t*>(p), values.size());
   ferry::async_h2d(values, d, s);
   CHECK(ferry_test::read_back(d, s) == values);

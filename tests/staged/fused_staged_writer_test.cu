@@ -112,9 +112,9 @@ TEMPLATE_TEST_CASE("fused apply rejects a repeated tensor or too many tensors an
   REQUIRE(read_back<T, TestType>(a, s) == std::vector<T>{1, 2, 0, 0, 0, 0, 0, 0});
   REQUIRE(read_back<T, TestType>(b, s) == std::vector<T>{0, 0, 0, 0, 0, 3, 0, 0});
   if constexpr (std::is_same_v<TestType, ferry::backend::host>) {
-    const auto before = s.get()->enqueued();
+    const auto before = ferry_test::enqueued<TestType>(s);
     w.apply(s, a, b);  // nothing staged: no launch
-    REQUIRE(s.get()->enqueued() == before);
+    REQUIRE(ferry_test::enqueued<TestType>(s) == before);
   }
 }
 

@@ -173,9 +173,9 @@ TEMPLATE_TEST_CASE("clear drops staged writes and an empty apply does nothing", 
   REQUIRE(t.pending_elements() == 0);
   s.synchronize();
   if constexpr (std::is_same_v<TestType, ferry::backend::host>) {
-    const auto before = s.get()->enqueued();
+    const auto before = ferry_test::enqueued<TestType>(s);
     t.apply_write(s);  // nothing staged: no launch
-    REQUIRE(s.get()->enqueued() == before);
+    REQUIRE(ferry_test::enqueued<TestType>(s) == before);
   } else {
     t.apply_write(s);
   }

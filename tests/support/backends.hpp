@@ -5,6 +5,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <cstdint>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -64,6 +65,17 @@ std::vector<T> random_values(std::size_t n, std::uint64_t seed) {
       x = static_cast<T>(rng());
   }
   return v;
+}
+
+/// The number of tasks enqueued on a host stream so far (0 for CUDA streams: those tests prove
+/// "nothing enqueued" by unchanged contents alone). The host queue is internal to ferry, so this
+/// test helper reads it through ferry::detail.
+template <class B>
+std::uint64_t enqueued(ferry::stream_ref<B> s) {
+  if constexpr (std::is_same_v<B, ferry::backend::host>)
+    return ferry::detail::checked(s)->enqueued();
+  else
+    return 0;
 }
 
 /// A gate the test holds closed: work enqueued behind it cannot run until open() (not a sleep).

@@ -62,7 +62,7 @@ TEST_CASE("host_sync_guard does not count stream-ordered work", "[host_sync_guar
   {
     ferry::host_sync_guard g;
     for (int i = 0; i < 100; ++i) ferry::enqueue_host(s, [&] { ran.fetch_add(1); });
-    ferry::detail::backend_ops<host>::copy_async(d.data(), p.host().data(), 64 * sizeof(int), s);
+    ferry::async_h2d(p.host(), d.span(), s);  // pinned: one stream-ordered copy
     ferry::event<host> e;
     e.record(s);
     (void)e.ready();

@@ -128,12 +128,14 @@ void consume(ferry::stream_ref<B> s, ferry::device_span<const T> data, unsigned 
   }
 }
 
-// Device (or UVA) memory read back after the steady state (a blocking copy: outside the scope).
+// Device (or UVA) memory read back after the steady state (allocates and synchronizes: outside
+// the scope).
 template <class T, class B>
 std::vector<T> read_back(ferry::device_span<const T> d, ferry::stream_ref<B> s) {
-  std::vector<T> v(d.size());
-  if (!v.empty()) ferry::detail::backend_ops<B>::copy_blocking(v.data(), d.data(), d.size_bytes(), s);
-  return v;
+  ferry::pinned_buffer<T, B> host(d.size());
+  ferry::async_d2h(d, host.host(), s);
+  s.synchronize();
+  return std::vector<T>(host.host().begin(), host.host().end());
 }
 
 // The consumers' results: one checksum per consumed part.

@@ -1,6 +1,6 @@
-// Tests for include/ferry/transfer/copy_pool.hpp and the large pageable pipeline of async_h2d:
-// later chunks copied while an earlier one is unfinished (no barrier at chunk boundaries), 1 to 64
-// chunks with partial last chunks under 1, 3 and 8 threads, errors of a slice rethrown,
+// Tests for include/ferry/transfer/copy_pool.hpp and the large pageable pipeline of async_h2d
+// (its job protocol, ferry-internal, is tested in copy_pool_session_test.cpp): 1 to 64
+// chunks with partial last chunks under 1, 3 and 8 threads,
 // many chunks against a reference (including a last partial chunk), no wait on a busy stream when
 // the arena cap allows (the source is consumed on return), waits on the oldest chunk under a cap
 // (counted by the pool), a cap too small for one chunk, concurrent users, the default pool.
@@ -9,9 +9,6 @@
 #include <catch2/catch_template_test_macros.hpp>
 
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <span>
 #include <stdexcept>
 #include <list>
@@ -23,6 +20,11 @@ using ferry_test::read_back;
 namespace {
 constexpr std::size_t MiB = std::size_t{1} << 20;
 }
+
+// The pipeline's job protocol is internal to ferry: copy_pool exposes no session.
+template <class P>
+concept has_session = requires { typename P::session; };
+static_assert(!has_session<ferry::copy_pool>);
 
 TEST_CASE("copy_pool validates its arguments and the default pool is shared", "[transfer][pool]") {
   CHECK_THROWS_AS(ferry::copy_pool(0), std::invalid_argument);
@@ -215,70 +217,3 @@ TEMPLATE_TEST_CASE("a chunk size near SIZE_MAX pipelines the source as one chunk
   }
 }
 
-namespace {
-// Items 0, 1 are chunk 0 and items 2, 3 chunk 1, as the pipeline publishes them. Item 0 finishes
-// only once both items of chunk 1 have finished (or after 20 s, recording the failure): a pool
-// that copied chunk by chunk, with a barrier between chunks, could not finish them first.
-struct two_chunks final : ferry::detail::pool_job {
-  std::mutex m;
-  std::condition_variable cv;
-  int later_done = 0;
-  bool later_first = false;
-  std::atomic<int> ran{0};
-  void work(std::size_t i) override {
-    ran.fetch_add(1);
-    std::unique_lock l(m);
-    if (i == 0) {
-      later_first = cv.wait_for(l, std::chrono::seconds(20), [&] { return later_done == 2; });
-    } else if (i >= 2) {
-      ++later_done;
-      cv.notify_all();
-    }
-  }
-};
-}  // namespace
-
-TEST_CASE("copy_pool threads copy later chunks while an earlier chunk is unfinished",
-          "[transfer][pool]") {
-  // (Two threads at least: the thread or caller running item 0 is held, another must run 2, 3.)
-  for (std::size_t threads : {std::size_t{2}, std::size_t{3}, std::size_t{8}}) {
-    CAPTURE(threads);
-    ferry::copy_pool pool(threads);
-    two_chunks job;
-    {
-      ferry::copy_pool::session session(pool, job, 4);
-      session.publish(4);  // both chunks have blocks
-      session.wait(0, 2);  // the caller waits for chunk 0 (running its slices too)
-      {
-        std::lock_guard l(job.m);
-        CHECK(job.later_done == 2);  // chunk 1 was copied before chunk 0 was done
-      }
-      session.wait(2, 4);
-    }
-    CHECK(job.later_first);
-    CHECK(job.ran == 4);
-  }
-}
-
-TEST_CASE("copy_pool rethrows a slice's error to the waiting caller and stays usable",
-          "[transfer][pool]") {
-  struct failing final : ferry::detail::pool_job {
-    std::atomic<int> ran{0};
-    void work(std::size_t i) override {
-      ran.fetch_add(1);
-      if (i == 1) throw std::runtime_error("slice 1 failed");
-    }
-  };
-  ferry::copy_pool pool(2);
-  failing job;
-  {
-    ferry::copy_pool::session session(pool, job, 3);
-    session.publish(3);
-    CHECK_THROWS_AS(session.wait(0, 3), std::runtime_error);
-  }
-  CHECK(job.ran == 3);
-  failing again;
-  ferry::copy_pool::session session(pool, again, 1);
-  session.publish(1);
-  CHECK_NOTHROW(session.wait(0, 1));
-}

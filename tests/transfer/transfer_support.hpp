@@ -34,16 +34,6 @@ void fill_device(ferry::device_span<T> d, const std::vector<T>& v, ferry::stream
   s.synchronize();
 }
 
-/// The number of tasks enqueued on a host stream so far (nothing for CUDA streams: those tests
-/// prove "nothing enqueued" by the unchanged contents alone).
-template <class B>
-std::uint64_t enqueued(ferry::stream_ref<B> s) {
-  if constexpr (std::is_same_v<B, ferry::backend::host>)
-    return s.get()->enqueued();
-  else
-    return 0;
-}
-
 /// Arena statistics compared field by field.
 inline bool same_stats(const ferry::arena_stats& a, const ferry::arena_stats& b) {
   return a.allocations == b.allocations && a.reuses == b.reuses &&

@@ -35,18 +35,27 @@ class event;
 template <class B = default_backend>
 class stream_ref;
 
+template <>
+class stream_ref<backend::host>;
+#if FERRY_HAS_CUDA
+template <>
+class stream_ref<backend::cuda>;
+#endif
+
 namespace detail {
-/// The handle `s` names, or throws when it names none (a moved-from stream): every use of a
-/// stream by ferry goes through here.
-template <class B>
-auto checked(stream_ref<B> s) {
-  const auto handle = s.get();
-  if (!handle) [[unlikely]] throw error("ferry: the stream is empty (a moved-from stream)");
-  return handle;
+/// The queue or CUDA stream `s` names, or throws when it names none (a moved-from stream): every
+/// use of a stream by ferry goes through here.
+inline host_queue* checked(stream_ref<backend::host> s);
+#if FERRY_HAS_CUDA
+inline cudaStream_t checked(stream_ref<backend::cuda> s);
+#endif
+[[noreturn]] inline void throw_empty_stream() {
+  throw error("ferry: the stream is empty (a moved-from stream)");
 }
 }  // namespace detail
 
-/// The host backend's stream reference: names an in-order host work queue.
+/// The host backend's stream reference: names an in-order host work queue. Made from a
+/// ferry::stream<backend::host> (or copied); its queue stays internal to ferry.
 template <>
 class stream_ref<backend::host> {
  public:
@@ -54,11 +63,7 @@ class stream_ref<backend::host> {
   using backend_type = backend::host;
   stream_ref(std::nullptr_t) = delete;
   stream_ref(int) = delete;
-  /// Refers to an existing host queue (owned by a ferry::stream<backend::host>).
-  explicit stream_ref(detail::host_queue* q) noexcept : queue_(q) {}
 
-  /// The queue this reference names.
-  [[nodiscard]] detail::host_queue* get() const noexcept { return queue_; }
   /// Blocks until all work enqueued so far has run; rethrows (once) the first error raised by
   /// that work. Every call on an empty reference (of a moved-from stream) throws ferry::error.
   void synchronize() const;
@@ -68,8 +73,18 @@ class stream_ref<backend::host> {
   friend bool operator==(stream_ref a, stream_ref b) noexcept { return a.queue_ == b.queue_; }
 
  protected:
+  /// Refers to the queue `q` (owned by a ferry::stream<backend::host>).
+  explicit stream_ref(detail::host_queue* q) noexcept : queue_(q) {}
   detail::host_queue* queue_;  ///< The queue referred to (null when moved-from).
+
+ private:
+  friend detail::host_queue* detail::checked(stream_ref s);
 };
+
+inline detail::host_queue* detail::checked(stream_ref<backend::host> s) {
+  if (!s.queue_) [[unlikely]] throw_empty_stream();
+  return s.queue_;
+}
 
 #if FERRY_HAS_CUDA
 /// The CUDA backend's stream reference: wraps a cudaStream_t.
@@ -114,6 +129,11 @@ class stream_ref<backend::cuda> {
  protected:
   cudaStream_t stream_;  ///< The stream referred to (null when moved-from).
 };
+
+inline cudaStream_t detail::checked(stream_ref<backend::cuda> s) {
+  if (!s.get()) [[unlikely]] throw_empty_stream();
+  return s.get();
+}
 #endif
 
 /// An owning stream of backend B; publicly a `stream_ref<B>`, so every function taking a stream

@@ -58,9 +58,9 @@ namespace ferry {
 /// delivers no callback for a test call — the constructor throws ferry::error: never a silent
 /// zero. Run zero-sync proofs outside compute-sanitizer.
 ///
-/// Cost: the first guard of a process subscribes (milliseconds); while any guard is alive every
-/// hooked call costs a callback (about 0.3–0.8 µs), and an async copy also a
-/// cudaPointerGetAttributes (about 0.2 µs). Timed runs hold no guard: count in an untimed pass.
+/// Cost: the first guard of a process subscribes; while any guard is alive every hooked call
+/// costs a callback, and an async copy also a cudaPointerGetAttributes (docs/sync_guard.md,
+/// "Cost"). Timed runs hold no guard: count in an untimed pass.
 ///
 /// Modes: sync_mode::record (sync_guard::mode::record) only counts; read syncs(), allocations(),
 /// report(). sync_mode::raise also makes check() throw ferry::sync_error naming the calls, and

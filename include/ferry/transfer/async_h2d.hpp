@@ -178,14 +178,13 @@ device_span<T> async_h2d(Src&& src, device_span<T> out, stream_ref<B> s) {
                                                                nullptr);
 }
 
-/// Copies `src` into a new device_buffer of exactly its size, allocated in stream order on `s`
-/// (cudaMallocAsync: an allocation, so not part of steady state) and freed in order on `s` by
-/// its destructor (so `s` must outlive it). The element type is the source's. Policies, blocking
-/// and source lifetime as for async_h2d into `out`; a single-pass source is gathered first. A
-/// source whose bytes do not fit in size_t → std::invalid_argument, nothing allocated.
+/// Copies `src` into a new device_buffer<E, B> of exactly its size (E: the source's element
+/// type), allocated in stream order on `s` (cudaMallocAsync: an allocation, so not part of
+/// steady state) and freed in order on `s` by its destructor (so `s` must outlive it). Policies,
+/// blocking and source lifetime as for async_h2d into `out`; a single-pass source is gathered
+/// first. A source whose bytes do not fit in size_t → std::invalid_argument, nothing allocated.
 template <class... Policies, std::ranges::input_range Src, class B>
-device_buffer<detail::source_element_t<Src>, B> async_h2d(Src&& src, stream_ref<B> s,
-                                                          pinned_arena<B>& arena) {
+auto async_h2d(Src&& src, stream_ref<B> s, pinned_arena<B>& arena) {
   using T = detail::source_element_t<Src>;
   using ops = detail::backend_ops<B>;
   detail::check_h2d<Src, T, Policies...>();
@@ -207,7 +206,7 @@ device_buffer<detail::source_element_t<Src>, B> async_h2d(Src&& src, stream_ref<
 
 /// async_h2d into a new stream-ordered device_buffer, staging through default_arena<B>().
 template <class... Policies, std::ranges::input_range Src, class B>
-device_buffer<detail::source_element_t<Src>, B> async_h2d(Src&& src, stream_ref<B> s) {
+auto async_h2d(Src&& src, stream_ref<B> s) {
   return async_h2d<Policies...>(static_cast<Src&&>(src), s, default_arena<B>());
 }
 

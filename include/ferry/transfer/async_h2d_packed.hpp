@@ -5,6 +5,7 @@
 #include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/detail/checked.hpp>
+#include <ferry/detail/math.hpp>
 #include <ferry/element.hpp>
 #include <ferry/memory/device_span.hpp>
 #include <ferry/memory/pinned_arena.hpp>
@@ -128,8 +129,7 @@ auto async_h2d_packed(device_span<T> out, stream_ref<B> s, pinned_arena<B>& aren
   for (std::size_t k = 0; k < N && fits; ++k) {
     std::size_t part = 0;
     if constexpr (bytes_out) {
-      fits = detail::add_fits(end, align[k] - 1, offsets[k]);
-      offsets[k] -= offsets[k] % align[k];
+      fits = detail::round_up_fits(end, align[k], offsets[k]);
     } else {
       offsets[k] = end;
     }

@@ -16,24 +16,22 @@
 namespace ferry {
 
 /// Pageable sources larger than this many bytes are uploaded by async_h2d (under pin::stage, when
-/// contiguous) through the chunked pipeline of a copy_pool rather than one staging copy. Below it,
-/// one memcpy into an arena block costs less than waking threads. 4 MiB: at 8.5 GB/s for one
-/// thread (anchors/headroom-2026-11-30.txt) a 4 MiB memcpy takes about 0.5 ms, where a pool of
-/// threads starts to pay for its hand-offs.
+/// contiguous) through the chunked pipeline of a copy_pool rather than one staging copy: below it,
+/// one memcpy into an arena block costs less than waking threads (measured in
+/// docs/transfers.md, "Large pageable sources: the copy pool").
 inline constexpr std::size_t large_copy_threshold = std::size_t{4} << 20;
 
-/// The pipeline's chunk size by default: 16 MiB chunks with 8 threads measured 46.1 GB/s into
-/// pinned staging on the H200 host, against 24.7 GB/s with 4 MiB chunks
-/// (anchors/headroom-2026-11-30.txt). bench.h2d sweeps 8/16/32 MiB x 8/12/15 threads beside it;
-/// change a default only when that sweep measures a better one (and say so here).
+/// The pipeline's chunk size by default: with default_copy_threads, the structure measured
+/// fastest into pinned staging (docs/transfers.md, "Large pageable sources: the copy pool";
+/// bench.h2d sweeps the alternatives beside it).
 inline constexpr std::size_t default_copy_chunk_bytes = std::size_t{16} << 20;
 
-/// The pipeline's thread count by default (same measurement: 8 threads x 16 MiB).
+/// The pipeline's thread count by default (the same measurement).
 inline constexpr std::size_t default_copy_threads = 8;
 
 /// The pipeline's unit of host copying: chunks are cut into slices of this many bytes (a chunk
 /// smaller than this is one slice), and the pool's threads take slices from one queue that runs
-/// across chunk boundaries. 2 MiB is the slice of the measured structure (16 MiB / 8 threads).
+/// across chunk boundaries. 2 MiB: one default chunk shared by the default threads.
 inline constexpr std::size_t copy_slice_bytes = std::size_t{2} << 20;
 
 /// What a copy_pool has done. The pipeline's waits are host-blocking and counted here (and, as
@@ -52,6 +50,8 @@ class copy_pool;
 
 namespace detail {
 
+class pool_session;
+
 /// One pipelined copy as the pool sees it: `work(i)` for every published index i. Indices start
 /// in increasing order, across everything published so far.
 class pool_job {
@@ -66,6 +66,7 @@ class pool_job {
 
  private:
   friend class ferry::copy_pool;
+  friend class pool_session;
   std::size_t published_ = 0;  // indices [0, published_) may start
   std::size_t next_ = 0;       // next index to start
   std::size_t finished_ = 0;   // how many have finished
@@ -119,73 +120,9 @@ class copy_pool {
     return {copies_.load(r), chunks_.load(r), bytes_.load(r), waits_.load(r), reused_.load(r)};
   }
 
-  // ---- used by the pipeline (detail) -------------------------------------------------------
-
-  /// Holds the pool for one job of `count` work items from construction to destruction; the
-  /// destructor waits until every published item has finished. Used by async_h2d's pipeline.
-  class session {
-   public:
-    /// Takes the pool (waiting for a running job to end) for `job`, of `count` work items.
-    session(copy_pool& pool, detail::pool_job& job, std::size_t count)
-        : pool_(pool), job_(job), lock_(pool.run_mutex_) {
-      job.done_.assign(count, 0);
-      std::lock_guard l(pool_.mutex_);
-      pool_.job_ = &job_;
-    }
-    session(const session&) = delete;
-    session& operator=(const session&) = delete;
-    ~session() {
-      std::unique_lock l(pool_.mutex_);
-      pool_.done_cv_.wait(l, [&] { return job_.finished_ == job_.published_; });
-      pool_.job_ = nullptr;
-    }
-    /// Lets items [0, n) start (n never decreases).
-    void publish(std::size_t n) {
-      {
-        std::lock_guard l(pool_.mutex_);
-        job_.published_ = n;
-      }
-      pool_.work_cv_.notify_all();
-    }
-    /// Runs one published item below `end` that no thread has started, on the calling thread;
-    /// false when there is none.
-    bool help(std::size_t end) {
-      std::unique_lock l(pool_.mutex_);
-      if (job_.next_ >= std::min(end, job_.published_)) return false;
-      pool_.run_one(l, job_);
-      return true;
-    }
-    /// Blocks until items [b, e) (published) have finished, running unstarted ones of them on the
-    /// calling thread meanwhile; rethrows the first error of any item.
-    void wait(std::size_t b, std::size_t e) {
-      while (help(e)) {
-      }
-      std::unique_lock l(pool_.mutex_);
-      pool_.done_cv_.wait(l, [&] {
-        for (std::size_t i = b; i < e; ++i)
-          if (job_.done_[i] == 0) return false;
-        return true;
-      });
-      if (job_.error_) std::rethrow_exception(job_.error_);
-    }
-    /// Counts one wait for the stream in the pool's stats.
-    void count_wait() noexcept { pool_.waits_.fetch_add(1, std::memory_order_relaxed); }
-    /// Counts one finished pipelined copy of `chunks` chunks (`reused` of them in blocks used
-    /// earlier in the same copy) and `bytes` bytes.
-    void count_copy(std::size_t chunks, std::size_t reused, std::size_t bytes) noexcept {
-      pool_.copies_.fetch_add(1, std::memory_order_relaxed);
-      pool_.chunks_.fetch_add(chunks, std::memory_order_relaxed);
-      pool_.reused_.fetch_add(reused, std::memory_order_relaxed);
-      pool_.bytes_.fetch_add(bytes, std::memory_order_relaxed);
-    }
-
-   private:
-    copy_pool& pool_;
-    detail::pool_job& job_;
-    std::unique_lock<std::mutex> lock_;
-  };
-
  private:
+  friend class detail::pool_session;
+
   // Starts the next item of `job` (l holds mutex_, and next_ < published_), runs it unlocked,
   // marks it done; returns with l held again.
   void run_one(std::unique_lock<std::mutex>& l, detail::pool_job& job) {
@@ -234,6 +171,74 @@ class copy_pool {
   std::atomic<std::uint64_t> copies_{0}, chunks_{0}, bytes_{0}, waits_{0}, reused_{0};
   std::vector<std::thread> workers_;
 };
+
+namespace detail {
+
+/// Holds a copy_pool for one job of `count` work items from construction to destruction; the
+/// destructor waits until every published item has finished. async_h2d's pipeline drives it.
+class pool_session {
+ public:
+  /// Takes `pool` (waiting for a running job to end) for `job`, of `count` work items.
+  pool_session(copy_pool& pool, pool_job& job, std::size_t count)
+      : pool_(pool), job_(job), lock_(pool.run_mutex_) {
+    job.done_.assign(count, 0);
+    std::lock_guard l(pool_.mutex_);
+    pool_.job_ = &job_;
+  }
+  pool_session(const pool_session&) = delete;
+  pool_session& operator=(const pool_session&) = delete;
+  ~pool_session() {
+    std::unique_lock l(pool_.mutex_);
+    pool_.done_cv_.wait(l, [&] { return job_.finished_ == job_.published_; });
+    pool_.job_ = nullptr;
+  }
+  /// Lets items [0, n) start (n never decreases).
+  void publish(std::size_t n) {
+    {
+      std::lock_guard l(pool_.mutex_);
+      job_.published_ = n;
+    }
+    pool_.work_cv_.notify_all();
+  }
+  /// Runs one published item below `end` that no thread has started, on the calling thread;
+  /// false when there is none.
+  bool help(std::size_t end) {
+    std::unique_lock l(pool_.mutex_);
+    if (job_.next_ >= std::min(end, job_.published_)) return false;
+    pool_.run_one(l, job_);
+    return true;
+  }
+  /// Blocks until items [b, e) (published) have finished, running unstarted ones of them on the
+  /// calling thread meanwhile; rethrows the first error of any item.
+  void wait(std::size_t b, std::size_t e) {
+    while (help(e)) {
+    }
+    std::unique_lock l(pool_.mutex_);
+    pool_.done_cv_.wait(l, [&] {
+      for (std::size_t i = b; i < e; ++i)
+        if (job_.done_[i] == 0) return false;
+      return true;
+    });
+    if (job_.error_) std::rethrow_exception(job_.error_);
+  }
+  /// Counts one wait for the stream in the pool's stats.
+  void count_wait() noexcept { pool_.waits_.fetch_add(1, std::memory_order_relaxed); }
+  /// Counts one finished pipelined copy of `chunks` chunks (`reused` of them in blocks used
+  /// earlier in the same copy) and `bytes` bytes.
+  void count_copy(std::size_t chunks, std::size_t reused, std::size_t bytes) noexcept {
+    pool_.copies_.fetch_add(1, std::memory_order_relaxed);
+    pool_.chunks_.fetch_add(chunks, std::memory_order_relaxed);
+    pool_.reused_.fetch_add(reused, std::memory_order_relaxed);
+    pool_.bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+
+ private:
+  copy_pool& pool_;
+  pool_job& job_;
+  std::unique_lock<std::mutex> lock_;
+};
+
+}  // namespace detail
 
 /// The process-wide copy_pool (default_copy_threads threads, default_copy_chunk_bytes chunks):
 /// created on first use (thread-safe), never destroyed (intentionally leaked at exit).

@@ -45,8 +45,9 @@ struct backend_ops<backend::host> {
   }
 
   static void* alloc_pinned(std::size_t bytes) {
+    void* p = aligned(bytes, "pinned");
     count(counters<backend::host>().pinned_allocations);
-    return aligned(bytes);
+    return p;
   }
   /// Waits for the work of every stream first, as cudaFreeHost does.
   static void free_pinned(void* p) noexcept {
@@ -59,8 +60,9 @@ struct backend_ops<backend::host> {
   static void* mapped(void* host) noexcept { return host; }
 
   static void* alloc_device(std::size_t bytes) {
+    void* p = aligned(bytes, "device");
     count(counters<backend::host>().device_allocations);
-    return aligned(bytes);
+    return p;
   }
   /// Waits for the work of every stream first, as cudaFree does.
   static void free_device(void* p) noexcept {
@@ -71,19 +73,19 @@ struct backend_ops<backend::host> {
   static void* alloc_device_async(std::size_t bytes, stream_type) { return alloc_device(bytes); }
   /// Stream-ordered: the memory goes once the work enqueued before it on `s` has run.
   static void free_device_async(void* p, stream_type s) {
-    s.get()->enqueue([p] { release_device(p); });
+    checked(s)->enqueue([p] { release_device(p); });
   }
 
   static void copy_async(void* dst, const void* src, std::size_t bytes, stream_type s) {
-    s.get()->enqueue([dst, src, bytes] { std::memcpy(dst, src, bytes); });
+    checked(s)->enqueue([dst, src, bytes] { std::memcpy(dst, src, bytes); });
   }
   static void fill_zero_async(void* dst, std::size_t bytes, stream_type s) {
-    s.get()->enqueue([dst, bytes] { std::memset(dst, 0, bytes); });
+    checked(s)->enqueue([dst, bytes] { std::memset(dst, 0, bytes); });
   }
   /// A host-blocking copy (pin::allow_sync): counted as a synchronization.
   static void copy_blocking(void* dst, const void* src, std::size_t bytes, stream_type s) {
     count(counters<backend::host>().synchronizations);
-    s.get()->drain();
+    checked(s)->drain();
     std::memcpy(dst, src, bytes);
   }
 
@@ -92,8 +94,12 @@ struct backend_ops<backend::host> {
     count(counters<backend::host>().device_frees);
     ::operator delete(p, std::align_val_t{alignment});
   }
-  static void* aligned(std::size_t bytes) {
-    void* p = ::operator new(bytes ? bytes : 1, std::align_val_t{alignment});
+  // Zero-filled memory, or ferry::out_of_memory (`kind`: "pinned" or "device").
+  static void* aligned(std::size_t bytes, const char* kind) {
+    void* p = ::operator new(bytes ? bytes : 1, std::align_val_t{alignment}, std::nothrow);
+    if (!p)
+      throw out_of_memory(std::string("ferry: out of ") + kind + " memory: " +
+                          std::to_string(bytes) + " bytes requested (host backend)");
     std::memset(p, 0, bytes);
     return p;
   }
@@ -149,7 +155,8 @@ struct backend_ops<backend::cuda> {
 
   static void* alloc_pinned(std::size_t bytes) {
     void* p = nullptr;
-    FERRY_CUDA_CHECK(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable));
+    FERRY_CUDA_CHECK_ALLOC(cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable),
+                           "pinned", bytes);
     count(counters<backend::cuda>().pinned_allocations);
     // Fail closed: the block must really be pinned, mapped, and addressed through UVA.
     cudaPointerAttributes attr{};
@@ -174,7 +181,7 @@ struct backend_ops<backend::cuda> {
 
   static void* alloc_device(std::size_t bytes) {
     void* p = nullptr;
-    FERRY_CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1));
+    FERRY_CUDA_CHECK_ALLOC(cudaMalloc(&p, bytes ? bytes : 1), "device", bytes);
     count(counters<backend::cuda>().device_allocations);
     return p;
   }
@@ -185,7 +192,7 @@ struct backend_ops<backend::cuda> {
   }
   static void* alloc_device_async(std::size_t bytes, stream_type s) {
     void* p = nullptr;
-    FERRY_CUDA_CHECK(cudaMallocAsync(&p, bytes ? bytes : 1, s.get()));
+    FERRY_CUDA_CHECK_ALLOC(cudaMallocAsync(&p, bytes ? bytes : 1, s.get()), "device", bytes);
     count(counters<backend::cuda>().device_allocations);
     return p;
   }

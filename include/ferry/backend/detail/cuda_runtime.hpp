@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <mutex>
@@ -24,16 +25,33 @@ inline cuda_error make_cuda_error(cudaError_t code, const char* call, const char
                                                 std::to_string(line));
 }
 
-/// Throws the error `code` that the call ferry just made returned, consuming it from the thread's
-/// last-error state when it is still there (a sticky error stays, as CUDA keeps it), so that a
-/// later launch check cannot report it again.
-[[noreturn]] inline void throw_cuda(cudaError_t code, const char* call, const char* file, int line) {
+/// Consumes the error `code` that the call ferry just made returned from the thread's last-error
+/// state when it is still there (a sticky error stays, as CUDA keeps it), so that a later launch
+/// check cannot report it again.
+inline void consume_error(cudaError_t code) noexcept {
   if (cudaPeekAtLastError() == code) static_cast<void>(cudaGetLastError());
+}
+
+/// Throws the error `code` that the call ferry just made returned, consumed.
+[[noreturn]] inline void throw_cuda(cudaError_t code, const char* call, const char* file, int line) {
+  consume_error(code);
   throw make_cuda_error(code, call, file, line);
 }
 
 inline void check_cuda(cudaError_t code, const char* call, const char* file, int line) {
   if (code != cudaSuccess) throw_cuda(code, call, file, line);
+}
+
+/// Checks an allocation of `bytes` bytes of `kind` memory ("pinned", "device"): running out
+/// throws ferry::out_of_memory, any other failure ferry::cuda_error; the error is consumed.
+inline void check_alloc(cudaError_t code, const char* call, const char* kind, std::size_t bytes,
+                        const char* file, int line) {
+  if (code == cudaSuccess) [[likely]] return;
+  if (code != cudaErrorMemoryAllocation) throw_cuda(code, call, file, line);
+  consume_error(code);
+  throw out_of_memory(std::string("ferry: out of ") + kind + " memory: " + std::to_string(bytes) +
+                      " bytes requested; " + call + " failed with cudaErrorMemoryAllocation at " +
+                      file + ":" + std::to_string(line));
 }
 
 /// Checks the launch just made with cudaPeekAtLastError: an error there may be the caller's, so
@@ -154,6 +172,11 @@ class stream_error_registry {
 
 /// Checks a CUDA runtime call; throws ferry::cuda_error naming the call, the error and file:line.
 #define FERRY_CUDA_CHECK(call) ::ferry::detail::check_cuda((call), #call, __FILE__, __LINE__)
+
+/// Checks a CUDA allocation call of `bytes` bytes of `kind` memory: ferry::out_of_memory when
+/// the device or host is out of memory, ferry::cuda_error otherwise.
+#define FERRY_CUDA_CHECK_ALLOC(call, kind, bytes) \
+  ::ferry::detail::check_alloc((call), #call, kind, bytes, __FILE__, __LINE__)
 
 /// Checks a kernel launch without clearing the caller's sticky error state.
 #define FERRY_CUDA_CHECK_LAUNCH(kernel_name) \

@@ -27,8 +27,9 @@ struct fence {
 /// counter and a watermark `known`: every fence at or below it is known to be passed, and
 /// answering for those costs nothing. Only a fence above the watermark asks the backend, and one
 /// answer raises the watermark for all earlier fences at once. On the host backend that ask is an
-/// atomic load of the queue's completion counter; on CUDA it is cudaEventQuery (about 1.5 µs on
-/// the H200), so owners ask only when a resource comes back into use and is not already known free.
+/// atomic load of the queue's completion counter; on CUDA it is cudaEventQuery, dearer than a small
+/// copy (docs/design.md, "Fences"), so owners ask only when a resource comes back into use and is
+/// not already known free.
 /// Not thread-safe: its owner serializes access.
 template <class B>
 class fence_clock;
@@ -42,7 +43,7 @@ template <>
 class fence_clock<backend::host> {
  public:
   fence record(stream_ref<backend::host> s) {
-    host_queue* q = s.get();
+    host_queue* q = checked(s);
     const std::uint32_t i = timeline_of(q);
     auto& t = timelines_[i];
     t.last = t.base + q->enqueued();

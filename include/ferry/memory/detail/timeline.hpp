@@ -401,15 +401,17 @@ class timeline<backend::cuda> {
     if (device < 0 || device >= max_devices) return false;
     if (!counters_) {
       void* p = nullptr;
-      FERRY_CUDA_CHECK(
-          cudaHostAlloc(&p, counted_lines * sizeof(std::uint64_t), cudaHostAllocMapped | cudaHostAllocPortable));
+      FERRY_CUDA_CHECK_ALLOC(
+          cudaHostAlloc(&p, counted_lines * sizeof(std::uint64_t), cudaHostAllocMapped | cudaHostAllocPortable),
+          "pinned", counted_lines * sizeof(std::uint64_t));
       std::fill_n(static_cast<std::uint64_t*>(p), counted_lines, std::uint64_t{0});
       counters_ = static_cast<std::uint64_t*>(p);
     }
     if (!blocks_done_[device]) {
       const device_scope on_device(device);
       void* p = nullptr;
-      FERRY_CUDA_CHECK(cudaMalloc(&p, counted_lines * sizeof(unsigned)));
+      FERRY_CUDA_CHECK_ALLOC(cudaMalloc(&p, counted_lines * sizeof(unsigned)), "device",
+                             counted_lines * sizeof(unsigned));
       FERRY_CUDA_CHECK(cudaMemset(p, 0, counted_lines * sizeof(unsigned)));
       blocks_done_[device] = static_cast<unsigned*>(p);
     }

@@ -15,6 +15,8 @@
 // then always copies their bodies with 16-byte vector loads and stores.
 #pragma once
 
+#include <ferry/detail/math.hpp>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -88,9 +90,5 @@ struct word_of<8> {
 };
 template <class T>
 using word_t = typename word_of<sizeof(T)>::type;
-
-constexpr std::size_t round_up(std::size_t n, std::size_t a) noexcept {
-  return (n + a - 1) / a * a;
-}
 
 }  // namespace ferry::detail

@@ -96,7 +96,7 @@ void pipelined_upload(std::byte* dst, const std::byte* src, std::size_t bytes, s
   };
   try {
     {
-      copy_pool::session session(pool, j, count * per_chunk);
+      pool_session session(pool, j, count * per_chunk);
       // A block for the next chunk, or none when the arena's cap is reached.
       auto next_block = [&]() -> pinned_block {
         if (oldest < enqueued_blocks.size() && core.passed(enqueued_blocks[oldest].at)) {
