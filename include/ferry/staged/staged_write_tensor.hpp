@@ -86,11 +86,10 @@ class staged_write_tensor {
   using B = backend_type;
   using ops = detail::backend_ops<B>;
   static constexpr bool uva_target = std::is_same_v<target_kind, target::uva>;
-  static constexpr bool fixed = std::is_same_v<growth_policy, growth::fixed>;
   static constexpr bool caller_fenced = std::is_same_v<reuse_policy, reuse::caller_fenced>;
   static constexpr bool may_copy = !std::is_same_v<staging_policy, staging::uva_direct> &&
                                    !(std::is_same_v<staging_policy, staging::by_target> && uva_target);
-  using core_type = detail::staging_core<T, B, fixed, caller_fenced>;
+  using core_type = detail::staging_core<T, B, growth_policy, reuse_policy>;
   using storage_type = std::conditional_t<uva_target, pinned_buffer<T, B>, device_buffer<T, B>>;
 
  public:
@@ -112,7 +111,7 @@ class staged_write_tensor {
     [[maybe_unused]] const auto on_device = ops::enter(s, device_);
     if constexpr (!uva_target) {
       ops::fill_zero_async(target_.data(), bytes(), s);
-      core_->pool().note_use(s);
+      core_->pool().note_fill(s);
     }
   }
 
@@ -209,9 +208,9 @@ class staged_write_tensor {
       ops::copy_async(scratch, c.content_data(), c.content_bytes(), s);
       src = reinterpret_cast<std::uintptr_t>(scratch);
     }
-    detail::launch_apply<T, B>(s, reinterpret_cast<const detail::chunk_desc*>(address(c.chunk_table())),
-                               c.chunks(), target_address(), src);
-    c.commit(s);
+    c.commit(detail::launch_apply<T, !caller_fenced>(
+        s, reinterpret_cast<const detail::chunk_desc*>(address(c.chunk_table())), c.chunks(),
+        target_address(), src, [&]() noexcept { c.abandon(); }));
   }
 
   /// The whole target, row-major (device memory, or the UVA view of pinned memory).

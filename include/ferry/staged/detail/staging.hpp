@@ -1,5 +1,5 @@
 // ferry/staged/detail/staging.hpp: one batch of staged writes in a pinned slot (see layout.hpp),
-// its capacity rules (growth::pow2 / growth::fixed), and its overlap bookkeeping.
+// its capacity rules (the GrowthPolicy's, or growth::fixed), and its overlap bookkeeping.
 #pragma once
 
 #include <ferry/detail/checked.hpp>
@@ -19,15 +19,17 @@
 #include <ranges>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace ferry::detail {
 
-template <class T, class B, bool Fixed, bool CallerFenced>
+template <class T, class B, class Growth, class Reuse>
 class staging_core {
   static constexpr std::size_t per_chunk = elements_per_chunk<T>;
+  static constexpr bool fixed = std::is_same_v<Growth, growth::fixed>;
 
  public:
-  using pool_type = slot_pool<B, CallerFenced>;
+  using pool_type = slot_pool<B, Growth, Reuse>;
 
   staging_core(std::size_t rows, std::size_t cols, std::size_t slots, int device,
                pinned_arena<B>& arena)
@@ -86,7 +88,7 @@ class staging_core {
   /// slot (and device scratch when `with_scratch`). Under growth::fixed this is the capacity.
   /// A request whose sizes cannot be represented throws ferry::capacity_error with nothing changed.
   void reserve(std::size_t max_writes, std::size_t max_elements, bool with_scratch) {
-    if constexpr (Fixed) {  // the limits are the largest asked so far: size the slots for both
+    if constexpr (fixed) {  // the limits are the largest asked so far: size the slots for both
       max_writes = std::max(max_writes_, max_writes);
       max_elements = std::max(max_elements_, max_elements);
     }
@@ -101,9 +103,9 @@ class staging_core {
                            ", " + std::to_string(max_elements) + ") overflows size_t");
     std::size_t wd = std::max(want_descs_, descs_needed);
     std::size_t wb = std::max(want_bytes_, bytes_needed);
-    if constexpr (!Fixed) {
-      wd = growth::pow2::capacity_for(wd);
-      wb = pow2_contents(wd, wb);
+    if constexpr (!fixed) {
+      wd = Growth::capacity_for(wd);
+      wb = grown_contents(wd, wb);
     }
     (void)slot_size(wd, wb);  // every size is checked before anything changes
     resolver_.reserve(wd);
@@ -111,8 +113,8 @@ class staging_core {
     want_bytes_ = wb;
     if (pool_.has_current() && (desc_cap_ < want_descs_ || content_cap_ < want_bytes_))
       regrow(want_descs_, want_bytes_);
-    pool_.reserve(slot_bytes(), with_scratch ? want_bytes_ : 0, Fixed);
-    if constexpr (Fixed) {
+    pool_.reserve(slot_bytes(), with_scratch ? want_bytes_ : 0);
+    if constexpr (fixed) {
       max_writes_ = max_writes;
       max_elements_ = max_elements;
     }
@@ -130,12 +132,12 @@ class staging_core {
     }
     const auto& out = resolver_.paint(descs(), chunks_, per_chunk);
     if (out.size() > desc_cap_) {
-      if constexpr (Fixed)
+      if constexpr (fixed)
         throw capacity_error("ferry: resolving overlapping staged writes needs " +
                              std::to_string(out.size()) + " chunks, more than the " +
                              std::to_string(desc_cap_) + " that reserve() gave (growth::fixed)");
       else
-        regrow(growth::pow2::capacity_for(out.size()), want_bytes_);
+        regrow(Growth::capacity_for(out.size()), want_bytes_);
     }
     std::copy(out.begin(), out.end(), descs());
     chunks_ = out.size();
@@ -149,19 +151,21 @@ class staging_core {
   /// Device scratch for the current slot's contents (H2D path), sized to the slot's content
   /// capacity at once, so that a slot's scratch is allocated once, not at every larger apply.
   /// Allocated stream-ordered on `s` (the apply's stream) when it must grow.
-  std::byte* scratch(stream_ref<B> s) { return pool_.scratch(std::max(used_, want_bytes_), Fixed, s); }
+  std::byte* scratch(stream_ref<B> s) { return pool_.scratch(std::max(used_, want_bytes_), s); }
   /// The launch has been enqueued without reading the slot (the inline path: the chunk table and
   /// contents travelled in the launch's parameters): the slot stays current, unfenced; a new
   /// batch starts in it.
   void commit_inline() noexcept { clear(); }
-  /// The launch has been enqueued on `s`: fence and rotate the slot, and start a new batch.
-  void commit(stream_ref<B> s) {
-    try {
-      pool_.commit(s, used_);
-    } catch (...) {
-      clear();
-      throw;
-    }
+  /// The launch that reads the slot has been enqueued and is done once `done` has passed: rotate
+  /// the slot, and start a new batch.
+  void commit(stamp done) noexcept {
+    pool_.commit(done);
+    clear();
+  }
+  /// The launch that reads the slot has been enqueued but could not be stamped: the slot is
+  /// abandoned (never rewritten under its reader), and a new batch starts in a fresh one.
+  void abandon() noexcept {
+    pool_.abandon();
     clear();
   }
   pool_type& pool() noexcept { return pool_; }
@@ -176,7 +180,7 @@ class staging_core {
   }
 
   void ensure(std::size_t chunks, std::size_t end_bytes, std::size_t len) {
-    if constexpr (Fixed) {
+    if constexpr (fixed) {
       if (writes_ + 1 > max_writes_ || elements_ + len > max_elements_)
         throw capacity_error(
             "ferry: staged_write_tensor under growth::fixed holds at most " +
@@ -186,8 +190,8 @@ class staging_core {
             std::to_string(elements_) + " elements exceeds it");
     } else {
       if (!pool_.has_current() || chunks_ + chunks > desc_cap_ || end_bytes > content_cap_) {
-        want_descs_ = std::max(want_descs_, growth::pow2::capacity_for(chunks_ + chunks));
-        want_bytes_ = std::max(want_bytes_, pow2_contents(want_descs_, end_bytes));
+        want_descs_ = std::max(want_descs_, Growth::capacity_for(chunks_ + chunks));
+        want_bytes_ = std::max(want_bytes_, grown_contents(want_descs_, end_bytes));
       }
     }
     if (!pool_.has_current()) {
@@ -195,7 +199,7 @@ class staging_core {
       layout();
     }
     if (chunks_ + chunks > desc_cap_ || end_bytes > content_cap_) {
-      if constexpr (Fixed)
+      if constexpr (fixed)
         throw capacity_error("ferry: staging slot too small under growth::fixed");
       else
         regrow(want_descs_, want_bytes_);
@@ -213,11 +217,11 @@ class staging_core {
   static std::size_t slot_size(std::size_t descs, std::size_t bytes) {
     return checked_add<capacity_error>(table_bytes(descs), bytes, "a staging slot");
   }
-  // growth::pow2: the content capacity of the smallest power-of-two slot that holds `descs`
-  // descriptors and `bytes` of contents. The slot is rounded as a whole (arena blocks are powers
-  // of two): rounding each part would make a slot for 4 MiB of contents a 16 MiB block.
-  static std::size_t pow2_contents(std::size_t descs, std::size_t bytes) {
-    return growth::pow2::capacity_for(slot_size(descs, bytes)) - table_bytes(descs);
+  // The content capacity of the grown slot that holds `descs` descriptors and `bytes` of
+  // contents. The slot grows as a whole: growing each part would make a slot for 4 MiB of
+  // contents a 16 MiB block under growth::pow2 (arena blocks are powers of two).
+  static std::size_t grown_contents(std::size_t descs, std::size_t bytes) {
+    return Growth::capacity_for(slot_size(descs, bytes)) - table_bytes(descs);
   }
   [[nodiscard]] std::size_t slot_bytes() const { return slot_size(want_descs_, want_bytes_); }
   void layout() noexcept {
@@ -232,7 +236,7 @@ class staging_core {
   void regrow(std::size_t wd, std::size_t wb) {
     const std::size_t d = std::max({wd, want_descs_, chunks_});
     std::size_t b = std::max({wb, want_bytes_, used_});
-    if constexpr (!Fixed) b = pow2_contents(d, b);
+    if constexpr (!fixed) b = grown_contents(d, b);
     const pinned_block old = pool_.begin_grow(slot_size(d, b));  // may throw: nothing changed
     const std::size_t old_off = content_off_;
     want_descs_ = d;
