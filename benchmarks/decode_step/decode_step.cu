@@ -108,7 +108,8 @@ class raw_step {
     scheduler::logprob_rows(step, at<std::int64_t>(pinned_, off_logprobs));
     // the uploads
     ferry::detail::launch_apply_chunks<std::uint32_t>(descs, n, reinterpret_cast<std::uintptr_t>(table_),
-                                                      reinterpret_cast<std::uintptr_t>(contents), s_);
+                                                      reinterpret_cast<std::uintptr_t>(contents),
+                                                      ferry::detail::kernel_mark{}, s_);
     copy(off_positions, batch * 8);
     copy(off_seq_lens, batch * 4);
     copy(off_tokens, batch * 4);
