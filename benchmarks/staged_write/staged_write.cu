@@ -10,6 +10,12 @@
 //    threshold<256 KiB>, of the naive one-block-per-write kernel (contents through UVA and
 //    through an H2D copy, metadata through UVA), and of cub::DeviceMemcpy::Batched doing the same
 //    scatter (pointer and size arrays in device memory, prepared outside the timing);
+//  - host time again with the GPU behind: every burst (ferry's and its floors') enqueued behind a
+//    kernel that holds the stream for at least 5x the burst's host time, so that applies queue up
+//    as when the host runs ahead of a long step;
+//  - runtime API calls per apply in steady state (CUPTI, counted apart from any timing), idle and
+//    behind: all of them, and those on events (records and queries: zero once apply kernels
+//    store their own reuse marks);
 //  - with --torch FILE (output of anchors/peer_torch.py), the PyTorch + Triton host and device
 //    times per apply beside ferry's.
 // Method notes: ferry's host time and its floors are measured in interleaved bursts (same burst of
@@ -23,7 +29,8 @@
 // burst's host time (larger bursts of launches fill a held stream's launch queue and block the
 // host, which then sets the pace); "enqueue/hold" >= 1 would mean the host could not enqueue the
 // burst inside the hold (then the figure measures the host).
-// Targets: host <= 1.3x floor (worst point), >= 20x PyTorch (worst measured point), uva_direct
+// Targets: host <= 1.3x floor (worst point, idle and behind), no event call per apply in steady
+// state, >= 20x PyTorch (worst measured point), uva_direct
 // device time >= 0.95x h2d_copy at every point and >= 1.3x median, applies of >= 4 MiB at >= 80% of
 // the zero-copy read bandwidth measured in this run (a kernel reading 256 MiB of pinned memory).
 #include <ferry/ferry.cuh>
@@ -31,8 +38,10 @@
 #include <support/gpu.cuh>
 
 #include <cub/device/device_memcpy.cuh>
+#include <cupti.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <chrono>
@@ -42,6 +51,7 @@
 #include <regex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -92,17 +102,19 @@ std::map<std::pair<int, int>, std::pair<double, double>> read_torch(const std::s
 // the stream drained between bursts (not timed), median over o.bursts bursts; the operations'
 // bursts are interleaved (burst b of every operation runs before burst b+1 of any, in an order
 // rotated every burst), so that ferry and its floor see the same machine state and any drift of
-// clock or device load falls on all of them alike.
-template <class Drain>
+// clock or device load falls on all of them alike. `before` runs ahead of every burst, untimed
+// (a kernel that holds the stream: the GPU behind).
+template <class Drain, class Before>
 std::vector<double> host_us_interleaved(const ferry_bench::options& o,
                                         const std::vector<std::function<void(std::size_t)>>& ops,
-                                        Drain&& drain, int warmup_bursts = 3) {
+                                        Drain&& drain, Before&& before, int warmup_bursts = 3) {
   const std::size_t m = ops.size();
   std::vector<std::vector<double>> per(m);
   std::vector<std::size_t> next(m, 0);
   for (int b = -warmup_bursts; b < o.bursts; ++b) {
     for (std::size_t j = 0; j < m; ++j) {
       const std::size_t k = (j + static_cast<std::size_t>(b + warmup_bursts)) % m;
+      before();
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < o.burst; ++i) ops[k](next[k]++);
       const auto t1 = std::chrono::steady_clock::now();
@@ -113,6 +125,59 @@ std::vector<double> host_us_interleaved(const ferry_bench::options& o,
   std::vector<double> r(m);
   for (std::size_t k = 0; k < m; ++k) r[k] = ferry_bench::median(per[k]);
   return r;
+}
+
+// Runtime API calls of this process while alive (CUPTI): all of them, and those on events.
+class api_calls {
+ public:
+  api_calls() {
+    check(cuptiSubscribe(&sub_, &on_call, this));
+    check(cuptiEnableDomain(1, sub_, CUPTI_CB_DOMAIN_RUNTIME_API));
+  }
+  api_calls(const api_calls&) = delete;
+  api_calls& operator=(const api_calls&) = delete;
+  ~api_calls() { cuptiUnsubscribe(sub_); }
+  std::uint64_t all() const { return all_.load(); }
+  std::uint64_t events() const { return events_.load(); }
+
+ private:
+  static void check(CUptiResult r) {
+    if (r != CUPTI_SUCCESS) throw std::runtime_error("CUPTI error " + std::to_string(static_cast<int>(r)));
+  }
+  static void CUPTIAPI on_call(void* self, CUpti_CallbackDomain, CUpti_CallbackId, const void* data) {
+    const auto* d = static_cast<const CUpti_CallbackData*>(data);
+    if (d->callbackSite != CUPTI_API_ENTER) return;
+    auto* c = static_cast<api_calls*>(self);
+    c->all_.fetch_add(1, std::memory_order_relaxed);
+    if (std::string_view(d->functionName).starts_with("cudaEvent")) c->events_.fetch_add(1, std::memory_order_relaxed);
+  }
+  CUpti_SubscriberHandle sub_{};
+  std::atomic<std::uint64_t> all_{0}, events_{0};
+};
+
+struct calls_per_op {
+  double all, events;
+};
+// Runtime API calls per operation over `n` operations in steady state (after `n` untimed ones),
+// with the GPU idle (each operation drained) or behind (all `n` queued behind a hold).
+template <class Op, class Drain>
+calls_per_op count_calls(cudaStream_t s, Op&& op, Drain&& drain, bool behind, int n = 64) {
+  for (int i = 0; i < n; ++i) op(static_cast<std::size_t>(i));
+  drain();
+  if (behind) ferry_bench::hold_stream(s, 20);
+  std::uint64_t all = 0, events = 0;
+  {
+    const api_calls c;
+    for (int i = 0; i < n; ++i) {
+      op(static_cast<std::size_t>(i));
+      if (!behind) drain();
+    }
+    all = c.all();
+    events = c.events();
+  }
+  drain();
+  // An idle run counts its drains too: one cudaStreamSynchronize per operation.
+  return {static_cast<double>(all) / n - (behind ? 0 : 1), static_cast<double>(events) / n};
 }
 
 // Device µs per operation (support/gpu.cuh's method: the stream held by a kernel, `burst`
@@ -263,7 +328,8 @@ int main(int argc, char** argv) {
     drain();
   }
 
-  std::vector<double> host_floor_ratios, torch_ratios, uva_h2d_ratios;
+  std::vector<double> host_floor_ratios, behind_floor_ratios, torch_ratios, uva_h2d_ratios;
+  double worst_event_calls = 0;
   double large_fraction = -1;
   double worst_host_fraction = 0;
   for (int W : {1, 8, 64, 256}) {
@@ -298,7 +364,8 @@ int main(int argc, char** argv) {
       auto raw_launch = [&](const T* src) {
         ferry::detail::launch_apply_chunks<std::uint32_t>(raw_descs_dev, nchunks,
                                                           reinterpret_cast<std::uintptr_t>(raw_dst.data()),
-                                                          reinterpret_cast<std::uintptr_t>(src), cs);
+                                                          reinterpret_cast<std::uintptr_t>(src),
+                                                          ferry::detail::kernel_mark{}, cs);
       };
       // ferry passes small in-place applies in the launch's parameters (the inline kernel); its
       // floor is then a bare launch of that kernel with the same parameter block. The contents
@@ -326,9 +393,23 @@ int main(int argc, char** argv) {
       // machine state).
       const auto allocs_before = allocations();
       const auto h = host_us_interleaved(o, {ferry_op(t_uva), floor_uva, ferry_op(t_h2d), floor_h2d,
-                                             ferry_op(t_uvat), launch_only}, drain);
+                                             ferry_op(t_uvat), launch_only}, drain, [] {});
       const double h_uva = h[0], f_uva = h[1], h_h2d = h[2], f_h2d = h[3], h_uvat = h[4], f_launch = h[5];
+      // The GPU behind: every burst queued behind a kernel holding the stream for at least 5x
+      // the burst's host time.
+      const double behind_ms = std::max(2.0, 5 * o.burst * std::max(h_uva, h_h2d) / 1000);
+      const auto hb = host_us_interleaved(o, {ferry_op(t_uva), floor_uva, ferry_op(t_h2d), floor_h2d}, drain,
+                                          [&] { ferry_bench::hold_stream(cs, behind_ms); });
+      const double hb_uva = hb[0], fb_uva = hb[1], hb_h2d = hb[2], fb_h2d = hb[3];
       const double host_allocs = static_cast<double>(allocations() - allocs_before);
+
+      // Runtime API calls per apply in steady state (untimed: CUPTI callbacks cost time).
+      const auto c_uva = count_calls(cs, ferry_op(t_uva), drain, false);
+      const auto c_uva_behind = count_calls(cs, ferry_op(t_uva), drain, true);
+      const auto c_h2d = count_calls(cs, ferry_op(t_h2d), drain, false);
+      const auto c_h2d_behind = count_calls(cs, ferry_op(t_h2d), drain, true);
+      worst_event_calls = std::max({worst_event_calls, c_uva.events, c_uva_behind.events, c_h2d.events,
+                                    c_h2d_behind.events});
 
       // ---- baselines' inputs
       for (int w = 0; w < W; ++w) {
@@ -385,7 +466,9 @@ int main(int argc, char** argv) {
       }, reps, hold_ms);
 
       const double r_uva = h_uva / f_uva, r_h2d = h_h2d / f_h2d;
+      const double rb_uva = hb_uva / fb_uva, rb_h2d = hb_h2d / fb_h2d;
       host_floor_ratios.push_back(std::max(r_uva, r_h2d));
+      behind_floor_ratios.push_back(std::max(rb_uva, rb_h2d));
       uva_h2d_ratios.push_back(d_h2d / d_uva);
       if (L * sizeof(T) >= (4u << 20)) large_fraction = (L * sizeof(T) / (d_uva * 1e-6) / 1e9) / zero_copy_gbps;
 
@@ -393,6 +476,12 @@ int main(int argc, char** argv) {
                          {"host uva_direct us", h_uva}, {"uva/floor", r_uva},
                          {"host h2d_copy us", h_h2d}, {"h2d/floor", r_h2d},
                          {"host uva target us", h_uvat}, {"launch-only floor us", f_launch},
+                         {"behind: host uva_direct us", hb_uva}, {"behind: uva/floor", rb_uva},
+                         {"behind: host h2d_copy us", hb_h2d}, {"behind: h2d/floor", rb_h2d},
+                         {"api calls/apply uva idle", c_uva.all}, {"api calls/apply uva behind", c_uva_behind.all},
+                         {"api calls/apply h2d idle", c_h2d.all}, {"api calls/apply h2d behind", c_h2d_behind.all},
+                         {"event calls/apply (worst of 4)",
+                          std::max({c_uva.events, c_uva_behind.events, c_h2d.events, c_h2d_behind.events})},
                          {"dev uva_direct us", d_uva}, {"dev h2d_copy us", d_h2d}, {"dev threshold us", d_thr},
                          {"h2d/uva", d_h2d / d_uva},
                          {"naive uva /ferry", d_naive_uva / d_uva}, {"naive h2d /ferry", d_naive_h2d / d_uva},
@@ -417,6 +506,10 @@ int main(int argc, char** argv) {
   std::sort(uva_h2d_ratios.begin(), uva_h2d_ratios.end());
   rep.add_target("host time / floor, worst point (uva_direct and h2d_copy)",
                  *std::max_element(host_floor_ratios.begin(), host_floor_ratios.end()), "<=", 1.3);
+  rep.add_target("host time / floor with the GPU behind, worst point (uva_direct and h2d_copy)",
+                 *std::max_element(behind_floor_ratios.begin(), behind_floor_ratios.end()), "<=", 1.3);
+  rep.add_target("event calls (records, queries) per apply in steady state, worst point", worst_event_calls,
+                 "<=", 0);
   if (!torch_ratios.empty())
     rep.add_target("PyTorch+Triton host time / ferry (block_table preset) host time, worst measured point",
                    *std::min_element(torch_ratios.begin(), torch_ratios.end()), ">=", 20);

@@ -916,13 +916,30 @@ TEMPLATE_TEST_CASE("differential: uva_backed", "[differential]", DIFF_BACKENDS) 
 }
 
 
+// The model's caller_fenced rule: with 2 slots, apply k on stream 1 and apply k + 1 on stream 0,
+// stream 0 synchronized: batch k + 2 rewrites apply k's slot, so stream 1 must be waited for
+// although only one apply is not known done.
+TEST_CASE("differential: the caller_fenced rotation waits for the oldest apply", "[differential]") {
+  using B = ferry::backend::host;
+  bench<B> b("rotation", diff::default_seed, 2);
+  diff::rotation<B> applies;
+  applies.applied(b.lane, 1);
+  applies.applied(b.lane, 0);
+  b.sync(0);
+  applies.keep(b, 1);
+  CHECK(b.lane.done(1, 0));
+  applies.applied(b.lane, 0);
+  applies.keep(b, 1);
+  CHECK_FALSE(b.lane.done(0, 1));  // the newest slots - 1 applies stay in flight
+}
+
 // ---------------------------------------------------------------------------------------------
 // staged_write_tensor and fused_staged_writer. Model: the target, and the writes staged since
 // the last apply in order (applied in order, so the later write wins). The target is ordered
 // across streams (an apply waits for earlier checks and applies on other streams). Under
-// caller_fenced the caller's duty is the rotation's: before staging into a slot, the apply that
-// last read it has run — at most slots - 1 applies may be outstanding (an apply that needs no
-// slot only makes this stricter).
+// caller_fenced the caller's duty is the rotation's (diff::rotation): before staging into a slot,
+// the apply that last read it has run — every apply but the newest slots - 1 (an apply that needs
+// no slot only makes this stricter).
 template <class E, class Target, class Staging, class Growth, class Reuse>
 struct staged_combo {
   using elem = E;
@@ -945,7 +962,7 @@ struct tensor_under_test {
   std::vector<E> target;
   std::vector<write> pending;
   std::size_t pending_elements = 0;
-  std::deque<std::pair<std::size_t, std::uint64_t>> applies;  // caller_fenced: outstanding
+  diff::rotation<B> applies;  // caller_fenced: the slot rotation
   diff::region_order<B> order;
   std::size_t max_writes = 0, max_elements = 0;  // growth::fixed: the reserved capacity
 
@@ -976,13 +993,7 @@ struct tensor_under_test {
                  ", model " + std::to_string(pending.size()) + " / " + std::to_string(pending_elements));
   }
   void slot_rule(bench<B>& b, std::size_t outstanding) {
-    if constexpr (caller_fenced) {
-      std::erase_if(applies, [&](auto& a) { return b.lane.done(a.first, a.second); });
-      while (applies.size() > outstanding) {
-        b.sync(applies.front().first);
-        std::erase_if(applies, [&](auto& a) { return b.lane.done(a.first, a.second); });
-      }
-    }
+    if constexpr (caller_fenced) applies.keep(b, outstanding);
   }
   bool within_reserve(std::size_t writes, std::size_t elements) const {
     return writes <= max_writes && elements <= max_elements;
@@ -1050,7 +1061,7 @@ struct tensor_under_test {
   void applied(bench<B>& b, std::size_t l) {
     for (const auto& w : pending)
       std::copy(w.vals.begin(), w.vals.end(), target.begin() + static_cast<std::ptrdiff_t>(w.row * cols + w.start));
-    if (!pending.empty() && caller_fenced) applies.emplace_back(l, b.lane.epoch[l]);
+    if (!pending.empty() && caller_fenced) applies.applied(b.lane, l);
     pending.clear();
     pending_elements = 0;
     check_pending(b);
@@ -1205,16 +1216,10 @@ void fused_episode(bench<B>& b, std::uint64_t ops) {
     max_elements = 64 + b.below(2048);
     writer.reserve(max_writes, max_elements);
   }
-  std::deque<std::pair<std::size_t, std::uint64_t>> applies;  // caller_fenced writer: outstanding
+  diff::rotation<B> applies;  // caller_fenced writer: the slot rotation
 
   auto fused = [&](std::size_t l, auto&... ts) {
-    if constexpr (caller_fenced) {
-      std::erase_if(applies, [&](auto& a) { return b.lane.done(a.first, a.second); });
-      while (applies.size() > slots - 1) {
-        b.sync(applies.front().first);
-        std::erase_if(applies, [&](auto& a) { return b.lane.done(a.first, a.second); });
-      }
-    }
+    if constexpr (caller_fenced) applies.keep(b, slots - 1);
     const std::size_t writes = (ts.pending.size() + ...);
     const std::size_t elements = (ts.pending_elements + ...);
     (ts.order.write(b.lane, l), ...);
@@ -1226,7 +1231,7 @@ void fused_episode(bench<B>& b, std::uint64_t ops) {
       (ts.check_pending(b), ...);
       return;
     }
-    if (writes != 0 && caller_fenced) applies.emplace_back(l, b.lane.epoch[l]);
+    if (writes != 0 && caller_fenced) applies.applied(b.lane, l);
     (ts.applied(b, l), ...);
     if (b.chance(70)) (ts.check(b), ...);
   };

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -386,6 +387,29 @@ class bench {
     }
     mismatch(std::string(what) + ": no exception");
   }
+};
+
+/// The caller's duty under reuse::caller_fenced towards a component that rotates through `slots`
+/// slots: the slot of apply k is rewritten first by the batch of apply k + slots, so before a
+/// batch is staged every apply but the newest slots - 1 has run. Which applies have run does not
+/// follow apply order (they run on several streams): the oldest must have run even when a newer
+/// one is known done, so the count of applies not known done is no measure.
+template <class B>
+class rotation {
+ public:
+  /// An apply that took a slot was enqueued on stream `lane`.
+  void applied(const lanes<B>& l, std::size_t lane) { applies_.emplace_back(lane, l.epoch[lane]); }
+  /// Makes sure every apply but the newest `keep` has run (synchronizing its stream if needed).
+  void keep(bench<B>& b, std::size_t keep) {
+    while (applies_.size() > keep) {
+      const auto [lane, epoch] = applies_.front();
+      applies_.pop_front();
+      if (!b.lane.done(lane, epoch)) b.sync(lane);
+    }
+  }
+
+ private:
+  std::deque<std::pair<std::size_t, std::uint64_t>> applies_;
 };
 
 /// Runs `episode(bench, ops)` over episodes (each with min_lanes to min_lanes + 4 streams) until

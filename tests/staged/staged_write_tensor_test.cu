@@ -255,6 +255,38 @@ TEMPLATE_TEST_CASE("applies behind a held stream never block and never reuse a s
   REQUIRE(read_back<T, TestType>(t, s) == ref.data);
 }
 
+TEMPLATE_TEST_CASE("a slot whose apply has passed is reused past an older one held on another stream",
+                   "[staged]", STAGED_BACKENDS) {
+  // Slot A's apply waits behind a held stream; slot B's ran on another stream. Staging takes the
+  // oldest slot whose stamp has passed (B, again and again), not a fresh block per apply.
+  FERRY_REQUIRE_BACKEND(TestType);
+  using T = std::int32_t;
+  ferry::stream<TestType> held, other;
+  ferry::staged_write_tensor<T, TestType, ferry::staging::uva_direct> t(4, 2048, 2);  // 8 KiB rows: no inline apply
+  model<T> ref(4, 2048);
+  std::mt19937_64 rng(11);
+  auto apply_row = [&](std::size_t row, ferry::stream_ref<TestType> s) {
+    const auto v = random_bits<T>(2048, rng);
+    t.stage_write(row, 0, v);
+    ref.write(row, 0, v);
+    t.apply_write(s);
+  };
+  {
+    ferry_test::gate<TestType> g(held);
+    apply_row(0, held);
+    apply_row(1, other);
+    other.synchronize();
+    const std::size_t in_use = ferry::default_arena<TestType>().stats().bytes_in_use;
+    for (std::size_t i = 0; i < 8; ++i) {
+      apply_row(2 + i % 2, other);
+      other.synchronize();
+    }
+    CHECK(ferry::default_arena<TestType>().stats().bytes_in_use == in_use);
+    g.open();
+  }
+  REQUIRE(read_back<T, TestType>(t, held) == ref.data);
+}
+
 TEMPLATE_TEST_CASE("small in-place applies interleave with slot applies behind a held stream",
                    "[staged]", STAGED_BACKENDS) {
   // On CUDA an apply whose chunk table and contents fit in 4 KiB travels in the launch's

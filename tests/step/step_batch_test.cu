@@ -446,8 +446,8 @@ TEMPLATE_TEST_CASE("step_batch: steady state allocates nothing, never synchroniz
   CHECK(total.synchronizations == 0);
   CHECK(batch.slots() == slots);
   if constexpr (std::is_same_v<B, ferry::backend::host>) {
-    const auto before = s.get()->enqueued();
+    const auto before = ferry_test::enqueued<B>(s);
     step(0);
-    CHECK(s.get()->enqueued() - before == 1);
+    CHECK(ferry_test::enqueued<B>(s) - before == 1);
   }
 }

@@ -18,7 +18,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -97,7 +96,7 @@ class fused_staged_writer {
         !add_fits(contents, padding, sum) || !add_fits(sum, align, scratch))
       throw capacity_error("ferry: fused_staged_writer::reserve(" + std::to_string(max_writes) +
                            ", " + std::to_string(max_elements) + ") overflows size_t");
-    pool_.reserve(std::max(table_bytes_, table), std::max(scratch_bytes_, scratch), fixed);
+    pool_.reserve(std::max(table_bytes_, table), std::max(scratch_bytes_, scratch));
     table_bytes_ = std::max(table_bytes_, table);
     scratch_bytes_ = std::max(scratch_bytes_, scratch);
   }
@@ -161,27 +160,21 @@ class fused_staged_writer {
       pool_.acquire_current(table_bytes_);
       if (pool_.current().block.capacity < table) pool_.finish_grow(pool_.begin_grow(table_bytes_));
       // Stream-ordered on s (never cudaMalloc, which may wait behind a held stream).
-      std::byte* scratch = copied ? pool_.scratch(scratch_bytes_, fixed, s) : nullptr;
+      std::byte* scratch = copied ? pool_.scratch(scratch_bytes_, s) : nullptr;
       // Build the table; enqueue the copies.
       auto* out = reinterpret_cast<detail::chunk_desc*>(pool_.current().block.data);
       std::size_t k = 0, off = 0;
       (append(tensors, s, bytes, out, k, scratch, off), ...);
-      detail::launch_apply<T, B>(s, reinterpret_cast<const detail::chunk_desc*>(ops::mapped(out)), k, 0, 0);
-      // Enqueued: fence every slot read by the launch, clear the tensors.
-      std::exception_ptr failure;
-      auto fence = [&](auto&& f) {
-        try {
-          f();
-        } catch (...) {
-          if (!failure) failure = std::current_exception();
-        }
-      };
-      fence([&] { pool_.commit(s, 0); });  // the chunk table alone
-      (fence([&] {
-         if (!tensors.core().empty()) tensors.core().commit(s);
-       }),
-       ...);
-      if (failure) std::rethrow_exception(failure);
+      // One launch; every slot it reads is done once `done` has passed (stamped when this writer
+      // or any tensor fences its slots).
+      constexpr bool marked = !caller_fenced || (!Tensors::caller_fenced || ...);
+      const detail::stamp done = detail::launch_apply<T, marked>(
+          s, reinterpret_cast<const detail::chunk_desc*>(ops::mapped(out)), k, 0, 0, [&]() noexcept {
+            pool_.abandon();
+            (abandon(tensors), ...);
+          });
+      pool_.commit(done);
+      (commit(tensors, done), ...);
     }
   }
 
@@ -189,6 +182,14 @@ class fused_staged_writer {
   [[nodiscard]] std::size_t max_tensors() const noexcept { return max_tensors_; }
 
  private:
+  template <class X>
+  static void commit(X& t, detail::stamp done) noexcept {
+    if (!t.core().empty()) t.core().commit(done);
+  }
+  template <class X>
+  static void abandon(X& t) noexcept {
+    if (!t.core().empty()) t.core().abandon();
+  }
   template <class X>
   static void prepare(X& t) {
     if (!t.core().empty()) t.core().prepare();
@@ -229,7 +230,7 @@ class fused_staged_writer {
   int device_;
   std::size_t max_tensors_;
   std::size_t table_bytes_ = 0, scratch_bytes_ = 0;
-  detail::slot_pool<B, caller_fenced> pool_;
+  detail::slot_pool<B, growth_policy, reuse_policy> pool_;
 };
 
 }  // namespace ferry

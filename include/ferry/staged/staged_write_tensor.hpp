@@ -88,7 +88,7 @@ class staged_write_tensor {
   static constexpr bool caller_fenced = !reuse_policy::ferry_fences;
   static constexpr bool may_copy = staging_policy::in_place_max_bytes(target_kind::memory) <
                                    std::numeric_limits<std::size_t>::max();
-  using core_type = detail::staging_core<T, B, growth_policy, caller_fenced>;
+  using core_type = detail::staging_core<T, B, growth_policy, reuse_policy>;
   using storage_type = std::conditional_t<uva_target, pinned_buffer<T, B>, device_buffer<T, B>>;
 
  public:
@@ -110,7 +110,7 @@ class staged_write_tensor {
     [[maybe_unused]] const auto on_device = ops::enter(s, device_);
     if constexpr (!uva_target) {
       ops::fill_zero_async(target_.data(), bytes(), s);
-      core_->pool().note_use(s);
+      core_->pool().note_fill(s);
     }
   }
 
@@ -207,9 +207,9 @@ class staged_write_tensor {
       ops::copy_async(scratch, c.content_data(), c.content_bytes(), s);
       src = reinterpret_cast<std::uintptr_t>(scratch);
     }
-    detail::launch_apply<T, B>(s, reinterpret_cast<const detail::chunk_desc*>(address(c.chunk_table())),
-                               c.chunks(), target_address(), src);
-    c.commit(s);
+    c.commit(detail::launch_apply<T, !caller_fenced>(
+        s, reinterpret_cast<const detail::chunk_desc*>(address(c.chunk_table())), c.chunks(),
+        target_address(), src, [&]() noexcept { c.abandon(); }));
   }
 
   /// The whole target, row-major (device memory, or the UVA view of pinned memory).

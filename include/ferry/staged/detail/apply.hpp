@@ -1,9 +1,11 @@
-// ferry/staged/detail/apply.hpp: one launch of the apply "kernel" on either backend, and the
-// staging policy's choice between reading contents in place (UVA) and copying them first (H2D).
+// ferry/staged/detail/apply.hpp: one apply on either backend (through its apply_ops), stamped by
+// the reuse core, and the staging policy's choice between reading contents in place (UVA) and
+// copying them first (H2D).
 #pragma once
 
 #include <ferry/backend/stream.hpp>
 #include <ferry/config.hpp>
+#include <ferry/memory/detail/timeline.hpp>
 #include <ferry/policies/detail/select.hpp>
 #include <ferry/policies/staging.hpp>
 #include <ferry/staged/detail/apply_host.hpp>
@@ -27,54 +29,50 @@ constexpr bool staged_reads_in_place(std::size_t content_bytes) noexcept {
   return content_bytes <= S::in_place_max_bytes(Target);
 }
 
-/// Loads the CUDA apply kernels for T (see preload_apply_kernels); a no-op on the host backend
-/// and in translation units not built by nvcc (they cannot apply on CUDA anyway).
+/// Loads the apply kernels for T (see preload_apply_kernels); a no-op on the host backend and in
+/// translation units not built by nvcc (they cannot apply on CUDA anyway).
 template <class T, class B>
 FERRY_KERNEL_VISIBILITY void preload_apply() {
-#if defined(__CUDACC__)
-  if constexpr (!std::is_same_v<B, backend::host>) preload_apply_kernels<word_t<T>>();
-#endif
+  apply_ops<B>::template preload<word_t<T>>();
 }
 
-/// Enqueues the apply of `n` chunks of elements of T on `s` (chunk table and contents fenced by
-/// the caller). CUDA: one kernel launch; host: one host task.
-template <class T, class B>
-FERRY_KERNEL_VISIBILITY void launch_apply(stream_ref<B> s, const chunk_desc* descs, std::size_t n, std::uintptr_t dst_base,
-                  std::uintptr_t src_base) {
-  if constexpr (std::is_same_v<B, backend::host>) {
-    enqueue_apply_chunks(s, descs, n, dst_base, src_base, sizeof(T));
+/// Enqueues the apply of `n` chunks of elements of T on `s` (CUDA: one kernel launch; host: one
+/// host task) and returns the point after it: Marked, through the reuse core (where it can, the
+/// kernel stores that point as its last act); otherwise an empty stamp. Work enqueued but not
+/// stamped calls `abandon()` before the error is rethrown: what it reads must never be reused.
+template <class T, bool Marked, class B, class Abandon>
+FERRY_KERNEL_VISIBILITY stamp launch_apply(stream_ref<B> s, const chunk_desc* descs, std::size_t n,
+                                           std::uintptr_t dst_base, std::uintptr_t src_base,
+                                           Abandon&& abandon) {
+  auto launch = [&](const kernel_mark& m) {
+    apply_ops<B>::template enqueue<word_t<T>>(s, descs, n, dst_base, src_base, m);
+  };
+  if constexpr (!Marked) {
+    launch(kernel_mark{});
+    return {};
   } else {
-#if defined(__CUDACC__)
-    launch_apply_chunks<word_t<T>>(descs, n, dst_base, src_base, s.get());
-#else
-    static_assert(dependent_false<T, B>,
-                  "ferry: staged_write_tensor::apply_write and fused_staged_writer::apply launch a "
-                  "CUDA kernel: build this translation unit with nvcc and include <ferry/ferry.cuh>.");
-#endif
+    bool enqueued = false;
+    try {
+      return shared_timeline<B>().mark_with(s, [&](const kernel_mark& m) {
+        launch(m);
+        enqueued = true;
+      });
+    } catch (...) {
+      if (enqueued) abandon();
+      throw;
+    }
   }
 }
 
 /// Small in-place applies on CUDA: when the chunk table and contents fit in the kernel's
 /// parameters (layout.hpp, inline_apply_params), launches the inline kernel (the data are copied
-/// into the launch; the slot is not read by the device) and returns true. Otherwise, and on the
-/// host backend, enqueues nothing and returns false.
+/// into the launch; the slot is not read by the device, so it needs no mark) and returns true.
+/// Otherwise, and on the host backend, enqueues nothing and returns false.
 template <class T, class B>
 FERRY_KERNEL_VISIBILITY bool launch_apply_inline(stream_ref<B> s, const chunk_desc* descs, std::size_t n,
-                         const void* contents, std::size_t content_bytes, std::uintptr_t dst_base) {
-  if constexpr (std::is_same_v<B, backend::host>) {
-    (void)s, (void)descs, (void)n, (void)contents, (void)content_bytes, (void)dst_base;
-    return false;
-  } else {
-#if defined(__CUDACC__)
-    return launch_apply_inline_chunks<word_t<T>>(descs, n, contents, content_bytes, dst_base, s.get());
-#else
-    static_assert(dependent_false<T, B>,
-                  "ferry: staged_write_tensor::apply_write launches a CUDA kernel: build this "
-                  "translation unit with nvcc and include <ferry/ferry.cuh>.");
-    (void)s, (void)descs, (void)n, (void)contents, (void)content_bytes, (void)dst_base;
-    return false;
-#endif
-  }
+                                                 const void* contents, std::size_t content_bytes,
+                                                 std::uintptr_t dst_base) {
+  return apply_ops<B>::template enqueue_inline<word_t<T>>(s, descs, n, contents, content_bytes, dst_base);
 }
 
 }  // namespace ferry::detail

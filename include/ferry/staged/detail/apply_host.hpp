@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ferry/backend/stream.hpp>
+#include <ferry/memory/detail/timeline.hpp>
 #include <ferry/staged/detail/layout.hpp>
 
 #include <cstddef>
@@ -23,12 +24,23 @@ inline void apply_chunks_now(const chunk_desc* descs, std::size_t n, std::uintpt
   }
 }
 
-/// Enqueues the apply loop on a host stream. The chunk table and the contents must stay
-/// unmodified until the stream has run it (the caller fences them).
-inline void enqueue_apply_chunks(stream_ref<backend::host> s, const chunk_desc* descs,
-                                 std::size_t n, std::uintptr_t dst_base, std::uintptr_t src_base,
-                                 std::size_t elem_size) {
-  enqueue_host(s, [=] { apply_chunks_now(descs, n, dst_base, src_base, elem_size); });
-}
+/// The host backend's applies: one host task each (the reuse core marks the stream after it, so
+/// the kernel_mark is empty), and no inline path (the task reads the slot itself).
+template <>
+struct apply_ops<backend::host> {
+  template <class U>
+  static void preload() noexcept {}
+  /// The chunk table and the contents must stay unmodified until the stream has run the task.
+  template <class U>
+  static void enqueue(stream_ref<backend::host> s, const chunk_desc* descs, std::size_t n,
+                      std::uintptr_t dst_base, std::uintptr_t src_base, const kernel_mark&) {
+    enqueue_host(s, [=] { apply_chunks_now(descs, n, dst_base, src_base, sizeof(U)); });
+  }
+  template <class U>
+  static bool enqueue_inline(stream_ref<backend::host>, const chunk_desc*, std::size_t, const void*,
+                             std::size_t, std::uintptr_t) noexcept {
+    return false;
+  }
+};
 
 }  // namespace ferry::detail

@@ -12,14 +12,17 @@
 //      flight per thread for an 8 KiB chunk), and a scalar tail; otherwise scalar copies, also
 //      loads before stores.
 // The chunk table holds disjoint destinations (overlaps are resolved on the host before launch,
-// later write wins), so blocks never race.
+// later write wins), so blocks never race. Its last act stores the reuse core's mark (the slot is
+// then free to rewrite; no event recorded or queried).
 #pragma once
 
 #if defined(__CUDACC__)
 
 #include <ferry/backend/detail/cuda_runtime.hpp>
 #include <ferry/config.hpp>
+#include <ferry/backend/stream.hpp>
 #include <ferry/error.hpp>
+#include <ferry/memory/detail/kernel_mark.cuh>
 #include <ferry/staged/detail/layout.hpp>
 
 #include <cuda_runtime.h>
@@ -90,11 +93,12 @@ __device__ __forceinline__ void copy_chunk(U* __restrict__ dst, const U* __restr
   for (unsigned i = head + nvec * per_vec + tid; i < n; i += nt) dst[i] = src[i];
 }
 
-/// The apply kernel: block b applies chunk b of `descs` (read through UVA).
+/// The apply kernel: block b applies chunk b of `descs` (read through UVA), then every thread
+/// finishes the reuse core's mark `m`.
 template <class U>
 FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::apply_block_threads)
-    apply_chunks(const detail::chunk_desc* descs, std::uintptr_t dst_base,
-                 std::uintptr_t src_base) {
+    apply_chunks(const detail::chunk_desc* descs, std::uintptr_t dst_base, std::uintptr_t src_base,
+                 const detail::kernel_mark m) {
   __shared__ unsigned long long desc[3];
   // __ldcv: fetched again, never from a cache line of an earlier use of this staging slot.
   if (threadIdx.x < 3)
@@ -104,6 +108,7 @@ FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::apply_block_th
   U* dst = reinterpret_cast<U*>(dst_base + desc[0] * sizeof(U));
   const U* src = reinterpret_cast<const U*>(src_base + desc[1] * sizeof(U));
   copy_chunk<U>(dst, src, static_cast<unsigned>(desc[2] & 0xffffffffu));
+  detail::finish_kernel_mark(m);
 }
 
 /// The inline apply kernel (one block): the chunk table and contents are the kernel's own
@@ -148,16 +153,17 @@ FERRY_KERNEL_VISIBILITY void preload_apply_kernels() {
   (void)loaded;
 }
 
-/// Launches the apply kernel for `n` chunks (n > 0) of elements of `sizeof(U)` bytes on `s`.
+/// Launches the apply kernel for `n` chunks (n > 0) of elements of `sizeof(U)` bytes on `s`; its
+/// last act finishes `m`.
 /// Checked with cudaPeekAtLastError (the caller's sticky error state is left alone).
 template <class U>
 FERRY_KERNEL_VISIBILITY void launch_apply_chunks(const chunk_desc* descs, std::size_t n, std::uintptr_t dst_base,
-                         std::uintptr_t src_base, cudaStream_t s) {
+                         std::uintptr_t src_base, const kernel_mark& m, cudaStream_t s) {
   if (n > static_cast<std::size_t>(INT_MAX))
     throw capacity_error("ferry: a staged-write apply of " + std::to_string(n) +
                          " chunks exceeds the grid limit of 2^31-1 blocks");
   staged_kernels::apply_chunks<U>
-      <<<static_cast<unsigned>(n), apply_block_threads, 0, s>>>(descs, dst_base, src_base);
+      <<<static_cast<unsigned>(n), apply_block_threads, 0, s>>>(descs, dst_base, src_base, m);
   FERRY_CUDA_CHECK_LAUNCH("ferry::staged_kernels::apply_chunks");
 }
 
@@ -193,6 +199,27 @@ FERRY_KERNEL_VISIBILITY bool launch_apply_inline_chunks(const chunk_desc* descs,
   }
   return false;
 }
+
+/// The CUDA backend's applies: kernels (apply_ops in layout.hpp).
+template <>
+struct apply_ops<backend::cuda> {
+  template <class U>
+  FERRY_KERNEL_VISIBILITY static void preload() {
+    preload_apply_kernels<U>();
+  }
+  template <class U>
+  FERRY_KERNEL_VISIBILITY static void enqueue(stream_ref<backend::cuda> s, const chunk_desc* descs,
+                                              std::size_t n, std::uintptr_t dst_base,
+                                              std::uintptr_t src_base, const kernel_mark& m) {
+    launch_apply_chunks<U>(descs, n, dst_base, src_base, m, s.get());
+  }
+  template <class U>
+  FERRY_KERNEL_VISIBILITY static bool enqueue_inline(stream_ref<backend::cuda> s, const chunk_desc* descs,
+                                                     std::size_t n, const void* contents,
+                                                     std::size_t content_bytes, std::uintptr_t dst_base) {
+    return launch_apply_inline_chunks<U>(descs, n, contents, content_bytes, dst_base, s.get());
+  }
+};
 
 }  // namespace detail
 }  // namespace ferry

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <ferry/detail/math.hpp>
+#include <ferry/config.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -90,5 +91,29 @@ struct word_of<8> {
 };
 template <class T>
 using word_t = typename word_of<sizeof(T)>::type;
+
+/// How backend B enqueues an apply of a chunk table: `preload<U>()`, `enqueue<U>(stream, descs, n,
+/// dst_base, src_base, kernel_mark)` and `enqueue_inline<U>(stream, descs, n, contents,
+/// content_bytes, dst_base)` (false: nothing enqueued), for words U. Specialized per backend
+/// (apply_host.hpp; apply_kernel.cuh, nvcc only); this primary template is what a translation unit
+/// not built by nvcc gets for CUDA: nothing to preload, and an apply does not compile.
+template <class B>
+struct apply_ops {
+  template <class U>
+  static void preload() noexcept {}
+  template <class U, class... Args>
+  static void enqueue(Args&&...) {
+    static_assert(dependent_false<U, B>,
+                  "ferry: staged_write_tensor::apply_write and fused_staged_writer::apply launch a "
+                  "CUDA kernel: build this translation unit with nvcc and include <ferry/ferry.cuh>.");
+  }
+  template <class U, class... Args>
+  static bool enqueue_inline(Args&&...) {
+    static_assert(dependent_false<U, B>,
+                  "ferry: staged_write_tensor::apply_write launches a CUDA kernel: build this "
+                  "translation unit with nvcc and include <ferry/ferry.cuh>.");
+    return false;
+  }
+};
 
 }  // namespace ferry::detail

@@ -19,16 +19,17 @@
 #include <ranges>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace ferry::detail {
 
-template <class T, class B, growth_policy Growth, bool CallerFenced>
+template <class T, class B, growth_policy Growth, class Reuse>
 class staging_core {
   static constexpr std::size_t per_chunk = elements_per_chunk<T>;
-  static constexpr bool Fixed = Growth::stable_addresses;
+  static constexpr bool fixed = Growth::stable_addresses;
 
  public:
-  using pool_type = slot_pool<B, CallerFenced>;
+  using pool_type = slot_pool<B, Growth, Reuse>;
 
   staging_core(std::size_t rows, std::size_t cols, std::size_t slots, int device,
                pinned_arena<B>& arena)
@@ -87,7 +88,7 @@ class staging_core {
   /// slot (and device scratch when `with_scratch`). Under growth::fixed this is the capacity.
   /// A request whose sizes cannot be represented throws ferry::capacity_error with nothing changed.
   void reserve(std::size_t max_writes, std::size_t max_elements, bool with_scratch) {
-    if constexpr (Fixed) {  // the limits are the largest asked so far: size the slots for both
+    if constexpr (fixed) {  // the limits are the largest asked so far: size the slots for both
       max_writes = std::max(max_writes_, max_writes);
       max_elements = std::max(max_elements_, max_elements);
     }
@@ -102,7 +103,7 @@ class staging_core {
                            ", " + std::to_string(max_elements) + ") overflows size_t");
     std::size_t wd = std::max(want_descs_, descs_needed);
     std::size_t wb = std::max(want_bytes_, bytes_needed);
-    if constexpr (!Fixed) {
+    if constexpr (!fixed) {
       wd = grown_capacity<Growth>(wd, want_descs_);
       wb = grown_contents(wd, wb);
     }
@@ -112,8 +113,8 @@ class staging_core {
     want_bytes_ = wb;
     if (pool_.has_current() && (desc_cap_ < want_descs_ || content_cap_ < want_bytes_))
       regrow(want_descs_, want_bytes_);
-    pool_.reserve(slot_bytes(), with_scratch ? want_bytes_ : 0, Fixed);
-    if constexpr (Fixed) {
+    pool_.reserve(slot_bytes(), with_scratch ? want_bytes_ : 0);
+    if constexpr (fixed) {
       max_writes_ = max_writes;
       max_elements_ = max_elements;
     }
@@ -131,7 +132,7 @@ class staging_core {
     }
     const auto& out = resolver_.paint(descs(), chunks_, per_chunk);
     if (out.size() > desc_cap_) {
-      if constexpr (Fixed)
+      if constexpr (fixed)
         throw capacity_error("ferry: resolving overlapping staged writes needs " +
                              std::to_string(out.size()) + " chunks, more than the " +
                              std::to_string(desc_cap_) + " that reserve() gave (growth::fixed)");
@@ -150,19 +151,21 @@ class staging_core {
   /// Device scratch for the current slot's contents (H2D path), sized to the slot's content
   /// capacity at once, so that a slot's scratch is allocated once, not at every larger apply.
   /// Allocated stream-ordered on `s` (the apply's stream) when it must grow.
-  std::byte* scratch(stream_ref<B> s) { return pool_.scratch(std::max(used_, want_bytes_), Fixed, s); }
+  std::byte* scratch(stream_ref<B> s) { return pool_.scratch(std::max(used_, want_bytes_), s); }
   /// The launch has been enqueued without reading the slot (the inline path: the chunk table and
   /// contents travelled in the launch's parameters): the slot stays current, unfenced; a new
   /// batch starts in it.
   void commit_inline() noexcept { clear(); }
-  /// The launch has been enqueued on `s`: fence and rotate the slot, and start a new batch.
-  void commit(stream_ref<B> s) {
-    try {
-      pool_.commit(s, used_);
-    } catch (...) {
-      clear();
-      throw;
-    }
+  /// The launch that reads the slot has been enqueued and is done once `done` has passed: rotate
+  /// the slot, and start a new batch.
+  void commit(stamp done) noexcept {
+    pool_.commit(done);
+    clear();
+  }
+  /// The launch that reads the slot has been enqueued but could not be stamped: the slot is
+  /// abandoned (never rewritten under its reader), and a new batch starts in a fresh one.
+  void abandon() noexcept {
+    pool_.abandon();
     clear();
   }
   pool_type& pool() noexcept { return pool_; }
@@ -177,7 +180,7 @@ class staging_core {
   }
 
   void ensure(std::size_t chunks, std::size_t end_bytes, std::size_t len) {
-    if constexpr (Fixed) {
+    if constexpr (fixed) {
       if (writes_ + 1 > max_writes_ || elements_ + len > max_elements_)
         throw capacity_error(
             "ferry: staged_write_tensor under growth::fixed holds at most " +
@@ -196,7 +199,7 @@ class staging_core {
       layout();
     }
     if (chunks_ + chunks > desc_cap_ || end_bytes > content_cap_) {
-      if constexpr (Fixed)
+      if constexpr (fixed)
         throw capacity_error("ferry: staging slot too small under growth::fixed");
       else
         regrow(want_descs_, want_bytes_);
@@ -233,7 +236,7 @@ class staging_core {
   void regrow(std::size_t wd, std::size_t wb) {
     const std::size_t d = std::max({wd, want_descs_, chunks_});
     std::size_t b = std::max({wb, want_bytes_, used_});
-    if constexpr (!Fixed) b = grown_contents(d, b);
+    if constexpr (!fixed) b = grown_contents(d, b);
     const pinned_block old = pool_.begin_grow(slot_size(d, b));  // may throw: nothing changed
     const std::size_t old_off = content_off_;
     want_descs_ = d;
