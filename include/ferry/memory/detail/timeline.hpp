@@ -162,8 +162,7 @@ class timeline<backend::host> {
 ///    counter as its last act; the host reads that counter with one load, no driver call.
 /// passed(p) above the watermark reads the counter, then asks about the newest event (when the
 /// GPU keeps up, one query retires the line), then about one in the middle (when it is behind,
-/// one answer retires half), then about the event that covers p. A stamp just found not passed is
-/// not asked about again until the next mark (a scan over many blocks asks once per line).
+/// one answer retires half), then about the event that covers p.
 /// A line whose points have all passed is recycled for a new stream, numbering continued.
 template <>
 class timeline<backend::cuda> {
@@ -200,7 +199,6 @@ class timeline<backend::cuda> {
     std::forward<Launch>(launch)(kernel_mark{counters_ + i, blocks_done_[l.device] + i, seq});
     l.next = seq;
     l.counted = seq;
-    ++generation_;
     return {i, seq};
   }
 
@@ -269,8 +267,6 @@ class timeline<backend::cuda> {
     std::uint64_t next = 0;     // the newest point given out
     std::uint64_t known = 0;    // the watermark
     std::uint64_t counted = 0;  // the newest point a kernel stores (0: none pending)
-    std::uint64_t miss = 0;     // a point found not passed in generation miss_generation
-    std::uint64_t miss_generation = 0;
     ring<std::pair<std::uint64_t, cudaEvent_t>> pending;  // recorded events above the watermark
   };
   struct spare_event {
@@ -293,7 +289,6 @@ class timeline<backend::cuda> {
       throw_cuda(r, "cudaEventRecord(mark)", __FILE__, __LINE__);
     }
     l.pending.push_back({++l.next, ev});
-    ++generation_;
     return l.next;
   }
 
@@ -305,13 +300,7 @@ class timeline<backend::cuda> {
       if (c > l.known) retire(l, c);
       if (seq <= l.known) return true;
     }
-    if (l.miss_generation == generation_ && seq >= l.miss) return false;
-    const bool yes = ask(l, seq);
-    if (!yes) {
-      l.miss = seq;
-      l.miss_generation = generation_;
-    }
-    return yes;
+    return ask(l, seq);
   }
 
   // Newest event first, then the middle of those above seq's, then seq's own.
@@ -391,7 +380,7 @@ class timeline<backend::cuda> {
         return i;
       }
     }
-    lines_.push_back(line{id, device, 0, 0, 0, 0, 0, {}});
+    lines_.push_back(line{id, device, 0, 0, 0, {}});
     return static_cast<std::uint32_t>(lines_.size() - 1);
   }
 
@@ -432,7 +421,6 @@ class timeline<backend::cuda> {
   std::mutex mutex_;
   std::vector<line> lines_;
   std::vector<spare_event> spare_;
-  std::uint64_t generation_ = 1;  // advanced by every mark: a miss is asked again after one
   unsigned waiting_ = 0;          // threads blocked in wait() on an event they do not own
   std::uint64_t* counters_ = nullptr;
   unsigned* blocks_done_[max_devices] = {};
