@@ -152,6 +152,12 @@ bool cupti_free() {
 
 #if defined(__CUDACC__)
 __global__ void sync_guard_test_kernel(int* out) { out[threadIdx.x] = static_cast<int>(threadIdx.x); }
+/// Keeps its stream busy for about `cycles` GPU clock cycles (device-side, not a host sleep).
+__global__ void sync_guard_test_spin(long long cycles) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
 #endif
 
 TEST_CASE("sync_guard starts only where it can observe CUDA calls", "[sync_guard][no-sanitizer]") {
@@ -198,12 +204,10 @@ TEST_CASE("sync_guard catches every kind of synchronizing call on cuda", "[sync_
   ferry::stream<ferry::backend::cuda> s;
   expect_sync("cudaStreamSynchronize", [&] { s.synchronize(); });
   ferry::event<ferry::backend::cuda> e;
-  {
-    ferry_test::gate<ferry::backend::cuda> g(s);
-    e.record(s);
-    CHECK_FALSE(e.ready());  // a point found pending is not asked about again: the wait blocks
-  }
-  expect_sync("cudaEventSynchronize", [&] { e.synchronize(); });
+  sync_guard_test_spin<<<1, 1, 0, s.get()>>>(1'000'000'000);  // about half a second
+  e.record(s);
+  CHECK_FALSE(e.ready());
+  expect_sync("cudaEventSynchronize", [&] { e.synchronize(); });  // still pending: it blocks
   ck(cudaStreamSynchronize(f.stream));
 }
 
