@@ -134,7 +134,7 @@ struct floor_args {
 /// logits index and copy `vectors` 16-byte vectors; the last block to finish stores the step's
 /// number into the counter (the pattern of ferry::detail::finish_kernel_mark).
 /// Plain loads of the slot: a launch orders them after the host's writes, and `__ldcv` loads of mapped
-/// host memory made this kernel take ~200 µs of device time on the H200 (docs/performance.md).
+/// host memory made this kernel take ~200 µs of device time on the H200 (docs/design.md).
 __global__ void __launch_bounds__(floor_threads) floor_step_kernel(const floor_args a) {
   if (blockIdx.x < writes_per_step) {
     if (blockIdx.x < *a.chunks) {
