@@ -247,10 +247,32 @@ TEMPLATE_TEST_CASE("step_batch: launch::graph replays 1000 changing steps, each 
   REQUIRE(h.batch.slots() == 4);
 }
 
+#if defined(__CUDACC__)
+__global__ void step_batch_test_read(const std::uint32_t* view, std::uint32_t* out, std::size_t n) {
+  for (std::size_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = view[i];
+}
+#endif
+
 namespace {
 
+/// Enqueues on `r` a reader of `view` that copies it into `out`. CUDA: a kernel, as an engine
+/// reads a publish (a cudaMemcpyAsync between two host buffers is synchronous for the host, so it
+/// would block behind a held stream); host backend: a stream-ordered copy.
+template <class B>
+void read_view(ferry::device_span<const std::uint32_t> view, ferry::pinned_buffer<std::uint32_t, B>& out,
+               ferry::stream_ref<B> r) {
+  if constexpr (std::is_same_v<B, ferry::backend::host>) {
+    ferry::async_d2h(view, out.host(), r);
+  } else {
+#if defined(__CUDACC__)
+    step_batch_test_read<<<1, 256, 0, r.get()>>>(view.data(), out.host().data(), view.size());
+    REQUIRE(cudaPeekAtLastError() == cudaSuccess);
+#endif
+  }
+}
+
 /// Publishes `data` as one step of `batch` on `s`, and enqueues a reader of its view on `r`
-/// (a stream-ordered copy into `out`).
+/// (read_view into `out`).
 template <class B, class Batch, class P>
 void publish_step(Batch& batch, P& p, const std::vector<std::uint32_t>& data, ferry::stream_ref<B> s,
                   ferry::stream_ref<B> r, ferry::pinned_buffer<std::uint32_t, B>& out) {
@@ -258,7 +280,7 @@ void publish_step(Batch& batch, P& p, const std::vector<std::uint32_t>& data, fe
   auto span = p.span(data.size());
   std::copy(data.begin(), data.end(), span.begin());
   batch.submit(s);
-  ferry::async_d2h(p.view(), out.host(), r);
+  read_view<B>(p.view(), out, r);
 }
 
 }  // namespace
@@ -310,7 +332,7 @@ TEMPLATE_TEST_CASE("step_batch: a slot is never rewritten under its step or a he
     batch.submit(s);
     ferry_test::gate<B> g(s);
     g.wait_entered();  // step 0 has run; its reader is held
-    ferry::async_d2h(p.view(), out[0]->host(), s);
+    read_view<B>(p.view(), *out[0], s);
     for (std::size_t k = 1; k < steps; ++k) publish_step<B>(batch, p, data[k], s, s, *out[k]);
     g.open();
     s.synchronize();
