@@ -1,6 +1,7 @@
 // Tests for include/ferry/memory/detail/timeline.hpp, the reuse core: a property test with random
 // clients (arena blocks, direct stamps) on several streams whose readers are held behind gates,
-// the recycling of a destroyed stream's line, and a wait that leaves the core to other threads.
+// the recycling of a destroyed stream's line, a wait that leaves the core to other threads, and
+// the events of a line that is marked but never asked about.
 #include <support/backends.hpp>
 
 #include <catch2/catch_template_test_macros.hpp>
@@ -198,3 +199,19 @@ TEMPLATE_TEST_CASE("a thread blocked in wait() does not hold the reuse core from
   CHECK(core.passed(marked.get()));
   CHECK(core.passed(at));
 }
+
+#if FERRY_HAS_CUDA
+TEST_CASE("marks nobody asks about reuse their events instead of piling them up", "[timeline]") {
+  using B = ferry::backend::cuda;
+  FERRY_REQUIRE_BACKEND(B);
+  auto& core = ferry::detail::shared_timeline<B>();
+  ferry::stream<B> s;
+  const std::size_t before = core.events_pending();
+  for (int i = 0; i < 2000; ++i) {
+    (void)core.mark(s);
+    if (i % 100 == 99) s.synchronize();  // the stream keeps up: every mark passes soon
+  }
+  // Without reclaiming, the line would hold 2000 recorded events (one created per mark).
+  CHECK(core.events_pending() <= before + 64 + 100);
+}
+#endif

@@ -338,9 +338,22 @@ TEMPLATE_TEST_CASE("step_batch: a slot is never rewritten under its step or a he
     s.synchronize();
     check(steps);
   }
-  SECTION("growth::fixed: a busy next slot throws capacity_error and loses nothing") {
+  SECTION("growth::fixed: slots of the plan's capacity are inserted while the stream is held") {
     ferry::stream<B> s;
-    ferry::step_batch<B, ferry::growth::fixed> batch(2);
+    ferry::step_batch<B, ferry::growth::fixed> batch(2, steps);
+    auto p = batch.template add_publish<std::uint32_t>(n);
+    ferry_test::gate<B> g(s);
+    for (std::size_t k = 0; k < steps; ++k) publish_step<B>(batch, p, data[k], s, s, *out[k]);
+    CHECK(batch.slots() == steps);
+    REQUIRE_THROWS_AS(batch.begin(), ferry::capacity_error);  // max_slots reached
+    CHECK_FALSE(batch.in_step());
+    g.open();
+    s.synchronize();
+    check(steps);
+  }
+  SECTION("growth::fixed, max_slots == slots: a busy next slot throws capacity_error and loses nothing") {
+    ferry::stream<B> s;
+    ferry::step_batch<B, ferry::growth::fixed> batch(2, 2);
     auto p = batch.template add_publish<std::uint32_t>(n);
     ferry_test::gate<B> g(s);
     publish_step<B>(batch, p, data[0], s, s, *out[0]);

@@ -65,7 +65,7 @@ namespace ferry {
 /// submit's stream before the next submit** (work on another stream: record_use(stream) before
 /// the next submit). Under event_fenced a slot is rewritten only once its kernel and the readers
 /// of its publishes have passed; when the next slot is still in use, begin() takes the one after
-/// it if that is free, else inserts a new slot (pow2, up to max_slots) without blocking, and
+/// it if that is free, else inserts a new slot (up to max_slots) without blocking, and
 /// otherwise throws ferry::capacity_error.
 /// Under caller_fenced nothing is checked: the caller makes sure a slot's step and readers are
 /// done `slots` steps later.
@@ -93,9 +93,10 @@ class step_batch {
  private:
   using B = backend_type;
   using ops = detail::backend_ops<B>;
+  using step_ops = detail::step_ops<B>;
   static constexpr bool fixed = growth_policy::stable_addresses;
   static constexpr bool fenced = reuse_policy::ferry_fences;
-  static constexpr bool graphs = launch_policy::replays_graph && !std::is_same_v<B, backend::host>;
+  static constexpr bool graphs = launch_policy::replays_graph && step_ops::graphs;
   static_assert(!launch_policy::replays_graph || fixed,
                 "ferry: launch::graph replays a graph over fixed slot addresses and needs "
                 "growth::fixed (presets::graph_safe)");
@@ -108,10 +109,26 @@ class step_batch {
 
   // ---- handles ---------------------------------------------------------------------------------
 
+  /// What every handle holds: the batch's state (which moves with the batch) and its index there.
+  class handle {
+   protected:
+    handle() = default;
+    handle(core* c, std::size_t i) : core_(c), i_(i) {}
+    core& c(const char* kind) const {
+      if (!core_) throw error(std::string("ferry: use of an empty step_batch::") + kind + " handle");
+      return *core_;
+    }
+    core* core_ = nullptr;
+    std::size_t i_ = 0;
+    friend class step_batch;
+  };
+
   /// A packed upload into a device buffer: each step, `span(n)` is where the host writes the
   /// first n elements of the destination (pinned slot memory); the submit copies them.
   template <class T>
-  class upload {
+  class upload : public handle {
+    using handle::c, handle::core_, handle::i_;
+
    public:
     upload() = default;
     /// This step's n elements for destination[0, n), uninitialized: write every one of them
@@ -119,8 +136,9 @@ class step_batch {
     /// std::out_of_range; growth::fixed and n > the declared max_n: ferry::capacity_error
     /// (nothing changes either way).
     std::span<T> span(std::size_t n) {
-      auto& r = c().uploads_[i_];
-      c().check_open("upload::span");
+      core& k = c("upload");
+      auto& r = k.uploads_[i_];
+      k.check_open("upload::span");
       if (n > r.limit)
         throw std::out_of_range("ferry: step_batch upload of " + std::to_string(n) +
                                 " elements into a destination of " + std::to_string(r.limit));
@@ -129,7 +147,7 @@ class step_batch {
                              " elements exceeds its declared max_n of " + std::to_string(r.max_n));
       const std::size_t bytes = n * sizeof(T);
       if (r.at == nullptr || bytes > r.room) {
-        r.at = c().place(bytes, r.dst);
+        r.at = k.place(bytes, r.dst);
         r.room = bytes;
       }
       r.bytes = bytes;
@@ -143,33 +161,30 @@ class step_batch {
 
    private:
     friend class step_batch;
-    upload(core* c, std::size_t i) : core_(c), i_(i) {}
-    core& c() const {
-      if (!core_) throw error("ferry: use of an empty step_batch::upload handle");
-      return *core_;
-    }
-    core* core_ = nullptr;
-    std::size_t i_ = 0;
+    using handle::handle;
   };
 
   /// A UVA publish: each step, `span(n)` is where the host writes n elements (pinned slot
   /// memory); `view()` is what kernels read in place, with no copy (see the class's lifetime rule).
   template <class T>
-  class publish {
+  class publish : public handle {
+    using handle::c, handle::core_, handle::i_;
+
    public:
     publish() = default;
     /// This step's n elements, uninitialized: write every one before submit(). A second call in
     /// one step replaces the first. growth::fixed and n > the declared max_n:
     /// ferry::capacity_error (nothing changes).
     std::span<T> span(std::size_t n) {
-      auto& r = c().publishes_[i_];
-      c().check_open("publish::span");
+      core& k = c("publish");
+      auto& r = k.publishes_[i_];
+      k.check_open("publish::span");
       if (fixed && n > r.max_n)
         throw capacity_error("ferry: step_batch (growth::fixed): a publish of " + std::to_string(n) +
                              " elements exceeds its declared max_n of " + std::to_string(r.max_n));
       const std::size_t bytes = detail::checked_bytes<capacity_error>(n, sizeof(T), "a publish");
       if (r.at == nullptr || bytes > r.room) {
-        r.at = c().place(bytes, 0);
+        r.at = k.place(bytes, 0);
         r.room = bytes;
       }
       r.n = n;
@@ -184,19 +199,15 @@ class step_batch {
 
    private:
     friend class step_batch;
-    publish(core* c, std::size_t i) : core_(c), i_(i) {}
-    core& c() const {
-      if (!core_) throw error("ferry: use of an empty step_batch::publish handle");
-      return *core_;
-    }
-    core* core_ = nullptr;
-    std::size_t i_ = 0;
+    using handle::handle;
   };
 
   /// Staged writes into one rows x cols target, as staged_write_tensor's: each is recorded
   /// straight into the slot and applied by the step's submit.
   template <class T>
-  class writes {
+  class writes : public handle {
+    using handle::c, handle::core_, handle::i_;
+
    public:
     writes() = default;
     /// Records a write of the elements of `range` to [row][start, start + n). Checks first, even
@@ -234,12 +245,11 @@ class step_batch {
 
    private:
     friend class step_batch;
-    writes(core* c, std::size_t i) : core_(c), i_(i) {}
+    using handle::handle;
 
     template <class R>
     void stage(std::size_t row, std::size_t start, R&& src) {
-      if (!core_) throw error("ferry: use of an empty step_batch::writes handle");
-      core& k = *core_;
+      core& k = c("writes");
       auto& r = k.writes_[i_];
       const std::size_t len = detail::count_of(src);
       if (row >= r.rows || start > r.cols || len > r.cols - start)
@@ -266,16 +276,15 @@ class step_batch {
       ++r.writes;
       r.elements += len;
     }
-
-    core* core_ = nullptr;
-    std::size_t i_ = 0;
   };
 
   // ---- construction ----------------------------------------------------------------------------
 
   /// A batch of `slots` slots (at least 2 under event_fenced: a slot's readers are stamped by the
   /// next submit), up to `max_slots`, from ferry::default_arena<B>(). Slots are allocated by
-  /// reserve() or the first begin(). Throws std::invalid_argument on bad counts.
+  /// reserve() or the first begin(); begin() inserts one while the stream is behind, up to
+  /// max_slots (with its graph under launch::graph; max_slots == slots: a ring that allocates
+  /// nothing after reserve()). Throws std::invalid_argument on bad counts.
   explicit step_batch(std::size_t slots = 2, std::size_t max_slots = default_max_slots)
       : step_batch(slots, max_slots, default_arena<B>()) {}
   /// The same, with blocks from `arena` (which must outlive the batch).
@@ -287,10 +296,8 @@ class step_batch {
     if (slots > max_slots)
       throw std::invalid_argument("ferry: step_batch slots (" + std::to_string(slots) +
                                   ") exceeds max_slots (" + std::to_string(max_slots) + ")");
-    core_ = std::make_unique<core>(slots, fixed ? slots : max_slots, ops::current_device(), arena);
-#if defined(__CUDACC__)
-    if constexpr (!std::is_same_v<B, backend::host>) detail::preload_step_kernel();
-#endif
+    core_ = std::make_unique<core>(slots, max_slots, ops::current_device(), arena);
+    step_ops::preload();
   }
   /// Takes over `o`'s slots and plan; handles and views handed out by `o` stay valid (they refer
   /// to the plan, which moves as a whole); `o` is left empty.
@@ -400,7 +407,8 @@ class step_batch {
 
   /// Starts a step in the next slot. Under event_fenced a slot still in use (its kernel or the
   /// readers of its publishes) is never rewritten: the slot after it is taken if free, else a new
-  /// slot is inserted (pow2, up to max_slots), else ferry::capacity_error with nothing changed.
+  /// slot is inserted (up to max_slots; sized to the largest step so far, or to the plan under
+  /// growth::fixed), else ferry::capacity_error with nothing changed.
   /// Throws ferry::error when the step begun before was not submitted. Never blocks, never
   /// touches a stream.
   void begin() {
@@ -419,18 +427,13 @@ class step_batch {
       }
     }
     if (insert) {
-      if (fixed || k.slots_.size() >= k.max_slots_)
+      if (k.slots_.size() >= k.max_slots_)
         throw capacity_error("ferry: step_batch: the next slot is still in use (its step or the readers of "
-                             "its publishes) and " +
-                             std::string(fixed ? "growth::fixed never inserts a slot"
-                                               : "the batch holds max_slots (" + std::to_string(k.max_slots_) +
-                                                     ") slots") +
-                             "; use more slots, or let the stream catch up");
-      if constexpr (!fixed) {
-        next = k.cur_ + 1;
-        k.slots_.insert(k.slots_.begin() + static_cast<std::ptrdiff_t>(next), make_slot());
-        if (k.prev_ != none && k.prev_ >= next) ++k.prev_;
-      }
+                             "its publishes) and the batch holds max_slots (" + std::to_string(k.max_slots_) +
+                             ") slots; use more slots, or let the stream catch up");
+      next = k.cur_ + 1;
+      k.slots_.insert(k.slots_.begin() + static_cast<std::ptrdiff_t>(next), make_slot());
+      if (k.prev_ != none && k.prev_ >= next) ++k.prev_;
     } else if constexpr (!fixed) {
       fit(k.slots_[next]);
     }
@@ -487,7 +490,10 @@ class step_batch {
       header->counter = reinterpret_cast<std::uintptr_t>(m.counter);
       header->blocks_done = reinterpret_cast<std::uintptr_t>(m.blocks_done);
       header->value = m.value;
-      launch(s, table, blocks, sl.graph);
+      if constexpr (graphs)
+        step_ops::replay(s, sl.graph);
+      else
+        step_ops::launch(s, table, blocks);
     });
     add_stamp(sl, st);
     if (k.prev_ != none && k.prev_ != k.cur_) add_stamp(k.slots_[k.prev_], st);
@@ -586,7 +592,7 @@ class step_batch {
       s.table = k.arena_->acquire(table_bytes(k.want_table_));
       s.table_cap = k.want_table_;
       s.content = k.arena_->acquire(k.want_content_);
-      if constexpr (graphs) s.graph = make_graph(ops::mapped(s.table.data), s.table_cap, k.device_);
+      if constexpr (graphs) s.graph = step_ops::make_graph(ops::mapped(s.table.data), s.table_cap, k.device_);
     } catch (...) {
       release_slot(s);
       throw;
@@ -659,36 +665,6 @@ class step_batch {
     reinterpret_cast<detail::step_header*>(s.table.data)->work = n;
   }
 
-  static void launch(stream_ref<B> s, const void* table, std::size_t blocks, void* graph) {
-    if constexpr (std::is_same_v<B, backend::host>) {
-      (void)blocks, (void)graph;
-      enqueue_host(s, [table] { detail::run_step_now(table); });
-    } else {
-#if defined(__CUDACC__)
-      if constexpr (graphs)
-        FERRY_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), s.get()));
-      else
-        detail::launch_step_kernel(table, blocks, s.get());
-#else
-      (void)s, (void)table, (void)blocks, (void)graph;
-      static_assert(detail::dependent_false<B>,
-                    "ferry: step_batch::submit launches a CUDA kernel: build this translation unit "
-                    "with nvcc and include <ferry/ferry.cuh>.");
-#endif
-    }
-  }
-  static void* make_graph(const void* table, std::size_t blocks, int device) {
-#if defined(__CUDACC__)
-    return detail::make_step_graph(table, blocks, device);
-#else
-    (void)table, (void)blocks, (void)device;
-    static_assert(detail::dependent_false<B>,
-                  "ferry: step_batch with launch::graph builds CUDA graphs: build this translation "
-                  "unit with nvcc and include <ferry/ferry.cuh>.");
-    return nullptr;
-#endif
-  }
-
   static void add_stamp(typename core::slot& s, detail::stamp st) {
     for (auto& t : s.stamps) {
       if (t.line == st.line) {
@@ -709,11 +685,7 @@ class step_batch {
     // A block whose readers could not be waited for is leaked, never reused under a reader.
     detail::destructor_guard([&] {
       for (const auto& st : s.stamps) detail::shared_timeline<B>().wait(st);
-#if defined(__CUDACC__)
-      if constexpr (graphs) {
-        if (s.graph) FERRY_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(s.graph)));
-      }
-#endif
+      if constexpr (graphs) step_ops::destroy_graph(s.graph);
       if (s.table) arena.release(s.table);
       if (s.content) arena.release(s.content);
       for (const auto& e : s.extra) arena.release(e);

@@ -244,6 +244,14 @@ class timeline<backend::cuda> {
     }
   }
 
+  /// Recorded events not yet known passed, over every line (a diagnostic for tests).
+  [[nodiscard]] std::size_t events_pending() {
+    std::lock_guard lock(mutex_);
+    std::size_t n = 0;
+    for (const auto& l : lines_) n += l.pending.size();
+    return n;
+  }
+
   /// Makes work enqueued on `s` from now on wait for `p` (cudaStreamWaitEvent on the event that
   /// covers it; the host does not block). A point covered by no event yet (a kernel's, with no
   /// event recorded after it) cannot get one now (its stream may be gone): the host waits instead.
@@ -276,10 +284,18 @@ class timeline<backend::cuda> {
 
   /// Lines with a mapped counter (the rest use events only).
   static constexpr std::uint32_t counted_lines = 256;
+  /// Recorded events a line holds before a mark asks about them rather than create another.
+  static constexpr std::size_t reclaim_after = 64;
   static constexpr int max_devices = 64;
 
   std::uint64_t record(line& l, cudaStream_t h) {
     cudaEvent_t ev = waiting_ == 0 ? take_spare(l.device) : nullptr;
+    if (!ev && waiting_ == 0 && l.pending.size() >= reclaim_after) {
+      // A line marked often and seldom asked about: one answer (newest first) retires what has
+      // passed, so its events are recorded again instead of created.
+      (void)ask(l, l.pending.front().first);
+      ev = take_spare(l.device);
+    }
     if (!ev) {
       const device_scope on_device(l.device);
       FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));

@@ -100,9 +100,10 @@ FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::apply_block_th
     apply_chunks(const detail::chunk_desc* descs, std::uintptr_t dst_base, std::uintptr_t src_base,
                  const detail::kernel_mark m) {
   __shared__ unsigned long long desc[3];
-  // __ldcv: fetched again, never from a cache line of an earlier use of this staging slot.
+  // Plain loads: the launch orders them after the host's writes, and __ldcv of mapped memory is
+  // slow on the H200 (docs/design.md), as in the step kernel.
   if (threadIdx.x < 3)
-    desc[threadIdx.x] = __ldcv(reinterpret_cast<const unsigned long long*>(descs + blockIdx.x) + threadIdx.x);
+    desc[threadIdx.x] = reinterpret_cast<const unsigned long long*>(descs + blockIdx.x)[threadIdx.x];
   __syncthreads();
   // Integer arithmetic: the fused writer passes absolute element indices with zero bases.
   U* dst = reinterpret_cast<U*>(dst_base + desc[0] * sizeof(U));

@@ -8,6 +8,8 @@
 // `fill`-byte value at `src`. Blocks at or beyond `work` do nothing but finish the kernel mark.
 #pragma once
 
+#include <ferry/backend/stream.hpp>
+#include <ferry/config.hpp>
 #include <ferry/memory/detail/timeline.hpp>
 
 #include <cstddef>
@@ -61,5 +63,52 @@ inline void run_step_now(const void* table) noexcept {
     }
   }
 }
+
+/// How backend B runs a step table: `preload()`, `launch(stream, table, blocks)` (the step kernel
+/// over `blocks` blocks; `table` is the mapped address), and for launch::graph (`graphs`) the
+/// per-slot executable graph: `make_graph(table, blocks, device)`, `replay(stream, graph)`,
+/// `destroy_graph(graph)`. Specialized per backend (below; step_kernel.cuh, nvcc only); this
+/// primary template is what a translation unit not built by nvcc gets for CUDA: a submit does not
+/// compile.
+template <class B>
+struct step_ops {
+  static constexpr bool graphs = true;
+  static void preload() noexcept {}
+  template <class... Args>
+  static void launch(Args&&...) {
+    static_assert(dependent_false<B, Args...>,
+                  "ferry: step_batch::submit launches a CUDA kernel: build this translation unit "
+                  "with nvcc and include <ferry/ferry.cuh>.");
+  }
+  template <class... Args>
+  static void* make_graph(Args&&...) {
+    static_assert(dependent_false<B, Args...>,
+                  "ferry: step_batch with launch::graph builds CUDA graphs: build this translation "
+                  "unit with nvcc and include <ferry/ferry.cuh>.");
+    return nullptr;
+  }
+  template <class... Args>
+  static void replay(Args&&...) {
+    static_assert(dependent_false<B, Args...>,
+                  "ferry: step_batch::submit replays a CUDA graph: build this translation unit "
+                  "with nvcc and include <ferry/ferry.cuh>.");
+  }
+  static void destroy_graph(void*) noexcept {}
+};
+
+/// The host backend runs a step table as one host task; launch::graph runs the same way (no
+/// graphs on the host).
+template <>
+struct step_ops<backend::host> {
+  static constexpr bool graphs = false;
+  static void preload() noexcept {}
+  /// The table and contents must stay unmodified until the stream has run the task.
+  static void launch(stream_ref<backend::host> s, const void* table, std::size_t) {
+    enqueue_host(s, [table] { run_step_now(table); });
+  }
+  static void* make_graph(const void*, std::size_t, int) noexcept { return nullptr; }
+  static void replay(stream_ref<backend::host>, void*) noexcept {}
+  static void destroy_graph(void*) noexcept {}
+};
 
 }  // namespace ferry::detail

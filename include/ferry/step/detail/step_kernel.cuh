@@ -1,6 +1,7 @@
 // ferry/step/detail/step_kernel.cuh: the CUDA step kernel of step_batch, its launcher and the
 // graph of one slot. Block b runs descriptor b of the slot's table (plan.hpp), read through UVA
-// with the step's work count and kernel mark; every block then finishes the kernel mark.
+// with the step's work count and kernel mark; every block then finishes the kernel mark; and
+// step_ops<backend::cuda>, which step_batch submits through.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -110,6 +111,25 @@ FERRY_KERNEL_VISIBILITY inline cudaGraphExec_t make_step_graph(const void* table
   if (r != cudaSuccess) throw_cuda(r, "building a step_batch slot's graph", __FILE__, __LINE__);
   return exec;
 }
+
+/// The CUDA backend's step: the step kernel, or a replay of the slot's graph (step_ops in plan.hpp).
+template <>
+struct step_ops<backend::cuda> {
+  static constexpr bool graphs = true;
+  FERRY_KERNEL_VISIBILITY static void preload() { preload_step_kernel(); }
+  FERRY_KERNEL_VISIBILITY static void launch(stream_ref<backend::cuda> s, const void* table, std::size_t blocks) {
+    launch_step_kernel(table, blocks, s.get());
+  }
+  FERRY_KERNEL_VISIBILITY static void* make_graph(const void* table, std::size_t blocks, int device) {
+    return make_step_graph(table, blocks, device);
+  }
+  static void replay(stream_ref<backend::cuda> s, void* graph) {
+    FERRY_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), s.get()));
+  }
+  static void destroy_graph(void* graph) {
+    if (graph) FERRY_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)));
+  }
+};
 
 }  // namespace detail
 }  // namespace ferry
