@@ -492,9 +492,9 @@ int main(int argc, char** argv) {
                  torch_ratios.empty() ? nan_value : *std::min_element(torch_ratios.begin(), torch_ratios.end()), ">=", 20);
   rep.add_target("device time h2d_copy / uva_direct, min over points", uva_h2d_ratios.front(), ">=", 0.95);
   rep.add_target("device time h2d_copy / uva_direct, median", ferry_bench::median(uva_h2d_ratios), ">=", 1.3);
-  rep.add_target(">= 4 MiB uva_direct apply bandwidth / zero-copy read bandwidth (" +
-                     std::to_string(zero_copy_gbps).substr(0, 5) + " GB/s), worst such apply",
+  rep.add_target(">= 4 MiB uva_direct apply bandwidth / zero-copy read bandwidth, worst such apply",
                  large_fraction, ">=", 0.9);
+  std::cout << "zero-copy read bandwidth (the target's denominator): " << zero_copy_gbps << " GB/s\n";
   if (worst_host_fraction >= 1)
     std::cout << "WARNING: a device-time burst took the host " << worst_host_fraction
               << "x the hold to enqueue: those device times measure the host\n";
