@@ -1,4 +1,4 @@
-# cmake -DMODE=<find_package|subdirectory|readme|readme_install> -DSOURCE=<ferry> -DWORK=<dir>
+# cmake -DMODE=<find_package|subdirectory|readme|cpm|readme_install> -DSOURCE=<ferry> -DWORK=<dir>
 #       -DBACKEND=<cuda|host> -DENABLE_CUDA=<ON|OFF> [-DNVCC=ON] [-DREPO=<git repository>]
 #       [-DPREFIX=<install prefix>] -P run.cmake
 # Configures and builds the consumer project (tests/consumer) one way and runs `app`; fails on any
@@ -7,6 +7,9 @@
 #   find_package   — ferry installed at PREFIX;
 #   subdirectory   — add_subdirectory(SOURCE);
 #   readme         — README.md's FetchContent block, verbatim but for <ferry-git-url> = REPO;
+#   cpm            — README.md's CPMAddPackage line, verbatim but for <ferry-git-url> = REPO, after
+#                    the consumer includes CPM.cmake (cpm/CPM.cmake, see there); checks that CPM
+#                    cloned REPO's main;
 #   readme_install — README.md's install recipe (a `sh` block), verbatim but for <ferry-git-url>
 #                    = REPO, run with HOME=WORK/readme_install/home; then README's find_package
 #                    block, verbatim, finds it.
@@ -20,6 +23,7 @@ endforeach()
 set(build ${WORK}/${MODE})
 file(REMOVE_RECURSE ${build})
 file(MAKE_DIRECTORY ${build})
+set(env "")  # a command prefix for the consumer's configure
 
 # README.md's fenced block of `lang` that contains `marker`, <ferry-git-url> replaced by REPO.
 function(readme_block lang marker out)
@@ -49,16 +53,22 @@ elseif(MODE STREQUAL "subdirectory")
   list(APPEND args -DFERRY_CONSUME=subdirectory)
 elseif(MODE STREQUAL "readme")
   readme_block(cmake "FetchContent_Declare(ferry GIT_REPOSITORY <ferry-git-url>" snippet)
-  # The CPM line README gives takes the same repository and tag.
-  string(REGEX MATCH "GIT_REPOSITORY [^ \n]+ GIT_TAG [^ \n)]+" fetch "${snippet}")
-  file(READ ${SOURCE}/README.md readme)
-  string(REPLACE "<ferry-git-url>" "${REPO}" readme "${readme}")
-  string(FIND "${readme}" "CPMAddPackage(NAME ferry ${fetch})" at)
-  if(fetch STREQUAL "" OR at EQUAL -1)
-    message(FATAL_ERROR "README.md's CPMAddPackage line does not take FetchContent's '${fetch}'")
-  endif()
   file(WRITE ${build}/snippet.cmake "${snippet}")
   list(APPEND args -DFERRY_CONSUME=readme -DFERRY_README_SNIPPET=${build}/snippet.cmake)
+elseif(MODE STREQUAL "cpm")
+  # README gives the line inline, in a paragraph: it must give exactly one.
+  file(READ ${SOURCE}/README.md readme)
+  string(REGEX MATCHALL "CPMAddPackage\\([^)]*\\)" lines "${readme}")
+  list(LENGTH lines n)
+  if(NOT n EQUAL 1)
+    message(FATAL_ERROR "README.md must give one CPMAddPackage line, it gives ${n}: ${lines}")
+  endif()
+  string(REPLACE "<ferry-git-url>" "${REPO}" line "${lines}")
+  file(WRITE ${build}/snippet.cmake "${line}\n")
+  # A fresh consumer's CPM: no source cache or local packages from this machine's environment.
+  set(env ${CMAKE_COMMAND} -E env --unset=CPM_SOURCE_CACHE --unset=CPM_USE_LOCAL_PACKAGES
+      --unset=CPM_LOCAL_PACKAGES_ONLY --unset=CPM_ferry_SOURCE)
+  list(APPEND args -DFERRY_CONSUME=cpm -DFERRY_README_SNIPPET=${build}/snippet.cmake)
 elseif(MODE STREQUAL "readme_install")
   readme_block(sh "cmake --install" recipe)
   file(MAKE_DIRECTORY ${build}/home)
@@ -73,14 +83,25 @@ else()
   message(FATAL_ERROR "unknown MODE=${MODE}")
 endif()
 
-execute_process(COMMAND ${CMAKE_COMMAND} ${args} COMMAND_ERROR_IS_FATAL ANY)
+execute_process(COMMAND ${env} ${CMAKE_COMMAND} ${args} COMMAND_ERROR_IS_FATAL ANY)
+if(MODE STREQUAL "cpm")
+  # CPM fetched ferry itself: a clone of REPO at its main, where FetchContent puts it.
+  find_package(Git REQUIRED)
+  execute_process(COMMAND ${GIT_EXECUTABLE} -C ${build}/app/_deps/ferry-src rev-parse HEAD
+                  OUTPUT_VARIABLE fetched OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
+  execute_process(COMMAND ${GIT_EXECUTABLE} -C ${REPO} rev-parse main
+                  OUTPUT_VARIABLE repo OUTPUT_STRIP_TRAILING_WHITESPACE COMMAND_ERROR_IS_FATAL ANY)
+  if(NOT fetched STREQUAL repo)
+    message(FATAL_ERROR "CPM's ferry (_deps/ferry-src at '${fetched}') is not REPO's main (${repo})")
+  endif()
+endif()
 execute_process(COMMAND ${CMAKE_COMMAND} --build ${build}/app COMMAND_ERROR_IS_FATAL ANY)
 execute_process(COMMAND ${build}/app/app COMMAND_ERROR_IS_FATAL ANY)
 if(NVCC AND NOT EXISTS ${build}/app/consumer_model)
   message(FATAL_ERROR "consumer_model was not built")
 endif()
 
-if(MODE MATCHES "^(subdirectory|readme)$")
+if(MODE MATCHES "^(subdirectory|readme|cpm)$")
   execute_process(COMMAND ${CMAKE_COMMAND} --install ${build}/app --prefix ${build}/prefix
                   COMMAND_ERROR_IS_FATAL ANY)
   file(GLOB_RECURSE installed RELATIVE ${build}/prefix ${build}/prefix/*)
