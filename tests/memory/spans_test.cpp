@@ -13,7 +13,7 @@
 static_assert(std::is_trivially_copyable_v<ferry::device_span<int>>);
 static_assert(std::is_convertible_v<ferry::device_span<int>, ferry::device_span<const int>>);
 static_assert(!std::is_convertible_v<ferry::device_span<const int>, ferry::device_span<int>>);
-// Element access in host-compiled code too (the type is the same as nvcc's), const kept.
+// Element access in host-compiled code too (nvcc's view of the type has the same members), const kept.
 static_assert(std::is_same_v<decltype(std::declval<ferry::device_span<int>>()[0]), int&>);
 static_assert(std::is_same_v<decltype(std::declval<ferry::device_span<const int>>()[0]), const int&>);
 static_assert(std::is_convertible_v<ferry::pinned_span<int>, ferry::pinned_span<const int>>);
@@ -58,7 +58,6 @@ TEST_CASE("device_span element access on the host reads and writes in place and 
   CHECK_THROWS_AS(s[6], std::out_of_range);
   CHECK_THROWS_AS(c[static_cast<std::size_t>(-1)], std::out_of_range);
   CHECK_THROWS_AS(ferry::device_span<int>()[0], std::out_of_range);
-  CHECK(a == std::array<int, 6>{10, 11, 120, 13, 14, 15});  // the throws wrote nothing
 }
 
 TEMPLATE_TEST_CASE("device_span element access on the host sees a pinned_buffer's bytes through UVA",
