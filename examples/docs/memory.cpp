@@ -20,7 +20,7 @@ int main() {
   check(h[17] == 0.0f, "pinned_buffer is zero-filled");
   for (std::size_t i = 0; i < h.size(); ++i) h[i] = 0.5f * static_cast<float>(i);
   ferry::device_span<float> uva = in.device();  // the same bytes, as kernels see them
-  check(uva.size() == 1024, "one view per buffer");
+  check(uva.size() == 1024 && uva[17] == 8.5f, "one view per buffer");  // host-accessible: UVA
 
   // Device memory (uninitialized). Spans are pointer + size, trivially copyable.
   ferry::device_buffer<float, B> dev(1024);
@@ -28,7 +28,8 @@ int main() {
   ferry::device_span<const float> tail = all.subspan(1000);  // converts to const
   check(tail.size() == 24 && all.first(8).size() == 8, "subspan and first");
 
-  // No host element access on a device_span: copy in, and read back into pinned memory.
+  // Device memory is not host-accessible on the CUDA backend: copy in, and read back into pinned
+  // memory.
   ferry::async_h2d(h, all, s);  // a pinned_span source is DMA'd in place: keep it unmodified...
   ferry::pinned_buffer<float, B> out(24);
   ferry::async_d2h(tail, out.host(), s);

@@ -18,9 +18,10 @@
 namespace ferry {
 
 /// A view of `size()` elements at a device-accessible address (device memory, or pinned memory
-/// through UVA) on any backend. Trivially copyable; pass it to kernels by value. There is no host
-/// element access: read the data back with ferry::async_d2h. Element access (`operator[]`) is
-/// available in device code.
+/// through UVA) on any backend. Trivially copyable; pass it to kernels by value. The same type in
+/// host-compiled and nvcc-compiled translation units. `operator[]` works in device code and, where
+/// the address is host-accessible (the host backend's memory, pinned memory through UVA), on the
+/// host; read device memory back with ferry::async_d2h.
 template <class T>
 class device_span {
  public:
@@ -63,10 +64,13 @@ class device_span {
     return {data_ + offset, count};
   }
 
-#if defined(__CUDACC__)
-  /// Element `i`, unchecked (device code only).
-  __device__ T& operator[](std::size_t i) const noexcept { return data_[i]; }
-#endif
+  /// Element `i`: unchecked in device code; on the host, i >= size() throws std::out_of_range.
+  /// On the host the address must be host-accessible (the host backend's memory, pinned memory
+  /// through UVA): CUDA device memory is not, and reading it there is undefined.
+  [[nodiscard]] FERRY_HOST_DEVICE constexpr T& operator[](std::size_t i) const {
+    check(i < size_, "device_span::operator[]: index out of range");
+    return data_[i];
+  }
 
 #if FERRY_HAS_CCCL_SPAN
   // ---- CCCL interop ----
