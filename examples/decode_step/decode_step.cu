@@ -57,14 +57,7 @@ struct reference {
   std::vector<std::int64_t> logprobs = std::vector<std::int64_t>(batch * logprob_cols);
   std::vector<std::int32_t> logits_indices = std::vector<std::int32_t>(batch);
 
-  reference() {
-    for (std::size_t i = 0; i < batch; ++i) {
-      seq_lens[i] = scheduler::initial_seq_len(i);
-      positions[i] = seq_lens[i] - 1;
-      logits_indices[i] = static_cast<std::int32_t>(i);
-    }
-    scheduler::logprob_init(logprobs.data());
-  }
+  reference() { scheduler::initial_state(positions, seq_lens, logprobs.data(), logits_indices); }
 
   /// One step: writes applied in staging order (so a later write wins), arrays rewritten.
   void run() {

@@ -37,7 +37,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <numeric>
 #include <span>
 #include <tuple>
 #include <type_traits>
@@ -146,6 +145,19 @@ class scheduler {
   static void logprob_init(std::int64_t* matrix) noexcept {
     for (std::size_t i = 0; i < batch * logprob_cols; ++i) matrix[i] = no_token;
   }
+
+  /// The host's truth before step 0: seq_lens[i] = initial_seq_len(i) and positions[i] one less,
+  /// the logprob matrix all no_token (logprob_init), logits_indices[i] = i.
+  template <class Positions, class SeqLens, class LogitsIndices>
+  static void initial_state(Positions&& positions, SeqLens&& seq_lens, std::int64_t* logprobs,
+                            LogitsIndices&& logits_indices) noexcept {
+    for (std::size_t i = 0; i < batch; ++i) {
+      seq_lens[i] = initial_seq_len(i);
+      positions[i] = seq_lens[i] - 1;
+      logits_indices[i] = static_cast<std::int32_t>(i);
+    }
+    logprob_init(logprobs);
+  }
   /// Writes step s's requested ids: rows 0..31, columns 1..5 (decode_step_torch.py: lp[:32, 1:]).
   static void logprob_rows(std::int64_t s, std::int64_t* matrix) noexcept {
     for (std::size_t r = 0; r < logprob_requests; ++r)
@@ -199,6 +211,17 @@ void fill_last_index(ferry::device_span<std::int32_t> out, ferry::device_span<co
   }
 }
 
+/// The setup both implementations of the step share: the host's truth before step 0
+/// (scheduler::initial_state) written into `positions`, `seq_lens` and `logprobs`, and the
+/// initial logits indices (0..255) uploaded into `logits_indices`, enqueued on `s`.
+template <class B, class Positions, class SeqLens>
+void set_up_initial_state(Positions&& positions, SeqLens&& seq_lens, std::int64_t* logprobs,
+                          ferry::device_span<std::int32_t> logits_indices, ferry::stream_ref<B> s) {
+  std::vector<std::int32_t> indices(batch);
+  scheduler::initial_state(positions, seq_lens, logprobs, indices);
+  ferry::async_h2d(indices, logits_indices, s);
+}
+
 // ---- the step, built from ferry -----------------------------------------------------------------
 
 /// One engine step's input preparation on backend B from ferry's components (see the file
@@ -230,16 +253,7 @@ class component_step {
         top_k_(batch),
         seed_(batch) {
     table_.reserve(writes_per_step, elements_per_step);
-    auto pos = positions_.host();
-    auto lens = seq_lens_.host();
-    for (std::size_t i = 0; i < batch; ++i) {
-      lens[i] = scheduler::initial_seq_len(i);
-      pos[i] = lens[i] - 1;
-    }
-    scheduler::logprob_init(logprobs_.host().data());
-    std::vector<std::int32_t> iota(batch);
-    std::iota(iota.begin(), iota.end(), 0);
-    ferry::async_h2d(iota, logits_indices_.span(), s);
+    set_up_initial_state(positions_.host(), seq_lens_.host(), logprobs_.host().data(), logits_indices_.span(), s);
   }
 
   /// One step on `s`: host-side state, staged block-table writes, then the uploads in the order
@@ -344,14 +358,7 @@ class ferry_step {
         writes_(batch_.add_writes(table_, writes_per_step, elements_per_step)) {
     batch_.add_fill(logits_indices_.span().subspan(batch - 1, 1), seq_lens_, batch - 1);
     batch_.reserve();
-    for (std::size_t i = 0; i < batch; ++i) {
-      lens_[i] = scheduler::initial_seq_len(i);
-      positions_host_[i] = lens_[i] - 1;
-    }
-    scheduler::logprob_init(logprob_host_.data());
-    std::vector<std::int32_t> iota(batch);
-    std::iota(iota.begin(), iota.end(), 0);
-    ferry::async_h2d(iota, logits_indices_.span(), s);
+    set_up_initial_state(positions_host_, lens_, logprob_host_.data(), logits_indices_.span(), s);
   }
 
   /// One step on `s`: the host's state of the step written into the batch's slot, then one

@@ -30,6 +30,7 @@
 #include <string>
 #include <string_view>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -162,6 +163,20 @@ bool same(const ferry::pool_stats& a, const ferry::pool_stats& b) {
   return a.slots == b.slots && a.max_slots == b.max_slots && a.calls == b.calls &&
          a.grows == b.grows && a.fence_hits == b.fence_hits && a.inserted == b.inserted &&
          a.fences == b.fences;
+}
+
+// The row's bad call on a pool (or uva_backed) that has published `first` at `data`: its stats,
+// a pool's rotation, and that view stay as they were.
+template <class Pool, class T, class F>
+void published_row(Pool& p, const T* data, const std::vector<T>& first, F&& bad) {
+  constexpr bool rotates = requires(Pool& q) { q.current_slot(); };
+  const auto stats = p.stats();
+  std::size_t slot = 0;
+  if constexpr (rotates) slot = p.current_slot();
+  expect_throw(std::forward<F>(bad));
+  CHECK(same(p.stats(), stats));
+  if constexpr (rotates) CHECK(p.current_slot() == slot);
+  CHECK(std::vector<T>(data, data + first.size()) == first);
 }
 
 // The stream's position before a bad call: on the host backend the queue's task count (an event
@@ -793,12 +808,8 @@ BAD_INPUT_ROW("pool.request_overflow") {
   pool_scene<ferry::uva_pool<i64, B>, B> sc(4, 2, 8, 301);
   const auto first = ferry_test::random_values<i64>(4, 302);
   const auto view = sc.pool.copy_to_uva(first, sc.s);
-  const auto stats = sc.pool.stats();
-  const auto slot = sc.pool.current_slot();
-  expect_throw([&] { sc.pool.copy_to_uva(huge_range(two_61 + 1), sc.s); });
-  CHECK(same(sc.pool.stats(), stats));
-  CHECK(sc.pool.current_slot() == slot);
-  CHECK(std::vector<i64>(view.data(), view.data() + 4) == first);
+  published_row(sc.pool, view.data(), first,
+                [&] { sc.pool.copy_to_uva(huge_range(two_61 + 1), sc.s); });
 }
 
 BAD_INPUT_ROW("pool.copy_to_device.too_small") {
@@ -853,13 +864,8 @@ BAD_INPUT_ROW("pool.rows.not_whole") {
   ferry::uva_pool<i32, B> pool(ferry::row_width{3}, 4, 2, 8, arena);
   const auto first = ferry_test::random_values<i32>(6, 341);
   const auto view = pool.copy_to_uva(first, s);
-  const auto stats = pool.stats();
-  const auto slot = pool.current_slot();
   const auto src = ferry_test::random_values<i32>(7, 342);
-  expect_throw([&] { pool.copy_to_uva(src, s); });
-  CHECK(same(pool.stats(), stats));
-  CHECK(pool.current_slot() == slot);
-  CHECK(std::vector<i32>(view.data(), view.data() + 6) == first);
+  published_row(pool, view.data(), first, [&] { pool.copy_to_uva(src, s); });
 }
 
 BAD_INPUT_ROW("uva_backed.publish_rows.n_above_rows") {
@@ -871,10 +877,7 @@ BAD_INPUT_ROW("uva_backed.publish_rows.n_above_rows") {
   const auto first = ferry_test::random_values<i32>(12, 351);
   std::copy(first.begin(), first.end(), u.host().begin());
   const auto view = u.publish_rows(3, s);
-  const auto stats = u.stats();
-  expect_throw([&] { u.publish_rows(4, s); });
-  CHECK(same(u.stats(), stats));
-  CHECK(std::vector<i32>(view.data_handle(), view.data_handle() + 12) == first);
+  published_row(u, view.data_handle(), first, [&] { u.publish_rows(4, s); });
 }
 
 BAD_INPUT_ROW("uva_backed.publish.n_above_size") {
@@ -886,10 +889,7 @@ BAD_INPUT_ROW("uva_backed.publish.n_above_size") {
   const auto first = ferry_test::random_values<i32>(8, 331);
   std::copy(first.begin(), first.end(), u.host().begin());
   const auto view = u.publish(8, s);
-  const auto stats = u.stats();
-  expect_throw([&] { u.publish(9, s); });
-  CHECK(same(u.stats(), stats));
-  CHECK(std::vector<i32>(view.data(), view.data() + 8) == first);
+  published_row(u, view.data(), first, [&] { u.publish(9, s); });
   // The next publish takes the other slot (rotation unchanged) and holds the new host state.
   s.synchronize();
   const auto second = ferry_test::random_values<i32>(8, 332);

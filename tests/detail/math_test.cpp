@@ -28,6 +28,14 @@ TEST_CASE("ceil_div and round_up agree with their definitions", "[math]") {
   }
 }
 
+TEST_CASE("ceil_div is exact up to SIZE_MAX (no a + b - 1 to wrap)", "[math]") {
+  constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
+  CHECK(ceil_div(max, 1) == max);
+  CHECK(ceil_div(max, 2) == max / 2 + 1);
+  CHECK(ceil_div(max - 1, max) == 1);
+  CHECK(ceil_div(max, max) == 1);
+}
+
 TEST_CASE("round_up_fits refuses a result beyond size_t and leaves out untouched", "[math]") {
   constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
   std::size_t out = 5;

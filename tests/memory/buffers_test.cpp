@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <new>
 #include <numeric>
 #include <stdexcept>
@@ -72,6 +73,24 @@ TEMPLATE_TEST_CASE("device_buffer round-trips data through device memory", "[mem
   }
 }
 
+namespace {
+
+// One way to allocate a buffer of n elements, named by the memory it takes.
+struct allocation {
+  std::string memory;  // "pinned" or "device"
+  std::function<void(std::size_t)> allocate;
+};
+
+// The three ways to allocate a buffer of n elements of T: pinned, device, and device ordered on s.
+template <class T, class B>
+std::vector<allocation> every_allocation(ferry::stream<B>& s) {
+  return {{"pinned", [](std::size_t n) { ferry::pinned_buffer<T, B> b(n); }},
+          {"device", [](std::size_t n) { ferry::device_buffer<T, B> b(n); }},
+          {"device", [&s](std::size_t n) { ferry::device_buffer<T, B> b(n, s); }}};
+}
+
+}  // namespace
+
 TEMPLATE_TEST_CASE("buffers whose bytes overflow size_t throw invalid_argument and allocate nothing",
                    "[memory]", FERRY_TEST_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);
@@ -83,15 +102,11 @@ TEMPLATE_TEST_CASE("buffers whose bytes overflow size_t throw invalid_argument a
   // 2^61 int64 are 2^64 bytes (0 after a wrap); 2^61 + 1 are 8 after a wrap.
   for (std::size_t n : {std::size_t{1} << 61, (std::size_t{1} << 61) + 1}) {
     CAPTURE(n);
-    CHECK_THROWS_MATCHES((ferry::pinned_buffer<std::int64_t, TestType>(n)),
-                         std::invalid_argument,
-                         MessageMatches(StartsWith("ferry: ") && ContainsSubstring(std::to_string(n))));
-    CHECK_THROWS_MATCHES((ferry::device_buffer<std::int64_t, TestType>(n)),
-                         std::invalid_argument,
-                         MessageMatches(StartsWith("ferry: ") && ContainsSubstring(std::to_string(n))));
-    CHECK_THROWS_MATCHES((ferry::device_buffer<std::int64_t, TestType>(n, s)),
-                         std::invalid_argument,
-                         MessageMatches(StartsWith("ferry: ") && ContainsSubstring(std::to_string(n))));
+    for (const auto& a : every_allocation<std::int64_t>(s)) {
+      CAPTURE(a.memory);
+      CHECK_THROWS_MATCHES(a.allocate(n), std::invalid_argument,
+                           MessageMatches(StartsWith("ferry: ") && ContainsSubstring(std::to_string(n))));
+    }
   }
   s.synchronize();
   const auto after = ferry::backend_stats_of<TestType>();
@@ -112,12 +127,12 @@ TEMPLATE_TEST_CASE("running out of pinned or device memory throws ferry::out_of_
   constexpr std::size_t n = std::size_t{1} << 48;
   const std::string bytes = std::to_string(n * sizeof(float));
   const auto before = ferry::backend_stats_of<B>();
-  CHECK_THROWS_MATCHES((ferry::pinned_buffer<float, B>(n)), ferry::out_of_memory,
-                       MessageMatches(StartsWith("ferry: out of pinned memory") && ContainsSubstring(bytes)));
-  CHECK_THROWS_MATCHES((ferry::device_buffer<float, B>(n)), ferry::out_of_memory,
-                       MessageMatches(StartsWith("ferry: out of device memory") && ContainsSubstring(bytes)));
-  CHECK_THROWS_MATCHES((ferry::device_buffer<float, B>(n, s)), ferry::out_of_memory,
-                       MessageMatches(StartsWith("ferry: out of device memory") && ContainsSubstring(bytes)));
+  for (const auto& a : every_allocation<float>(s)) {
+    CAPTURE(a.memory);
+    CHECK_THROWS_MATCHES(a.allocate(n), ferry::out_of_memory,
+                         MessageMatches(StartsWith("ferry: out of " + a.memory + " memory") &&
+                                        ContainsSubstring(bytes)));
+  }
   CHECK_THROWS_AS((ferry::device_buffer<float, B>(n)), std::bad_alloc);  // generic handlers see it
 #if FERRY_HAS_CUDA
   if constexpr (std::is_same_v<B, ferry::backend::cuda>)

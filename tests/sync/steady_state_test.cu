@@ -148,6 +148,14 @@ struct sinks {
   }
 };
 
+// The last step's result `last` reads back as `expected`, and its consumer (sink 0) saw the same.
+template <class T, class B, class Span>
+void check_last(const Span& last, const std::vector<T>& expected, const sinks<B>& sink,
+                std::type_identity_t<ferry::stream_ref<B>> s) {
+  CHECK(read_back<T, B>(last, s) == expected);
+  CHECK(sink.read(0, s) == checksum(expected.data(), expected.size()));
+}
+
 // ---- the harness ------------------------------------------------------------------------------
 
 struct steady_result {
@@ -248,9 +256,7 @@ TEMPLATE_TEST_CASE("steady state: async_h2d from a pageable vector (pin::stage)"
     consume<std::int32_t>(s, last, sink.at(0));
   });
   REQUIRE_STEADY(r);
-  const auto expected = step_values<std::int32_t>(r.last_step, n_at(r.last_step));
-  CHECK(read_back<std::int32_t, B>(last, s) == expected);
-  CHECK(sink.read(0, s) == checksum(expected.data(), expected.size()));
+  check_last(last, step_values<std::int32_t>(r.last_step, n_at(r.last_step)), sink, s);
 }
 
 TEMPLATE_TEST_CASE("steady state: async_h2d from pinned_span sources",
@@ -272,9 +278,7 @@ TEMPLATE_TEST_CASE("steady state: async_h2d from pinned_span sources",
     consume<std::int32_t>(s, last, sink.at(0));
   });
   REQUIRE_STEADY(r);
-  const auto expected = step_values<std::int32_t>(r.last_step, n_at(r.last_step));
-  CHECK(read_back<std::int32_t, B>(last, s) == expected);
-  CHECK(sink.read(0, s) == checksum(expected.data(), expected.size()));
+  check_last(last, step_values<std::int32_t>(r.last_step, n_at(r.last_step)), sink, s);
 }
 
 TEMPLATE_TEST_CASE("steady state: async_h2d_packed into a typed span",
@@ -311,9 +315,7 @@ TEMPLATE_TEST_CASE("steady state: async_h2d_packed into a typed span",
     consume<std::int32_t>(s, last, sink.at(0));
   });
   REQUIRE_STEADY(r);
-  const auto expected = expected_at(r.last_step);
-  CHECK(read_back<std::int32_t, B>(last, s) == expected);
-  CHECK(sink.read(0, s) == checksum(expected.data(), expected.size()));
+  check_last(last, expected_at(r.last_step), sink, s);
 }
 
 TEMPLATE_TEST_CASE("steady state: async_h2d_packed into a byte span of mixed parts",
@@ -373,9 +375,7 @@ TEMPLATE_TEST_CASE("steady state: cpu_gpu_buffer copy_to_device (reuse::event_fe
     consume<std::int32_t>(s, last, sink.at(0));
   });
   REQUIRE_STEADY(r);
-  const auto expected = step_values<std::int32_t>(r.last_step, n_at(r.last_step));
-  CHECK(read_back<std::int32_t, B>(last, s) == expected);
-  CHECK(sink.read(0, s) == checksum(expected.data(), expected.size()));
+  check_last(last, step_values<std::int32_t>(r.last_step, n_at(r.last_step)), sink, s);
 }
 
 TEMPLATE_TEST_CASE("steady state: cpu_gpu_buffer copy_to_device (reuse::caller_fenced)",
@@ -396,9 +396,7 @@ TEMPLATE_TEST_CASE("steady state: cpu_gpu_buffer copy_to_device (reuse::caller_f
     consume<std::int32_t>(s, last, sink.at(0));
   });
   REQUIRE_STEADY(r);
-  const auto expected = step_values<std::int32_t>(r.last_step, n_at(r.last_step));
-  CHECK(read_back<std::int32_t, B>(last, s) == expected);
-  CHECK(sink.read(0, s) == checksum(expected.data(), expected.size()));
+  check_last(last, step_values<std::int32_t>(r.last_step, n_at(r.last_step)), sink, s);
 }
 
 // ---- UVA pools --------------------------------------------------------------------------------
@@ -422,9 +420,7 @@ TEMPLATE_TEST_CASE("steady state: uva_pool copy_to_uva (reuse::event_fenced)",
     consume<std::int32_t>(s, last, sink.at(0));
   });
   REQUIRE_STEADY(r);
-  const auto expected = step_values<std::int32_t>(r.last_step, n_at(r.last_step));
-  CHECK(read_back<std::int32_t, B>(last, s) == expected);
-  CHECK(sink.read(0, s) == checksum(expected.data(), expected.size()));
+  check_last(last, step_values<std::int32_t>(r.last_step, n_at(r.last_step)), sink, s);
 }
 
 TEMPLATE_TEST_CASE("steady state: uva_backed publish", "[steady_state][uva_backed][no-sanitizer]",
@@ -443,9 +439,7 @@ TEMPLATE_TEST_CASE("steady state: uva_backed publish", "[steady_state][uva_backe
     consume<std::int32_t>(s, last, sink.at(0));
   });
   REQUIRE_STEADY(r);
-  const auto expected = step_values<std::int32_t>(r.last_step, n_at(r.last_step));
-  CHECK(read_back<std::int32_t, B>(last, s) == expected);
-  CHECK(sink.read(0, s) == checksum(expected.data(), expected.size()));
+  check_last(last, step_values<std::int32_t>(r.last_step, n_at(r.last_step)), sink, s);
 }
 
 // ---- staged writes ----------------------------------------------------------------------------
@@ -485,8 +479,7 @@ void staged_case() {
     consume<std::int32_t>(s, t.span(), sink.at(0));
   });
   REQUIRE_STEADY(r);
-  CHECK(read_back<std::int32_t, B>(t.span(), s) == model);
-  CHECK(sink.read(0, s) == checksum(model.data(), model.size()));
+  check_last(t.span(), model, sink, s);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // of becoming a small allocation.
 #pragma once
 
+#include <ferry/detail/math.hpp>
+
 #include <cstddef>
 #include <limits>
 #include <stdexcept>
@@ -37,6 +39,16 @@ std::size_t checked_add(std::size_t a, std::size_t b, const char* what) {
     throw E(std::string("ferry: ") + what + ": " + std::to_string(a) + " + " + std::to_string(b) +
             " overflows size_t");
   return sum;
+}
+
+/// a rounded up to a multiple of b (b > 0); throws E naming `what` when that overflows.
+template <class E = std::invalid_argument>
+std::size_t checked_round_up(std::size_t a, std::size_t b, const char* what) {
+  std::size_t up = 0;
+  if (!round_up_fits(a, b, up))
+    throw E(std::string("ferry: ") + what + ": " + std::to_string(a) +
+            " rounded up to a multiple of " + std::to_string(b) + " overflows size_t");
+  return up;
 }
 
 }  // namespace ferry::detail

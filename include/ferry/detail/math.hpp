@@ -16,7 +16,7 @@
 
 namespace ferry::detail {
 
-/// a / b rounded up (b > 0).
+/// a / b rounded up (b > 0). Wrap-free: exact for every a, SIZE_MAX included (no a + b - 1).
 constexpr std::size_t ceil_div(std::size_t a, std::size_t b) noexcept {
 #if FERRY_HAS_CCCL_CMATH
   return ::cuda::ceil_div(a, b);

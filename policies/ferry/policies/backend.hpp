@@ -13,10 +13,7 @@ namespace ferry {
 /// `static constexpr bool available`, whether this build of ferry implements it. ferry's backend
 /// layer implements backend::cuda and backend::host.
 template <class B>
-concept backend_tag = detail::declares_family<B, families::backend> && requires {
-  requires std::same_as<std::remove_cv_t<decltype(B::available)>, bool>;
-  typename std::bool_constant<B::available>;
-};
+concept backend_tag = detail::models_family<B, families::backend>;
 
 }  // namespace ferry
 
@@ -48,13 +45,16 @@ namespace ferry::families {
 struct backend {
   /// The tag used when none of this family is given (ferry::default_backend).
   using default_policy = ferry::default_backend;
+  /// The members a policy of this family has.
+  template <class P>
+  static constexpr bool has_members = requires {
+    requires std::same_as<std::remove_cv_t<decltype(P::available)>, bool>;
+    typename std::bool_constant<P::available>;
+  };
   /// Names, in a static_assert, what a type declaring this family lacks, and an unavailable one.
   template <class P>
   static constexpr bool check() {
-    static_assert(requires {
-                    requires std::same_as<std::remove_cv_t<decltype(P::available)>, bool>;
-                    typename std::bool_constant<P::available>;
-                  },
+    static_assert(has_members<P>,
                   "ferry: a type declares the Backend family but does not model "
                   "ferry::backend_tag: it lacks `static constexpr bool available`.");
     if constexpr (backend_tag<P>)

@@ -21,13 +21,7 @@ namespace ferry {
 ///    construction or `reserve()` (a request beyond it throws ferry::capacity_error instead), so
 ///    addresses stay valid for CUDA graphs.
 template <class P>
-concept growth_policy =
-    detail::declares_family<P, families::growth> &&
-    requires(std::size_t needed, std::size_t current) {
-      { P::capacity_for(needed, current) } -> std::same_as<std::size_t>;
-      requires std::same_as<std::remove_cv_t<decltype(P::stable_addresses)>, bool>;
-      typename std::bool_constant<P::stable_addresses>;
-    };
+concept growth_policy = detail::models_family<P, families::growth>;
 
 }  // namespace ferry
 
@@ -71,19 +65,28 @@ namespace ferry::families {
 struct growth {
   /// The policy used when none of this family is given (growth::pow2).
   using default_policy = ferry::growth::pow2;
+  /// P has `capacity_for(needed, current)`.
+  template <class P>
+  static constexpr bool has_capacity_for = requires(std::size_t needed, std::size_t current) {
+    { P::capacity_for(needed, current) } -> std::same_as<std::size_t>;
+  };
+  /// P has `stable_addresses`.
+  template <class P>
+  static constexpr bool has_stable_addresses = requires {
+    requires std::same_as<std::remove_cv_t<decltype(P::stable_addresses)>, bool>;
+    typename std::bool_constant<P::stable_addresses>;
+  };
+  /// The members a policy of this family has.
+  template <class P>
+  static constexpr bool has_members = has_capacity_for<P> && has_stable_addresses<P>;
   /// Names, in a static_assert, each member a type declaring this family lacks.
   template <class P>
   static constexpr bool check() {
-    static_assert(requires(std::size_t n) {
-                    { P::capacity_for(n, n) } -> std::same_as<std::size_t>;
-                  },
+    static_assert(has_capacity_for<P>,
                   "ferry: a type declares the GrowthPolicy family but does not model "
                   "ferry::growth_policy: it lacks `static std::size_t capacity_for(std::size_t "
                   "needed, std::size_t current)`.");
-    static_assert(requires {
-                    requires std::same_as<std::remove_cv_t<decltype(P::stable_addresses)>, bool>;
-                    typename std::bool_constant<P::stable_addresses>;
-                  },
+    static_assert(has_stable_addresses<P>,
                   "ferry: a type declares the GrowthPolicy family but does not model "
                   "ferry::growth_policy: it lacks `static constexpr bool stable_addresses`.");
     return growth_policy<P>;

@@ -13,10 +13,7 @@ namespace ferry {
 /// true when it is the replay of one CUDA graph per slot (captured once, so later steps pay one
 /// graph launch whatever the number of kernels).
 template <class P>
-concept launch_policy = detail::declares_family<P, families::launch> && requires {
-  requires std::same_as<std::remove_cv_t<decltype(P::replays_graph)>, bool>;
-  typename std::bool_constant<P::replays_graph>;
-};
+concept launch_policy = detail::models_family<P, families::launch>;
 
 }  // namespace ferry
 
@@ -41,13 +38,16 @@ namespace ferry::families {
 struct launch {
   /// The policy used when none of this family is given (launch::kernel).
   using default_policy = ferry::launch::kernel;
+  /// The members a policy of this family has.
+  template <class P>
+  static constexpr bool has_members = requires {
+    requires std::same_as<std::remove_cv_t<decltype(P::replays_graph)>, bool>;
+    typename std::bool_constant<P::replays_graph>;
+  };
   /// Names, in a static_assert, each member a type declaring this family lacks.
   template <class P>
   static constexpr bool check() {
-    static_assert(requires {
-                    requires std::same_as<std::remove_cv_t<decltype(P::replays_graph)>, bool>;
-                    typename std::bool_constant<P::replays_graph>;
-                  },
+    static_assert(has_members<P>,
                   "ferry: a type declares the LaunchPolicy family but does not model "
                   "ferry::launch_policy: it lacks `static constexpr bool replays_graph`.");
     return launch_policy<P>;

@@ -19,10 +19,7 @@ enum class pageable_source {
 /// `static constexpr ferry::pageable_source pageable`, what a pageable source does. A pinned
 /// source (ferry::pinned_span) is DMA'd in place under every PinPolicy.
 template <class P>
-concept pin_policy = detail::declares_family<P, families::pin> && requires {
-  requires std::same_as<std::remove_cv_t<decltype(P::pageable)>, pageable_source>;
-  typename std::integral_constant<pageable_source, P::pageable>;
-};
+concept pin_policy = detail::models_family<P, families::pin>;
 
 }  // namespace ferry
 
@@ -54,13 +51,16 @@ namespace ferry::families {
 struct pin {
   /// The policy used when none of this family is given (pin::stage).
   using default_policy = ferry::pin::stage;
+  /// The members a policy of this family has.
+  template <class P>
+  static constexpr bool has_members = requires {
+    requires std::same_as<std::remove_cv_t<decltype(P::pageable)>, pageable_source>;
+    typename std::integral_constant<pageable_source, P::pageable>;
+  };
   /// Names, in a static_assert, each member a type declaring this family lacks.
   template <class P>
   static constexpr bool check() {
-    static_assert(requires {
-                    requires std::same_as<std::remove_cv_t<decltype(P::pageable)>, pageable_source>;
-                    typename std::integral_constant<pageable_source, P::pageable>;
-                  },
+    static_assert(has_members<P>,
                   "ferry: a type declares the PinPolicy family but does not model "
                   "ferry::pin_policy: it lacks `static constexpr ferry::pageable_source "
                   "pageable`.");

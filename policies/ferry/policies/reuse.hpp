@@ -13,10 +13,7 @@ namespace ferry {
 /// array) with the point of the stream that used it and never rewrites it before the stream has
 /// passed that point; false when the caller guarantees it (ferry records and checks nothing).
 template <class P>
-concept reuse_policy = detail::declares_family<P, families::reuse> && requires {
-  requires std::same_as<std::remove_cv_t<decltype(P::ferry_fences)>, bool>;
-  typename std::bool_constant<P::ferry_fences>;
-};
+concept reuse_policy = detail::models_family<P, families::reuse>;
 
 }  // namespace ferry
 
@@ -43,13 +40,16 @@ namespace ferry::families {
 struct reuse {
   /// The policy used when none of this family is given (reuse::event_fenced).
   using default_policy = ferry::reuse::event_fenced;
+  /// The members a policy of this family has.
+  template <class P>
+  static constexpr bool has_members = requires {
+    requires std::same_as<std::remove_cv_t<decltype(P::ferry_fences)>, bool>;
+    typename std::bool_constant<P::ferry_fences>;
+  };
   /// Names, in a static_assert, each member a type declaring this family lacks.
   template <class P>
   static constexpr bool check() {
-    static_assert(requires {
-                    requires std::same_as<std::remove_cv_t<decltype(P::ferry_fences)>, bool>;
-                    typename std::bool_constant<P::ferry_fences>;
-                  },
+    static_assert(has_members<P>,
                   "ferry: a type declares the ReusePolicy family but does not model "
                   "ferry::reuse_policy: it lacks `static constexpr bool ferry_fences`.");
     return reuse_policy<P>;

@@ -18,11 +18,7 @@ namespace ferry {
 /// (0: always copied; SIZE_MAX: never). A constant expression, so that a component knows at
 /// compile time whether it ever needs scratch.
 template <class P>
-concept staging_policy = detail::declares_family<P, families::staging> && requires {
-  { P::in_place_max_bytes(memory_kind::device) } -> std::same_as<std::size_t>;
-  typename std::integral_constant<std::size_t, P::in_place_max_bytes(memory_kind::device)>;
-  typename std::integral_constant<std::size_t, P::in_place_max_bytes(memory_kind::uva)>;
-};
+concept staging_policy = detail::models_family<P, families::staging>;
 
 }  // namespace ferry
 
@@ -72,16 +68,17 @@ namespace ferry::families {
 struct staging {
   /// The policy used when none of this family is given (staging::by_target).
   using default_policy = ferry::staging::by_target;
+  /// The members a policy of this family has.
+  template <class P>
+  static constexpr bool has_members = requires {
+    { P::in_place_max_bytes(memory_kind::device) } -> std::same_as<std::size_t>;
+    typename std::integral_constant<std::size_t, P::in_place_max_bytes(memory_kind::device)>;
+    typename std::integral_constant<std::size_t, P::in_place_max_bytes(memory_kind::uva)>;
+  };
   /// Names, in a static_assert, each member a type declaring this family lacks.
   template <class P>
   static constexpr bool check() {
-    static_assert(requires {
-                    { P::in_place_max_bytes(memory_kind::device) } -> std::same_as<std::size_t>;
-                    typename std::integral_constant<std::size_t,
-                                                    P::in_place_max_bytes(memory_kind::device)>;
-                    typename std::integral_constant<std::size_t,
-                                                    P::in_place_max_bytes(memory_kind::uva)>;
-                  },
+    static_assert(has_members<P>,
                   "ferry: a type declares the StagingPolicy family but does not model "
                   "ferry::staging_policy: it lacks `static constexpr std::size_t "
                   "in_place_max_bytes(ferry::memory_kind target)`.");

@@ -17,10 +17,7 @@ enum class memory_kind {
 /// A TargetKind: declares `using ferry_policy_family = ferry::families::target_kind;` and
 /// provides `static constexpr ferry::memory_kind memory`, where the target lives.
 template <class P>
-concept target_kind = detail::declares_family<P, families::target_kind> && requires {
-  requires std::same_as<std::remove_cv_t<decltype(P::memory)>, memory_kind>;
-  typename std::integral_constant<memory_kind, P::memory>;
-};
+concept target_kind = detail::models_family<P, families::target_kind>;
 
 }  // namespace ferry
 
@@ -46,13 +43,16 @@ namespace ferry::families {
 struct target_kind {
   /// The policy used when none of this family is given (target::device).
   using default_policy = ferry::target::device;
+  /// The members a policy of this family has.
+  template <class P>
+  static constexpr bool has_members = requires {
+    requires std::same_as<std::remove_cv_t<decltype(P::memory)>, memory_kind>;
+    typename std::integral_constant<memory_kind, P::memory>;
+  };
   /// Names, in a static_assert, each member a type declaring this family lacks.
   template <class P>
   static constexpr bool check() {
-    static_assert(requires {
-                    requires std::same_as<std::remove_cv_t<decltype(P::memory)>, memory_kind>;
-                    typename std::integral_constant<memory_kind, P::memory>;
-                  },
+    static_assert(has_members<P>,
                   "ferry: a type declares the TargetKind family but does not model "
                   "ferry::target_kind: it lacks `static constexpr ferry::memory_kind memory`.");
     return ferry::target_kind<P>;

@@ -175,7 +175,7 @@ FERRY_KERNEL_VISIBILITY void launch_apply_inline_as(const chunk_desc* descs, std
   const std::size_t table = n * sizeof(chunk_desc);
   p.dst_base = dst_base;
   p.chunks = static_cast<std::uint32_t>(n);
-  p.content_offset = static_cast<std::uint32_t>((table + 15) / 16 * 16);
+  p.content_offset = static_cast<std::uint32_t>(inline_apply_content_offset(n));
   std::memcpy(p.data, descs, table);
   std::memcpy(p.data + p.content_offset, contents, content_bytes);
   staged_kernels::apply_inline<U, Bytes><<<1, apply_block_threads, 0, s>>>(p);

@@ -61,9 +61,14 @@ struct inline_apply_params {
 /// that every CUDA 12 toolkit accepts (kernel parameters up to 4 KiB).
 inline constexpr std::size_t inline_apply_small_bytes = 512;
 inline constexpr std::size_t inline_apply_max_bytes = 4032;
+/// Where an inline apply's contents start in `data`: after `chunks` descriptors, padded to the
+/// vector width (16 bytes).
+constexpr std::size_t inline_apply_content_offset(std::size_t chunks) noexcept {
+  return round_up(chunks * sizeof(chunk_desc), apply_vector_bytes);
+}
 /// Bytes of `data` an inline apply of `chunks` chunks and `content_bytes` of contents needs.
 constexpr std::size_t inline_apply_data_bytes(std::size_t chunks, std::size_t content_bytes) noexcept {
-  return (chunks * sizeof(chunk_desc) + 15) / 16 * 16 + content_bytes;
+  return inline_apply_content_offset(chunks) + content_bytes;
 }
 
 /// Elements of T per chunk.

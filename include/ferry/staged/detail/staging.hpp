@@ -210,8 +210,7 @@ class staging_core {
   static std::size_t table_bytes(std::size_t descs) {
     const char* what = "a staging chunk table";
     const std::size_t b = checked_bytes<capacity_error>(descs, sizeof(chunk_desc), what);
-    return checked_add<capacity_error>(b, content_alignment - 1, what) / content_alignment *
-           content_alignment;
+    return checked_round_up<capacity_error>(b, content_alignment, what);
   }
   // The bytes of a slot of `descs` descriptors and `bytes` of contents.
   static std::size_t slot_size(std::size_t descs, std::size_t bytes) {

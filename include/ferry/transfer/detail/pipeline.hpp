@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/detail/math.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/detail/timeline.hpp>
 #include <ferry/memory/pinned_arena.hpp>
@@ -45,8 +46,7 @@ template <class B>
 void pipelined_upload(std::byte* dst, const std::byte* src, std::size_t bytes, stream_ref<B> s,
                       pinned_arena<B>& arena, copy_pool& pool) {
   using ops = backend_ops<B>;
-  // Wrap-free for every chunk size: a source smaller than a chunk is one chunk of its own size.
-  auto ceil_div = [](std::size_t a, std::size_t b) { return a / b + (a % b != 0); };
+  // A source smaller than a chunk is one chunk of its own size (ceil_div is wrap-free).
   const std::size_t chunk = std::min(pool.chunk_bytes(), bytes);
   const std::size_t count = ceil_div(bytes, chunk);
   const std::size_t slice = std::min(chunk, copy_slice_bytes);

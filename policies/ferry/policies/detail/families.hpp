@@ -5,9 +5,10 @@
 
 namespace ferry::families {
 
-// A family names its default policy and checks that a type declaring it models the family's
-// concept (`check<P>()`, a static_assert per missing member). A policy type says which family it
-// belongs to through a nested `ferry_policy_family` type.
+// A family names its default policy and the members its policies have (`has_members<P>`), and
+// checks that a type declaring it has them (`check<P>()`, a static_assert naming what is
+// missing). A policy type says which family it belongs to through a nested `ferry_policy_family`
+// type; the family's concept is models_family below.
 struct target_kind;
 struct staging;
 struct growth;
@@ -41,5 +42,9 @@ inline constexpr bool is_tag_of<Family, P> = __is_same(typename P::ferry_policy_
 /// P declares `Family` as its family (the first half of every family's concept).
 template <class P, class Family>
 concept declares_family = is_tag_of<Family, P>;
+
+/// Every family's concept: P declares `Family` and has the members `Family::has_members<P>` names.
+template <class P, class Family>
+concept models_family = declares_family<P, Family> && Family::template has_members<P>;
 
 }  // namespace ferry::detail
