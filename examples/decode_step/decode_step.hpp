@@ -140,8 +140,8 @@ class scheduler {
     }
   }
 
-  /// Fills the whole logprob-request matrix (256 x 6, row-major) with no_token: done once, since
-  /// each step rewrites only the requested ids.
+  /// Fills the whole logprob-request matrix (256 x 6, row-major) with no_token (a matrix that
+  /// persists needs it once: each step rewrites only the requested ids).
   static void logprob_init(std::int64_t* matrix) noexcept {
     for (std::size_t i = 0; i < batch * logprob_cols; ++i) matrix[i] = no_token;
   }
@@ -338,14 +338,14 @@ class ferry_step {
                                     ferry::device_span<std::int64_t>>;
 
   /// Allocates everything; the zero fill of the table and the initial logits indices (0..255) are
-  /// enqueued on `s`. `max_in_flight`: the most steps the host may run ahead of the device (slots
-  /// are inserted up to that depth while warming up; launch::graph makes them all at once).
+  /// enqueued on `s`. `max_in_flight`: the most steps the host may run ahead of the device (slots,
+  /// with their graphs under launch::graph, are inserted up to that depth while warming up).
   explicit ferry_step(ferry::stream_ref<B> s, std::size_t max_in_flight = 264)
       : table_(max_requests, max_blocks, s),
         packed_(packed_bytes / sizeof(std::uint64_t)),
         logprobs_(batch * logprob_cols),
         logits_indices_(batch),
-        batch_(Launch::replays_graph ? max_in_flight + 2 : 2, max_in_flight + 2),
+        batch_(2, max_in_flight + 2),
         sampling_(part<std::int32_t>(0), part<float>(1), part<float>(2), part<std::int32_t>(3), part<std::int64_t>(4)),
         tokens_(batch_.add_upload(std::get<0>(sampling_), batch)),
         temperature_(batch_.add_upload(std::get<1>(sampling_), batch)),
@@ -358,7 +358,8 @@ class ferry_step {
         writes_(batch_.add_writes(table_, writes_per_step, elements_per_step)) {
     batch_.add_fill(logits_indices_.span().subspan(batch - 1, 1), seq_lens_, batch - 1);
     batch_.reserve();
-    set_up_initial_state(positions_host_, lens_, logprob_host_.data(), logits_indices_.span(), s);
+    std::vector<std::int64_t> logprobs(batch * logprob_cols);  // assembled in each step's slot instead
+    set_up_initial_state(positions_host_, lens_, logprobs.data(), logits_indices_.span(), s);
   }
 
   /// One step on `s`: the host's state of the step written into the batch's slot, then one
@@ -372,8 +373,10 @@ class ferry_step {
     });
     scheduler::sampling(step, tokens_.span(batch).data(), temperature_.span(batch).data(), top_p_.span(batch).data(),
                         top_k_.span(batch).data(), seed_.span(batch).data());
-    scheduler::logprob_rows(step, logprob_host_.data());
-    copy_into(logprob_upload_.span(batch * logprob_cols), logprob_host_);
+    // The logprob-request matrix is assembled in the slot: the background, then the step's ids.
+    std::int64_t* const logprobs = logprob_upload_.span(batch * logprob_cols).data();
+    scheduler::logprob_init(logprobs);
+    scheduler::logprob_rows(step, logprobs);
     copy_into(positions_.span(batch), positions_host_);
     copy_into(seq_lens_.span(batch), lens_);
     batch_.submit(s);
@@ -415,7 +418,6 @@ class ferry_step {
   // the host's truth
   std::vector<std::int64_t> positions_host_ = std::vector<std::int64_t>(batch);
   std::vector<std::int32_t> lens_ = std::vector<std::int32_t>(batch);
-  std::vector<std::int64_t> logprob_host_ = std::vector<std::int64_t>(batch * logprob_cols);
   // the step
   batch_type batch_;
   sampling_views sampling_;
