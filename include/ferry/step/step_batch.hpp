@@ -113,13 +113,15 @@ class step_batch {
   class handle {
    protected:
     handle() = default;
+    /// Entry `i` of the plan in `c`.
     handle(core* c, std::size_t i) : core_(c), i_(i) {}
+    /// The batch's state; ferry::error for an empty (default-constructed) `kind` handle.
     core& c(const char* kind) const {
       if (!core_) throw error(std::string("ferry: use of an empty step_batch::") + kind + " handle");
       return *core_;
     }
-    core* core_ = nullptr;
-    std::size_t i_ = 0;
+    core* core_ = nullptr;  ///< The batch's state (null: an empty handle).
+    std::size_t i_ = 0;     ///< The entry in the state's list of this kind of handle.
     friend class step_batch;
   };
 
