@@ -156,7 +156,17 @@ struct report {
     machine = host;
   }
 
-  void add(row r) { rows.push_back(std::move(r)); }
+  /// Adds a row and prints it at once, one line (progress: the table comes at the end).
+  void add(row r) {
+    std::ostringstream line;
+    line << "  case done:";
+    for (const auto& [k, v] : r) {
+      line << ' ' << k << '=';
+      if (const auto d = std::get_if<double>(&v)) line << *d; else line << std::get<std::string>(v);
+    }
+    std::cout << line.str() << std::endl;
+    rows.push_back(std::move(r));
+  }
   void add_target(std::string name, double v, std::string op, double goal) {
     targets.push_back({std::move(name), v, std::move(op), goal});
   }
