@@ -5,7 +5,8 @@
 // once an apply has used the H2D path, a device scratch of the block's content size. The slot
 // being staged into is "current"; an apply hands it to a stream with the stamp the core gave that
 // apply (reuse::event_fenced) and appends it to a FIFO of used slots. The next staging takes the
-// oldest used slot whose stamp has passed; if none has, a fresh arena block (no blocking): a slot
+// newest of the last few used slots whose stamp has passed (warm in the host's caches), else the
+// oldest that has; if none has, a fresh arena block (no blocking): a slot
 // the GPU may still read is never rewritten. Scratch travels with its slot, so the same stamp
 // guards it. Fresh slots (reserve) are taken before used ones. reuse::caller_fenced stamps and
 // checks nothing and cycles through `slots` slots: the slot of apply k is rewritten first by the
@@ -194,13 +195,18 @@ class slot_pool {
 
  private:
   // The used slot to take, free_.size() for none (a fresh slot then). Only once all `slots` slots
-  // exist; caller_fenced: the oldest (the rotation); else the oldest whose stamp has passed.
+  // exist; caller_fenced: the oldest (the rotation); else the newest of the `warm` most recently
+  // used slots whose stamp has passed (its contents are still in the host's caches: a deep ring
+  // cycled oldest first writes every batch into cold memory), else the oldest that has passed.
   std::size_t reusable() {
     if (free_.empty() || owned_ < slots_) return free_.size();
     if constexpr (caller_fenced) {
       return 0;
     } else {
+      constexpr std::size_t warm = 3;
       auto& core = shared_timeline<B>();
+      for (std::size_t k = free_.size(); k-- > 0 && free_.size() - k <= warm;)
+        if (core.passed(free_[k].used)) return k;
       std::size_t k = 0;
       while (k < free_.size() && !core.passed(free_[k].used)) ++k;
       return k;
