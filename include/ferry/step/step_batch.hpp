@@ -7,6 +7,7 @@
 #include <ferry/backend/stream.hpp>
 #include <ferry/config.hpp>
 #include <ferry/detail/checked.hpp>
+#include <ferry/detail/math.hpp>
 #include <ferry/detail/source_range.hpp>
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
@@ -541,7 +542,7 @@ class step_batch {
   }
 
   static std::size_t chunks_of(std::size_t bytes) noexcept {
-    return bytes / detail::step_chunk_bytes + (bytes % detail::step_chunk_bytes != 0);
+    return detail::ceil_div(bytes, detail::step_chunk_bytes);
   }
   static std::size_t table_bytes(std::size_t descs) {
     return detail::checked_add<capacity_error>(
