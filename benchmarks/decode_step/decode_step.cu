@@ -7,7 +7,7 @@
 //    replay per slot);
 //  - "ferry per-component": the same file's component_step, the step built from ferry's
 //    components (apply launch, UVA publishes, packed copy, logprob copy, fill launch);
-//  - three hand-written raw-CUDA floors, each with 4 fixed pinned slots (cudaHostAlloc, mapped)
+//  - three hand-written raw-CUDA floors, each with its own pinned slots (cudaHostAlloc, mapped)
 //    into which the host writes the whole step (sampling arrays and logprob matrix packed, then
 //    positions, sequence lengths, the block-table chunks and their contents), and one kernel that
 //    applies the chunks (one block per chunk, read through UVA), fills the last logits index from
@@ -17,15 +17,24 @@
 //      B: the kernel alone, also copying those bytes from the slot through UVA;
 //      C: cudaGraphLaunch of a 2-node graph per slot (A's copy + kernel), built once over the
 //         slot's fixed addresses and replayed with each step's data in the slot.
-//    They never wait for a slot (a step may rewrite one a pending step still reads): floors, not
-//    engines. Appends covered by an admission of the same step are skipped, so chunks are
-//    disjoint. Before timing, each floor is checked to produce exactly ferry's results.
+//    Each floor is a correct step: a slot is rewritten only once the counter shows that its last
+//    step has passed; when the next slot is still read, the floor takes a new one from slots it
+//    allocated up front (as deep as ferry's ring may grow), as ferry's step_batch inserts one.
+//    So its slots are as many, and as cold in the host's caches, as the steps in flight need.
+//    "4 slots, racy" rows run floors B and C over 4 fixed slots without that check, as
+//    shared/anchors/step-floor.cu measured them: once the GPU falls behind they rewrite slots
+//    that queued steps still read (wrong results, in warm memory): a bound, not a step.
+//    Appends covered by an admission of the same step are skipped, so chunks are disjoint.
+//    Before timing, each floor is checked to produce exactly ferry's results.
 // Rows read from files written just before by separate processes on the same machine (processes
 // cannot be interleaved; each label says so): --torch-step FILE (decode_step_torch.py --json)
 // and --libtorch-step FILE (benchmarks/decode_step/libtorch_step --json).
 //
-// Host time: bursts of --burst steps, the stream drained between bursts (not timed), median over
-// --bursts bursts after 3 warm-up bursts. Device time ("held"): a burst enqueued behind a kernel
+// Host time, two ways: bursts of --burst steps, the stream drained between bursts (not timed),
+// median over --bursts bursts after 3 warm-up bursts (the device is slower than the host here, so
+// a burst leaves up to ~100 steps in flight: deep rings); and "GPU idle": one step at a time, the
+// stream drained before each (not timed), median over the same number of steps (an engine whose
+// model step is longer than its host step, with one or two steps in flight). Device time ("held"): a burst enqueued behind a kernel
 // that spins until the host releases it once the burst is in, events from the release to the
 // burst's end, median of several bursts after a warm-up one; a burst that fills the launch queue
 // makes the hold give up after 1 s and is halved (the "device timing" column says with how many
@@ -72,6 +81,8 @@ constexpr const char* label_step_batch_graph = "ferry step_batch launch::graph";
 constexpr const char* label_floor_copy = "floor A: 1 packed copy + 1 fused kernel";
 constexpr const char* label_floor_uva = "floor B: 1 fused kernel, all through UVA";
 constexpr const char* label_floor_graph = "floor C: 2-node graph per slot";
+constexpr const char* label_racy_uva = "floor B, 4 slots, racy (rewrites slots still read: a bound, not a step)";
+constexpr const char* label_racy_graph = "floor C, 4 slots, racy (rewrites slots still read: a bound, not a step)";
 constexpr const char* label_torch = "PyTorch (decode_step_torch.py, separate process, run just before)";
 constexpr const char* label_libtorch = "libtorch C++ packed (libtorch_step, separate process, run just before)";
 /// The rows of libtorch_step's --json output: label and variant (its keys are <variant>_host_us, ...).
@@ -161,12 +172,18 @@ __global__ void __launch_bounds__(floor_threads) floor_step_kernel(const floor_a
 class floor_step {
  public:
   enum class kind { copy_kernel, uva_kernel, graph };
-  static constexpr unsigned slots = 4;
+  /// The slots a floor starts with (and the racy floors' fixed ring).
+  static constexpr unsigned initial_slots = 4;
 
-  floor_step(kind k, cudaStream_t s) : kind_(k), s_(s) {
-    BENCH_CUDA(cudaHostAlloc(&pinned_, slots * slot::bytes + 256, cudaHostAllocMapped | cudaHostAllocPortable));
-    std::memset(pinned_, 0, slots * slot::bytes + 256);
-    counter_ = reinterpret_cast<std::uint64_t*>(pinned_ + slots * slot::bytes);
+  /// A correct floor with up to `max_slots` slots (allocated now, used as the steps in flight
+  /// need them), or with `racy`, initial_slots fixed slots rewritten without a check.
+  floor_step(kind k, cudaStream_t s, unsigned max_slots, bool racy = false)
+      : kind_(k), s_(s), racy_(racy), max_slots_(racy ? initial_slots : std::max(max_slots, initial_slots)),
+        args_(max_slots_), graph_(max_slots_), exec_(max_slots_), last_step_(max_slots_, 0) {
+    const std::size_t pinned_bytes = std::size_t{max_slots_} * slot::bytes + 256;
+    BENCH_CUDA(cudaHostAlloc(&pinned_, pinned_bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+    std::memset(pinned_, 0, pinned_bytes);
+    counter_ = reinterpret_cast<std::uint64_t*>(pinned_ + std::size_t{max_slots_} * slot::bytes);
     BENCH_CUDA(cudaMalloc(&table_, max_requests * max_blocks * 4));
     BENCH_CUDA(cudaMemset(table_, 0, max_requests * max_blocks * 4));
     BENCH_CUDA(cudaMalloc(&dev_bytes_, slot::copied));
@@ -180,7 +197,7 @@ class floor_step {
       positions_[i] = seq_lens_[i] - 1;
     }
     BENCH_CUDA(cudaMemcpy(logits_, iota.data(), batch * 4, cudaMemcpyHostToDevice));
-    for (unsigned k = 0; k < slots; ++k) {
+    for (unsigned k = 0; k < max_slots_; ++k) {
       scheduler::logprob_init(at<std::int64_t>(k, slot::logprobs));
       args_[k] = {dev<chunk>(k, slot::descs), dev<std::uint32_t>(k, slot::chunks), dev<std::int32_t>(k, slot::contents),
                   dev<std::int32_t>(k, slot::seq_lens), dev<uint4>(k, 0), dev<std::uint64_t>(k, slot::seq),
@@ -190,13 +207,13 @@ class floor_step {
     }
     grid_ = writes_per_step + (kind_ == kind::uva_kernel ? copy_blocks : 1u);
     if (kind_ == kind::graph)
-      for (unsigned k = 0; k < slots; ++k) build_graph(k);
+      for (unsigned k = 0; k < max_slots_; ++k) build_graph(k);
   }
   floor_step(const floor_step&) = delete;
   floor_step& operator=(const floor_step&) = delete;
   ~floor_step() {
     cudaStreamSynchronize(s_);
-    for (unsigned k = 0; k < slots; ++k) {
+    for (unsigned k = 0; k < max_slots_; ++k) {
       if (exec_[k] != nullptr) cudaGraphExecDestroy(exec_[k]);
       if (graph_[k] != nullptr) cudaGraphDestroy(graph_[k]);
     }
@@ -207,14 +224,15 @@ class floor_step {
     cudaFree(blocks_done_);
   }
 
-  /// One step: the host writes it into its slot, reads the counter once, submits.
+  /// One step: the next free slot (one load of the counter), the host writes the step into it,
+  /// submits.
   void run() {
     const std::int64_t step = sched_.begin_step();
-    const unsigned k = static_cast<unsigned>(step % slots);
+    const unsigned k = next_slot();
     write_step(step, k);
-    // An engine's "has this slot's previous step passed?": one load of the counter (a floor does
-    // not wait for the answer).
-    (void)*reinterpret_cast<volatile std::uint64_t*>(counter_);
+    last_step_[k] = static_cast<std::uint64_t>(step) + 1;  // what the counter reads once it passed
+    before_ = cur_;
+    cur_ = k;
     switch (kind_) {
       case kind::copy_kernel:
         BENCH_CUDA(cudaMemcpyAsync(dev_bytes_, at<std::byte>(k, 0), slot::copied, cudaMemcpyHostToDevice, s_));
@@ -229,6 +247,9 @@ class floor_step {
     }
   }
 
+  /// Slots in use so far (the deepest ring the steps in flight needed).
+  [[nodiscard]] unsigned slots() const noexcept { return active_; }
+
   // The results, for the check against ferry's (after the stream is drained).
   [[nodiscard]] const std::int32_t* table() const noexcept { return table_; }
   [[nodiscard]] const std::int32_t* logits_indices() const noexcept { return logits_; }
@@ -240,13 +261,30 @@ class floor_step {
   /// An array of the last step's slot (slot::positions, slot::seq_lens).
   template <class T>
   [[nodiscard]] const T* last_slot(std::size_t off) const noexcept {
-    return reinterpret_cast<const T*>(pinned_ + static_cast<std::size_t>((sched_.steps() - 1) % slots) * slot::bytes + off);
+    return at<const T>(cur_, off);
   }
 
  private:
+  // ferry's step_batch::begin() rule, by hand: the slot of the step before the last if its step
+  // has passed (the GPU keeps up: two warm slots), else the slot after the last one if passed,
+  // else a slot not used yet; with none left the host waits (a correct step never rewrites a
+  // slot that is still read). "Passed" is one load of the counter, which the kernels store in
+  // step order. Racy: the next of 4, unchecked.
+  unsigned next_slot() {
+    const unsigned next = (cur_ + 1) % active_;
+    if (racy_) return next;
+    const std::uint64_t passed = *reinterpret_cast<volatile std::uint64_t*>(counter_);
+    if (before_ != cur_ && passed >= last_step_[before_]) return before_;
+    if (passed >= last_step_[next]) return next;
+    if (active_ < max_slots_) return active_++;
+    while (*reinterpret_cast<volatile std::uint64_t*>(counter_) < last_step_[next]) {
+    }
+    return next;
+  }
+
   template <class T>
   T* at(unsigned k, std::size_t off) const noexcept {
-    return reinterpret_cast<T*>(pinned_ + k * slot::bytes + off);
+    return reinterpret_cast<T*>(pinned_ + std::size_t{k} * slot::bytes + off);
   }
   static void* device_address(void* host) {
     void* d = nullptr;
@@ -302,19 +340,25 @@ class floor_step {
 
   kind kind_;
   cudaStream_t s_;
+  bool racy_;
+  unsigned max_slots_;
   scheduler sched_;
   std::array<std::int64_t, batch> positions_{};  // the host's truth
   std::array<std::int32_t, batch> seq_lens_{};
-  std::byte* pinned_ = nullptr;  // `slots` slots, then the counter
+  std::byte* pinned_ = nullptr;  // max_slots_ slots, then the counter
   std::uint64_t* counter_ = nullptr;
   std::byte* dev_bytes_ = nullptr;
   std::int32_t* table_ = nullptr;
   std::int32_t* logits_ = nullptr;
   unsigned* blocks_done_ = nullptr;
   unsigned grid_ = 0;
-  std::array<floor_args, slots> args_{};
-  std::array<cudaGraph_t, slots> graph_{};
-  std::array<cudaGraphExec_t, slots> exec_{};
+  std::vector<floor_args> args_;
+  std::vector<cudaGraph_t> graph_;
+  std::vector<cudaGraphExec_t> exec_;
+  std::vector<std::uint64_t> last_step_;  // per slot: its last step's number + 1 (0: none)
+  unsigned active_ = initial_slots;       // slots in the ring so far
+  unsigned cur_ = initial_slots - 1;      // the slot of the last step
+  unsigned before_ = cur_;                // the slot of the step before it
 };
 
 /// Copies `n` elements at `p` (device or mapped host memory) to the host (synchronous: checks only).
@@ -329,7 +373,7 @@ std::vector<T> fetch(const T* p, std::size_t n) {
 void check_same_work(floor_step::kind k, const char* label) {
   ferry::stream<B> s;
   ferry_step<B> f(s);
-  floor_step r(k, s.get());
+  floor_step r(k, s.get(), floor_step::initial_slots);
   for (int step = 0; step < 20; ++step) {
     f.run(s);
     r.run();
@@ -417,7 +461,9 @@ struct variant {
   const char* label;
   std::function<void()> step;
   bool ferry;  ///< counted by the sync_guard pass
+  std::function<std::size_t()> slots{};  ///< its ring's depth, where it has one
   double host = not_measured, device = not_measured;
+  double host_idle = not_measured;  ///< one step at a time, the stream drained before each
   int device_burst = 0;
   double syncs = not_measured, allocations = not_measured;  ///< per step (ferry rows)
   std::string guard_report{};
@@ -459,9 +505,21 @@ void measure(std::vector<variant>& vs, const ferry_bench::options& o, cudaStream
       more = more || device[i].size() < reps;
     }
   }
+  // GPU idle: one step at a time (as many steps as a host-time pass), interleaved step by step.
+  std::vector<std::vector<double>> idle(vs.size());
+  for (int k = 0; k < o.bursts * o.burst; ++k)
+    for (std::size_t i = 0; i < vs.size(); ++i) {
+      drain();
+      const auto t0 = std::chrono::steady_clock::now();
+      vs[i].step();
+      const auto t1 = std::chrono::steady_clock::now();
+      idle[i].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+  drain();
   for (std::size_t i = 0; i < vs.size(); ++i) {
     vs[i].host = ferry_bench::median(host[i]);
     vs[i].device = ferry_bench::median(device[i]);
+    vs[i].host_idle = ferry_bench::median(idle[i]);
   }
 }
 
@@ -490,6 +548,8 @@ struct row_figures {
   std::string label;
   double host, device;
   std::string device_timing;
+  double host_idle = not_measured;
+  double slots = not_measured;  ///< pinned slots its ring holds after the run
 };
 
 }  // namespace
@@ -502,6 +562,12 @@ static int run(int argc, char** argv) {
   check_same_work(floor_step::kind::copy_kernel, label_floor_copy);
   check_same_work(floor_step::kind::uva_kernel, label_floor_uva);
   check_same_work(floor_step::kind::graph, label_floor_graph);
+  {  // the racy floors compute the same step when nothing is in flight
+    ferry::stream<B> s;
+    floor_step r(floor_step::kind::uva_kernel, s.get(), 0, true);
+    r.run();
+    s.synchronize();
+  }
 
   ferry::stream<B> s;
   const cudaStream_t cs = s.get();
@@ -510,16 +576,21 @@ static int run(int argc, char** argv) {
   ferry_step<B> batch_kernel(s, in_flight);
   ferry_step<B, ferry::launch::graph> batch_graph(s, in_flight);
   component_step<B> parts(s, in_flight);
-  floor_step floor_copy(floor_step::kind::copy_kernel, cs);
-  floor_step floor_uva(floor_step::kind::uva_kernel, cs);
-  floor_step floor_graph(floor_step::kind::graph, cs);
+  const auto floor_slots = static_cast<unsigned>(in_flight + 2);  // as deep as ferry's rings may grow
+  floor_step floor_copy(floor_step::kind::copy_kernel, cs, floor_slots);
+  floor_step floor_uva(floor_step::kind::uva_kernel, cs, floor_slots);
+  floor_step floor_graph(floor_step::kind::graph, cs, floor_slots);
+  floor_step racy_uva(floor_step::kind::uva_kernel, cs, 0, true);
+  floor_step racy_graph(floor_step::kind::graph, cs, 0, true);
   std::vector<variant> vs;
-  vs.push_back({label_step_batch_kernel, [&] { batch_kernel.run(s); }, true});
-  vs.push_back({label_step_batch_graph, [&] { batch_graph.run(s); }, true});
+  vs.push_back({label_step_batch_kernel, [&] { batch_kernel.run(s); }, true, [&] { return batch_kernel.slots(); }});
+  vs.push_back({label_step_batch_graph, [&] { batch_graph.run(s); }, true, [&] { return batch_graph.slots(); }});
   vs.push_back({label_ferry, [&] { parts.run(s); }, true});
-  vs.push_back({label_floor_copy, [&] { floor_copy.run(); }, false});
-  vs.push_back({label_floor_uva, [&] { floor_uva.run(); }, false});
-  vs.push_back({label_floor_graph, [&] { floor_graph.run(); }, false});
+  for (auto* f : {&floor_copy, &floor_uva, &floor_graph, &racy_uva, &racy_graph}) {
+    const char* label = f == &floor_copy ? label_floor_copy : f == &floor_uva ? label_floor_uva
+                        : f == &floor_graph ? label_floor_graph : f == &racy_uva ? label_racy_uva : label_racy_graph;
+    vs.push_back({label, [f] { f->run(); }, false, [f] { return std::size_t{f->slots()}; }});
+  }
 
   // Warm-up: ferry's arena, staging slots and UVA pools reach their steady state, including the
   // most steps in flight (a burst queued behind a stream held for a fixed time, so that a growth
@@ -527,11 +598,15 @@ static int run(int argc, char** argv) {
   for (int k = 0; k < 300; ++k)
     for (auto& v : vs) v.step();
   BENCH_CUDA(cudaStreamSynchronize(cs));
-  ferry_bench::hold_stream(cs, 20);
+  // The correct floors go through the same burst, so that their rings are as deep as ferry's.
+  ferry_bench::hold_stream(cs, 40);
   for (int k = 0; k < std::max(o.burst, 250); ++k) {
     batch_kernel.run(s);
     batch_graph.run(s);
     parts.run(s);
+    floor_copy.run();
+    floor_uva.run();
+    floor_graph.run();
   }
   BENCH_CUDA(cudaStreamSynchronize(cs));
 
@@ -541,7 +616,8 @@ static int run(int argc, char** argv) {
 
   std::vector<row_figures> rows;
   for (const auto& v : vs)
-    rows.push_back({v.label, v.host, v.device, "held, burst " + std::to_string(v.device_burst)});
+    rows.push_back({v.label, v.host, v.device, "held, burst " + std::to_string(v.device_burst), v.host_idle,
+                    v.slots ? static_cast<double>(v.slots()) : not_measured});
   if (!o.torch_step.empty())
     rows.push_back({label_torch, ferry_bench::json_number(o.torch_step, "host_us"),
                     ferry_bench::json_number(o.torch_step, "device_us"),
@@ -560,13 +636,17 @@ static int run(int argc, char** argv) {
     return nullptr;
   };
   auto host = [&](const char* label) { const auto* r = find(label); return r ? r->host : not_measured; };
+  auto host_idle = [&](const char* label) { const auto* r = find(label); return r ? r->host_idle : not_measured; };
   auto device = [&](const char* label) { const auto* r = find(label); return r ? r->device : not_measured; };
   const double best_kernel_floor = std::min(host(label_floor_copy), host(label_floor_uva));
+  const double best_kernel_floor_idle = std::min(host_idle(label_floor_copy), host_idle(label_floor_uva));
   const double fused_kernel_device = device(label_floor_uva);
   for (const auto& r : rows)
     rep.add({{"step", r.label}, {"host us", r.host}, {"device us", r.device},
              {"host / best kernel floor", r.host / best_kernel_floor},
-             {"device / fused kernel", r.device / fused_kernel_device}, {"device timing", r.device_timing}});
+             {"device / fused kernel", r.device / fused_kernel_device},
+             {"host us, GPU idle", r.host_idle}, {"idle host / best kernel floor", r.host_idle / best_kernel_floor_idle},
+             {"slots", r.slots}, {"device timing", r.device_timing}});
 
   std::vector<std::string> missing;
   auto target = [&](const char* name, double value, const char* op, double goal, std::initializer_list<const char*> needs) {
@@ -578,6 +658,10 @@ static int run(int argc, char** argv) {
          {label_step_batch_kernel});
   target("graph_host_vs_graph_floor", host(label_step_batch_graph) / host(label_floor_graph), "<=", 1.25,
          {label_step_batch_graph});
+  target("kernel_host_idle_vs_best_kernel_floor", host_idle(label_step_batch_kernel) / best_kernel_floor_idle, "<=",
+         1.25, {label_step_batch_kernel});
+  target("graph_host_idle_vs_graph_floor", host_idle(label_step_batch_graph) / host_idle(label_floor_graph), "<=",
+         1.25, {label_step_batch_graph});
   target("device_vs_fused_kernel", device(label_step_batch_kernel) / fused_kernel_device, "<=", 1.1,
          {label_step_batch_kernel});
   target("host_vs_torch", host(label_torch) / host(label_step_batch_kernel), ">=", 40,

@@ -384,6 +384,8 @@ class ferry_step {
 
   /// Steps run so far.
   [[nodiscard]] std::int64_t steps() const noexcept { return sched_.steps(); }
+  /// The batch's pinned slots now (the ring grows while the device is behind).
+  [[nodiscard]] std::size_t slots() const noexcept { return batch_.slots(); }
   /// The block table (device int32[1024 x 512], row-major).
   [[nodiscard]] ferry::device_span<std::int32_t> block_table() const noexcept { return table_.span(); }
   /// The last step's positions (UVA view of its slot).

@@ -67,7 +67,8 @@ namespace ferry {
 /// the next submit). Under event_fenced a slot is rewritten only once its kernel and the readers
 /// of its publishes have passed; when the next slot is still in use, begin() takes the one after
 /// it if that is free, else inserts a new slot (up to max_slots) without blocking, and
-/// otherwise throws ferry::capacity_error.
+/// otherwise throws ferry::capacity_error. While the stream keeps up, begin() takes the slot of
+/// the step before the last once it has passed, so that the host writes into warm memory.
 /// Under caller_fenced nothing is checked: the caller makes sure a slot's step and readers are
 /// done `slots` steps later.
 ///
@@ -421,9 +422,13 @@ class step_batch {
     std::size_t next = k.cur_ == none ? 0 : (k.cur_ + 1) % k.slots_.size();
     bool insert = false;
     if constexpr (fenced) {
-      // A busy slot is stepped over once (a reader held on another stream); when the one after
-      // it is busy too, the stream itself is behind: a slot is inserted.
-      if (!slot_free(k.slots_[next])) {
+      // While the stream keeps up, the slot of the step before the last is free again: taking it
+      // keeps the host writing two slots that stay in its caches. Else the ring is walked: a busy
+      // slot is stepped over once (a reader held on another stream); when the one after it is
+      // busy too, the stream itself is behind: a slot is inserted.
+      if (k.before_ != none && slot_free(k.slots_[k.before_])) {
+        next = k.before_;
+      } else if (!slot_free(k.slots_[next])) {
         const std::size_t after = (next + 1) % k.slots_.size();
         insert = after == k.cur_ || after == next || !slot_free(k.slots_[after]);
         if (!insert) next = after;
@@ -437,6 +442,7 @@ class step_batch {
       next = k.cur_ + 1;
       k.slots_.insert(k.slots_.begin() + static_cast<std::ptrdiff_t>(next), make_slot());
       if (k.prev_ != none && k.prev_ >= next) ++k.prev_;
+      if (k.before_ != none && k.before_ >= next) ++k.before_;
     } else if constexpr (!fixed) {
       fit(k.slots_[next]);
     }
@@ -500,6 +506,7 @@ class step_batch {
     });
     add_stamp(sl, st);
     if (k.prev_ != none && k.prev_ != k.cur_) add_stamp(k.slots_[k.prev_], st);
+    k.before_ = k.prev_ != k.cur_ ? k.prev_ : none;
     k.prev_ = k.cur_;
     k.prev_published_ =
         std::any_of(k.publishes_.begin(), k.publishes_.end(), [](const auto& p) { return p.n != 0; });

@@ -128,6 +128,7 @@ class step_core {
   bool open_ = false;
   std::size_t cur_ = none;   // the slot of the open (or last) step
   std::size_t prev_ = none;  // the slot of the last submitted step
+  std::size_t before_ = none;  // the slot of the step submitted before it
   bool prev_published_ = false;  // its publishes may have readers no stamp covers yet
   std::uint64_t steps_ = 0;
   // capacities wanted for every slot (fixed: the plan's bounds)
