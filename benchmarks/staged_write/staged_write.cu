@@ -3,9 +3,11 @@
 // target), ferry beside its baselines in one table:
 //  - host time of W stage_write calls + apply_write (uva_direct = presets::block_table, h2d_copy,
 //    and the UVA target) against its floor: the raw-CUDA way with nothing but the unavoidable
-//    work: memcpy of each write's contents (and its chunk descriptor) into one preallocated pinned
-//    buffer, then a bare launch of the same kernel with the same arguments (h2d_copy: plus a bare
-//    cudaMemcpyAsync of the contents). A launch-only floor is printed too.
+//    work, done correctly: memcpy of each write's contents (and its chunk descriptor) into a
+//    preallocated pinned buffer that no queued apply still reads (a ring, floor_ring), then a bare
+//    launch of the same kernel with the same arguments (h2d_copy: plus a bare cudaMemcpyAsync of
+//    the contents). Printed too: the racy floor (the same into one pinned buffer, rewritten while
+//    queued applies may still read it: a bound, not a correct apply) and a launch-only floor.
 //  - device time (ops queued behind a held stream) of ferry uva_direct, h2d_copy and
 //    threshold<256 KiB>, of the naive one-block-per-write kernel (contents through UVA and
 //    through an H2D copy, metadata through UVA), and of cub::DeviceMemcpy::Batched doing the same
@@ -26,12 +28,23 @@
 // and are otherwise a bare launch of the kernel ferry launches, with the same arguments: for
 // points whose chunk table and contents fit in 4 KiB ferry passes them in the launch's
 // parameters (column "inline"), and the floor launches that same inline kernel with the same
-// parameter block. Device times queue bursts of 32 operations behind a hold of at least 5x the
-// burst's host time (larger bursts of launches fill a held stream's launch queue and block the
-// host, which then sets the pace); "enqueue/hold" >= 1 would mean the host could not enqueue the
-// burst inside the hold (then the figure measures the host).
-// Targets: host <= 1.3x floor (worst point, idle and behind), no event call per apply in steady
-// state, >= 20x PyTorch (worst measured point), uva_direct
+// parameter block. The floor's ring: pinned mapped buffers allocated up front, 2 rotating at
+// first, one more inserted when the next is still read (as ferry's pool adds a slot when its
+// next is busy); every launch that reads a buffer afterwards carries a kernel_mark storing the
+// ring's apply number into a mapped counter, and a buffer is rewritten only once one load of that
+// counter shows its last apply has passed (the inline launch copies the buffer into its
+// parameters, so the ring stays on that buffer). It cycles oldest first (ferry's pool takes the
+// newest of its last few used slots that has passed), so it writes colder memory than the racy
+// floor's one cache-hot buffer, as a correct engine must once applies queue up. Rings are warmed as ferry's
+// pools are (a burst behind a hold): no timed burst grows one (column "floor ring growth in host
+// timing"). At every point, the correct floors' and ferry's results are checked against the
+// reference (random contents, applies to distinct rows queued behind a hold, read back after a
+// drain). Device times queue bursts of 32 operations behind a hold of at least 5x the burst's
+// host time (larger bursts of launches fill a held stream's launch queue and block the host,
+// which then sets the pace); "enqueue/hold" >= 1 would mean the host could not enqueue the burst
+// inside the hold (then the figure measures the host).
+// Targets: host <= 1.3x floor (the correct floor; worst point, idle and behind), no event call
+// per apply in steady state, >= 20x PyTorch (worst measured point), uva_direct
 // device time >= 0.95x h2d_copy at every point and >= 1.3x median, applies of >= 4 MiB at >= 90% of
 // the zero-copy read bandwidth measured in this run (a kernel reading 256 MiB of pinned memory).
 // Every target is emitted; one that could not be measured in this run (no --torch FILE, no CUPTI)
@@ -44,6 +57,7 @@
 #include <cub/device/device_memcpy.cuh>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -52,8 +66,10 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <random>
 #include <regex>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -100,6 +116,149 @@ std::map<std::pair<int, int>, std::pair<double, double>> read_torch(const std::s
     if (std::regex_search(line, m, re))
       r[{std::stoi(m[1]), std::stoi(m[2])}] = {std::stod(m[3]), std::stod(m[4])};
   return r;
+}
+
+// Stages W writes of `per` elements (write w: row row(w), columns [0, per), contents src(w)) into
+// contents `c` and chunk table `d`, chunked as ferry chunks (elements_per_chunk<T> per chunk);
+// returns the chunk count.
+template <class Row, class Src>
+std::size_t stage_writes(T* c, ferry::detail::chunk_desc* d, int W, int per, Row&& row, Src&& src) {
+  constexpr std::size_t per_chunk = ferry::detail::elements_per_chunk<T>;
+  std::size_t n = 0;
+  for (int w = 0; w < W; ++w) {
+    std::memcpy(c + static_cast<std::size_t>(w) * per, src(w), per * sizeof(T));
+    for (std::size_t e = 0; e < static_cast<std::size_t>(per); e += per_chunk)
+      d[n++] = {row(w) * kCols + e, static_cast<std::uint64_t>(w) * per + e,
+                static_cast<std::uint32_t>(std::min<std::size_t>(per_chunk, per - e)), 0};
+  }
+  return n;
+}
+
+// The correct floor's staging, hand-written as a careful engine would: `capacity` pinned, mapped
+// buffers (contents, then chunk table), allocated up front, of which the first `active` rotate
+// (2 at first). Every apply that reads its buffer after the launch returns carries a kernel_mark
+// that stores the ring's apply number into a mapped counter once the kernel is done (one stream:
+// numbers pass in order; an H2D copy before the kernel is covered too). A buffer is rewritten
+// only once one load of that counter shows its last apply has passed; when the next buffer is
+// still read, a fresh one is inserted before it (the active count grows, nothing is allocated:
+// ferry's pool adds a slot likewise); at capacity the host waits for the stream.
+class floor_ring {
+ public:
+  struct buffer {
+    T* contents = nullptr;  // host address; contents_dev: the same bytes for kernels
+    const T* contents_dev = nullptr;
+    ferry::detail::chunk_desc* descs = nullptr;
+    const ferry::detail::chunk_desc* descs_dev = nullptr;
+    std::uint64_t last = 0;  // the number of the last apply that reads it (0: none)
+  };
+
+  floor_ring(std::size_t capacity, std::size_t elements, std::size_t descs, cudaStream_t s) : stream_(s) {
+    const std::size_t desc_offset = (elements * sizeof(T) + 255) / 256 * 256;
+    const std::size_t stride = (desc_offset + descs * sizeof(ferry::detail::chunk_desc) + 4095) / 4096 * 4096;
+    void* p = nullptr;
+    BENCH_CUDA(cudaHostAlloc(&p, capacity * stride, cudaHostAllocMapped));
+    base_ = static_cast<std::byte*>(p);
+    void* pd = nullptr;
+    BENCH_CUDA(cudaHostGetDevicePointer(&pd, p, 0));
+    auto* base_dev = static_cast<std::byte*>(pd);
+    bufs_.resize(capacity);
+    for (std::size_t k = 0; k < capacity; ++k) {
+      auto& b = bufs_[k];
+      b.contents = reinterpret_cast<T*>(base_ + k * stride);
+      b.contents_dev = reinterpret_cast<const T*>(base_dev + k * stride);
+      b.descs = reinterpret_cast<ferry::detail::chunk_desc*>(base_ + k * stride + desc_offset);
+      b.descs_dev = reinterpret_cast<const ferry::detail::chunk_desc*>(base_dev + k * stride + desc_offset);
+    }
+    order_.reserve(capacity);  // growth inserts into reserved capacity: no allocation
+    order_ = {0, 1};
+    BENCH_CUDA(cudaHostAlloc(&p, sizeof(std::uint64_t), cudaHostAllocMapped));
+    counter_ = static_cast<std::uint64_t*>(p);
+    *counter_ = 0;
+    BENCH_CUDA(cudaHostGetDevicePointer(&pd, p, 0));
+    counter_dev_ = static_cast<std::uint64_t*>(pd);
+    BENCH_CUDA(cudaMalloc(&pd, sizeof(unsigned)));
+    blocks_done_ = static_cast<unsigned*>(pd);
+    BENCH_CUDA(cudaMemset(blocks_done_, 0, sizeof(unsigned)));
+    BENCH_CUDA(cudaDeviceSynchronize());
+  }
+  floor_ring(const floor_ring&) = delete;
+  floor_ring& operator=(const floor_ring&) = delete;
+  ~floor_ring() {  // cudaFreeHost waits for the device
+    cudaFreeHost(base_);
+    cudaFreeHost(counter_);
+    cudaFree(blocks_done_);
+  }
+
+  // The buffer the next apply stages into (the ring stays on it until commit()).
+  buffer& acquire() {
+    buffer& b = bufs_[order_[cur_]];
+    if (passed(b.last)) return b;
+    if (order_.size() < bufs_.size()) {  // a fresh buffer goes before the busy one, which stays next
+      order_.insert(order_.begin() + static_cast<std::ptrdiff_t>(cur_), static_cast<std::uint32_t>(order_.size()));
+      return bufs_[order_[cur_]];
+    }
+    while (!passed(b.last)) {  // at capacity: wait for the stream to pass b's last apply
+      const cudaError_t r = cudaStreamQuery(stream_);
+      if (r == cudaSuccess && !passed(b.last)) throw std::logic_error("floor_ring: stream idle, counter short");
+      if (r != cudaSuccess && r != cudaErrorNotReady) BENCH_CUDA(r);
+      std::this_thread::yield();
+    }
+    return b;
+  }
+  // The acquired buffer is read by the apply launched next with the returned mark; the ring moves on.
+  ferry::detail::kernel_mark commit() {
+    buffer& b = bufs_[order_[cur_]];
+    b.last = ++applies_;
+    cur_ = (cur_ + 1) % order_.size();
+    return {counter_dev_, blocks_done_, b.last};
+  }
+  [[nodiscard]] std::size_t active() const noexcept { return order_.size(); }
+
+ private:
+  bool passed(std::uint64_t n) {
+    if (n <= known_) return true;
+    known_ = std::atomic_ref<std::uint64_t>(*counter_).load(std::memory_order_acquire);  // the one load
+    return n <= known_;
+  }
+
+  cudaStream_t stream_;
+  std::byte* base_ = nullptr;
+  std::vector<buffer> bufs_;
+  std::vector<std::uint32_t> order_;  // the active buffers in rotation order
+  std::size_t cur_ = 0;               // position in order_ of the next buffer
+  std::uint64_t* counter_ = nullptr;  // host address of the mapped counter
+  std::uint64_t* counter_dev_ = nullptr;
+  unsigned* blocks_done_ = nullptr;
+  std::uint64_t applies_ = 0, known_ = 0;
+};
+
+// How a floor apply reaches the kernel: contents read in place through UVA, in the launch's
+// parameters (the inline kernel), or copied first (a bare cudaMemcpyAsync into `dev_contents`).
+enum class via { uva, params, h2d };
+
+// One apply of the correct floor: W writes staged into the ring's next free buffer, then the bare
+// launch of ferry's kernel with the ring's mark. Inline: the launch copies the buffer into its
+// parameters before returning, so nothing reads it afterwards and the ring stays on it.
+template <class Row, class Src>
+void floor_apply(floor_ring& ring, via path, int W, int per, Row&& row, Src&& src, T* dst, T* dev_contents,
+                 cudaStream_t s) {
+  auto& b = ring.acquire();
+  const std::size_t n = stage_writes(b.contents, b.descs, W, per, row, src);
+  const std::size_t bytes = static_cast<std::size_t>(W) * per * sizeof(T);
+  const auto dst_base = reinterpret_cast<std::uintptr_t>(dst);
+  if (path == via::params) {
+    if (!ferry::detail::launch_apply_inline_chunks<std::uint32_t>(b.descs, n, b.contents, bytes, dst_base, s))
+      throw std::logic_error("floor_apply: not an inline point");
+    return;
+  }
+  const ferry::detail::kernel_mark m = ring.commit();
+  const T* src_dev = b.contents_dev;
+  if (path == via::h2d) {
+    BENCH_CUDA(cudaMemcpyAsync(dev_contents, b.contents, bytes, cudaMemcpyDefault, s));
+    src_dev = dev_contents;
+  }
+  ferry::detail::launch_apply_chunks<std::uint32_t>(b.descs_dev, n, dst_base, reinterpret_cast<std::uintptr_t>(src_dev),
+                                                    m, s);
 }
 
 // SPEC §10 host method for several operations measured identically: bursts of o.burst calls,
@@ -260,6 +419,11 @@ int main(int argc, char** argv) {
   ferry::pinned_buffer<std::int32_t, B> raw_rows(256), raw_starts(256);
   ferry::pinned_buffer<std::int64_t, B> raw_offsets(257);
   ferry::device_buffer<T, B> dev_contents(max_el);
+  // The correct floors' rings (uva/inline and h2d_copy), with room for as many buffers in flight
+  // as a burst can queue (ferry's pools grow as deep).
+  const std::size_t ring_capacity = std::max<std::size_t>(264, static_cast<std::size_t>(o.burst) + 8);
+  floor_ring ring_uva(ring_capacity, max_el, max_el / 1024 + 256, cs);
+  floor_ring ring_h2d(ring_capacity, max_el, max_el / 1024 + 256, cs);
   ferry::device_buffer<std::uint64_t, B> cub_src_uva(256), cub_src_dev(256), cub_dst(256);  // void* arrays
   ferry::device_buffer<std::size_t, B> cub_sizes(256);
   std::size_t cub_temp_bytes = 0;
@@ -288,6 +452,16 @@ int main(int argc, char** argv) {
     grow(t_h2d);
     grow(t_thr);
     grow(t_uvat);
+    // The floors' rings likewise (one buffer more per apply still queued behind the hold).
+    auto grow_ring = [&](floor_ring& ring, via path) {
+      ferry_bench::hold_stream(cs, 3000);
+      for (int i = 0; i < 256; ++i)
+        floor_apply(ring, path, 1, 1024, [i](int) { return static_cast<std::size_t>(i); },
+                    [&](int) { return row.data(); }, raw_dst.data(), dev_contents.data(), cs);
+      drain();
+    };
+    grow_ring(ring_uva, via::uva);
+    grow_ring(ring_h2d, via::h2d);
     std::this_thread::sleep_for(std::chrono::seconds(5));
     for (int i = 0; i < 8192; ++i) {
       t_uva.stage_write(0, 0, {1, 2, 3});
@@ -316,18 +490,10 @@ int main(int argc, char** argv) {
         };
       };
       // ---- raw floor pieces (same chunking as ferry: elements_per_chunk<int32> per chunk)
-      const std::size_t per_chunk = ferry::detail::elements_per_chunk<T>;
       std::size_t nchunks = 0;
-      auto raw_stage = [&] {
-        nchunks = 0;
-        T* c = raw_contents.host().data();
-        auto* d = raw_descs_host;
-        for (int w = 0; w < W; ++w) {
-          std::memcpy(c + static_cast<std::size_t>(w) * per, vals.data(), per * sizeof(T));
-          for (std::size_t e = 0; e < static_cast<std::size_t>(per); e += per_chunk)
-            d[nchunks++] = {row_of(w) * kCols + e, static_cast<std::uint64_t>(w) * per + e,
-                            static_cast<std::uint32_t>(std::min<std::size_t>(per_chunk, per - e)), 0};
-        }
+      auto vals_of = [&](int) { return vals.data(); };
+      auto raw_stage = [&] {  // the racy floors' staging: always the same buffer
+        nchunks = stage_writes(raw_contents.host().data(), raw_descs_host, W, per, row_of, vals_of);
       };
       raw_stage();
       auto raw_launch = [&](const T* src) {
@@ -346,31 +512,89 @@ int main(int argc, char** argv) {
         ferry::detail::launch_apply_inline_chunks<std::uint32_t>(raw_descs_host, nchunks, raw_contents.host().data(),
                                                                  L * sizeof(T), reinterpret_cast<std::uintptr_t>(raw_dst.data()), cs);
       };
+      // The floors: correct (each apply stages into a ring buffer that no queued apply reads) and
+      // racy (one buffer, rewritten while queued applies may still read it: a bound only).
+      const via uva_path = inline_point ? via::params : via::uva;
       auto floor_uva = [&](std::size_t) {
+        floor_apply(ring_uva, uva_path, W, per, row_of, vals_of, raw_dst.data(), dev_contents.data(), cs);
+      };
+      auto floor_h2d = [&](std::size_t) {
+        floor_apply(ring_h2d, via::h2d, W, per, row_of, vals_of, raw_dst.data(), dev_contents.data(), cs);
+      };
+      auto racy_uva = [&](std::size_t) {
         raw_stage();
         if (inline_point) raw_launch_inline();
         else raw_launch(raw_contents.device().data());
       };
-      auto floor_h2d = [&](std::size_t) {
+      auto racy_h2d = [&](std::size_t) {
         raw_stage();
         BENCH_CUDA(cudaMemcpyAsync(dev_contents.data(), raw_contents.host().data(), L * sizeof(T), cudaMemcpyDefault, cs));
         raw_launch(dev_contents.data());
       };
       auto launch_only = [&](std::size_t) { raw_launch(raw_contents.device().data()); };
 
+      // Results: the correct floors and ferry against the reference, on random contents: the
+      // target zeroed, K applies to distinct rows queued behind a hold (their buffers and slots
+      // all in flight at once), drained, every written row read back.
+      {
+        const int K = std::min<int>(8, static_cast<int>(kRows) / W);
+        std::vector<T> ref(static_cast<std::size_t>(K) * L);
+        std::mt19937 gen(static_cast<unsigned>(W * 4096 + per));
+        for (auto& v : ref) v = static_cast<T>(gen());
+        auto rows_k = [&](int j) { return [=](int w) { return static_cast<std::size_t>((j * W + w) % kRows); }; };
+        auto src_k = [&](int j) {
+          return [&, j](int w) { return ref.data() + static_cast<std::size_t>(j * W + w) * per; };
+        };
+        std::vector<T> back(kRows * kCols);
+        auto verify = [&](const T* target, const char* who) {
+          drain();
+          BENCH_CUDA(cudaMemcpy(back.data(), target, back.size() * sizeof(T), cudaMemcpyDefault));
+          for (int j = 0; j < K; ++j)
+            for (int w = 0; w < W; ++w)
+              if (std::memcmp(back.data() + rows_k(j)(w) * kCols, src_k(j)(w), per * sizeof(T)) != 0)
+                throw std::runtime_error(std::string("staged_write: ") + who + " wrote wrong results (W=" +
+                                         std::to_string(W) + " per=" + std::to_string(per) + ", apply " +
+                                         std::to_string(j) + ", write " + std::to_string(w) + ")");
+        };
+        auto clear = [&](T* target) { BENCH_CUDA(cudaMemsetAsync(target, 0, back.size() * sizeof(T), cs)); };
+        auto check_floor = [&](floor_ring& ring, via path, const char* who) {
+          clear(raw_dst.data());
+          ferry_bench::hold_stream(cs, 20);
+          for (int j = 0; j < K; ++j)
+            floor_apply(ring, path, W, per, rows_k(j), src_k(j), raw_dst.data(), dev_contents.data(), cs);
+          verify(raw_dst.data(), who);
+        };
+        auto check_ferry = [&](auto& t, const char* who) {
+          clear(t.span().data());
+          ferry_bench::hold_stream(cs, 20);
+          for (int j = 0; j < K; ++j) {
+            for (int w = 0; w < W; ++w) t.stage_write(rows_k(j)(w), 0, std::span<const T>(src_k(j)(w), per));
+            t.apply_write(s);
+          }
+          verify(t.span().data(), who);
+        };
+        check_floor(ring_uva, uva_path, "floor (uva)");
+        check_floor(ring_h2d, via::h2d, "floor (h2d_copy)");
+        check_ferry(t_uva, "ferry uva_direct");
+        check_ferry(t_h2d, "ferry h2d_copy");
+      }
+
       // Host time: ferry and its floors in interleaved bursts (same burst, same drain, same
       // machine state).
       const auto allocs_before = allocations();
+      const std::size_t rings_before = ring_uva.active() + ring_h2d.active();
       const auto h = host_us_interleaved(o, {ferry_op(t_uva), floor_uva, ferry_op(t_h2d), floor_h2d,
-                                             ferry_op(t_uvat), launch_only}, drain, [] {});
+                                             ferry_op(t_uvat), launch_only, racy_uva, racy_h2d}, drain, [] {});
       const double h_uva = h[0], f_uva = h[1], h_h2d = h[2], f_h2d = h[3], h_uvat = h[4], f_launch = h[5];
+      const double fr_uva = h[6], fr_h2d = h[7];
       // The GPU behind: every burst queued behind a kernel holding the stream for at least 5x
       // the burst's host time.
       const double behind_ms = std::max(2.0, 5 * o.burst * std::max(h_uva, h_h2d) / 1000);
-      const auto hb = host_us_interleaved(o, {ferry_op(t_uva), floor_uva, ferry_op(t_h2d), floor_h2d}, drain,
-                                          [&] { ferry_bench::hold_stream(cs, behind_ms); });
-      const double hb_uva = hb[0], fb_uva = hb[1], hb_h2d = hb[2], fb_h2d = hb[3];
+      const auto hb = host_us_interleaved(o, {ferry_op(t_uva), floor_uva, ferry_op(t_h2d), floor_h2d,
+                                              racy_uva, racy_h2d}, drain, [&] { ferry_bench::hold_stream(cs, behind_ms); });
+      const double hb_uva = hb[0], fb_uva = hb[1], hb_h2d = hb[2], fb_h2d = hb[3], fbr_uva = hb[4], fbr_h2d = hb[5];
       const double host_allocs = static_cast<double>(allocations() - allocs_before);
+      const double ring_growth = static_cast<double>(ring_uva.active() + ring_h2d.active() - rings_before);
 
       // Runtime API calls per apply in steady state (untimed: CUPTI callbacks cost time); behind:
       // bursts of 64 behind a hold of at least 5x their host time.
@@ -452,8 +676,14 @@ int main(int argc, char** argv) {
                          {"host uva_direct us", h_uva}, {"uva/floor", r_uva},
                          {"host h2d_copy us", h_h2d}, {"h2d/floor", r_h2d},
                          {"host uva target us", h_uvat}, {"launch-only floor us", f_launch},
+                         {"uva floor us", f_uva}, {"h2d floor us", f_h2d},
+                         {"uva racy floor us", fr_uva}, {"uva/racy floor", h_uva / fr_uva},
+                         {"h2d racy floor us", fr_h2d}, {"h2d/racy floor", h_h2d / fr_h2d},
                          {"behind: host uva_direct us", hb_uva}, {"behind: uva/floor", rb_uva},
                          {"behind: host h2d_copy us", hb_h2d}, {"behind: h2d/floor", rb_h2d},
+                         {"behind: uva floor us", fb_uva}, {"behind: h2d floor us", fb_h2d},
+                         {"behind: uva racy floor us", fbr_uva}, {"behind: uva/racy floor", hb_uva / fbr_uva},
+                         {"behind: h2d racy floor us", fbr_h2d}, {"behind: h2d/racy floor", hb_h2d / fbr_h2d},
                          {"api calls/apply uva idle", c_uva.total}, {"api calls/apply uva behind", c_uva_behind.total},
                          {"api calls/apply h2d idle", c_h2d.total}, {"api calls/apply h2d behind", c_h2d_behind.total},
                          {"event calls/apply (worst of 4)", event_calls},
@@ -464,6 +694,7 @@ int main(int argc, char** argv) {
                          {"cub uva /ferry", d_cub_uva / d_uva}, {"cub h2d /ferry", d_cub_h2d / d_uva},
                          {"bare kernel dev us", d_kernel}, {"inline", inline_point ? 1.0 : 0.0},
                          {"enqueue/hold", host_fraction}, {"allocs in host timing", host_allocs},
+                         {"floor ring growth in host timing", ring_growth},
                          {"allocs in device timing", dr_uva.allocations + dr_h2d.allocations + dr_thr.allocations}};
       if (auto it = torch.find({W, per}); it != torch.end()) {
         // The target compares the PyTorch way with ferry's way of doing the same job: the
