@@ -57,6 +57,7 @@
 #include <cub/device/device_memcpy.cuh>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -189,32 +190,52 @@ class floor_ring {
     cudaFree(blocks_done_);
   }
 
-  // The buffer the next apply stages into (the ring stays on it until commit()).
+  // The buffer the next apply stages into (the same one until commit()), by the rule of ferry's
+  // staging slots: the newest of the 3 buffers committed last whose apply has passed (the GPU
+  // keeps up: warm in the host's caches), else the next of the ring if passed, else a fresh
+  // buffer inserted before it (which stays next); at capacity the host waits for the stream.
   buffer& acquire() {
-    buffer& b = bufs_[order_[cur_]];
-    if (passed(b.last)) return b;
-    if (order_.size() < bufs_.size()) {  // a fresh buffer goes before the busy one, which stays next
-      order_.insert(order_.begin() + static_cast<std::ptrdiff_t>(cur_), static_cast<std::uint32_t>(order_.size()));
-      return bufs_[order_[cur_]];
-    }
-    while (!passed(b.last)) {  // at capacity: wait for the stream to pass b's last apply
-      const cudaError_t r = cudaStreamQuery(stream_);
-      if (r == cudaSuccess && !passed(b.last)) throw std::logic_error("floor_ring: stream idle, counter short");
-      if (r != cudaSuccess && r != cudaErrorNotReady) BENCH_CUDA(r);
-      std::this_thread::yield();
-    }
-    return b;
+    if (sel_ == none) sel_ = pick();
+    return bufs_[sel_];
   }
-  // The acquired buffer is read by the apply launched next with the returned mark; the ring moves on.
+  // The acquired buffer is read by the apply launched next with the returned mark.
   ferry::detail::kernel_mark commit() {
-    buffer& b = bufs_[order_[cur_]];
+    buffer& b = bufs_[sel_];
     b.last = ++applies_;
-    cur_ = (cur_ + 1) % order_.size();
+    auto at = std::find(recent_.begin(), recent_.end(), sel_);
+    if (at == recent_.end()) at = recent_.end() - 1;
+    std::rotate(recent_.begin(), at, at + 1);  // sel_ first, the others keep their order
+    recent_[0] = sel_;
+    sel_ = none;
     return {counter_dev_, blocks_done_, b.last};
   }
   [[nodiscard]] std::size_t active() const noexcept { return order_.size(); }
 
  private:
+  static constexpr std::size_t none = static_cast<std::size_t>(-1);
+
+  std::size_t pick() {
+    for (const std::size_t k : recent_)
+      if (k != none && passed(bufs_[k].last)) return k;
+    const std::size_t next = order_[cur_];
+    if (!passed(bufs_[next].last)) {
+      if (order_.size() < bufs_.size()) {  // a fresh buffer goes before the busy one
+        order_.insert(order_.begin() + static_cast<std::ptrdiff_t>(cur_), static_cast<std::uint32_t>(order_.size()));
+        const std::size_t fresh = order_[cur_];
+        cur_ = (cur_ + 1) % order_.size();
+        return fresh;
+      }
+      while (!passed(bufs_[next].last)) {  // at capacity: wait for the stream to pass it
+        const cudaError_t r = cudaStreamQuery(stream_);
+        if (r == cudaSuccess && !passed(bufs_[next].last)) throw std::logic_error("floor_ring: stream idle, counter short");
+        if (r != cudaSuccess && r != cudaErrorNotReady) BENCH_CUDA(r);
+        std::this_thread::yield();
+      }
+    }
+    cur_ = (cur_ + 1) % order_.size();
+    return next;
+  }
+
   bool passed(std::uint64_t n) {
     if (n <= known_) return true;
     known_ = std::atomic_ref<std::uint64_t>(*counter_).load(std::memory_order_acquire);  // the one load
@@ -226,6 +247,8 @@ class floor_ring {
   std::vector<buffer> bufs_;
   std::vector<std::uint32_t> order_;  // the active buffers in rotation order
   std::size_t cur_ = 0;               // position in order_ of the next buffer
+  std::size_t sel_ = none;            // the acquired buffer, until commit()
+  std::array<std::size_t, 3> recent_{none, none, none};  // committed last, newest first
   std::uint64_t* counter_ = nullptr;  // host address of the mapped counter
   std::uint64_t* counter_dev_ = nullptr;
   unsigned* blocks_done_ = nullptr;
