@@ -13,7 +13,8 @@
 //   - token ids int32[256] and the sampling parameters temperature float[256], top-p float[256],
 //     top-k int32[256], seed int64[256], packed into one device byte buffer;
 //   - a logprob-request matrix int64[256 x 6] (32 requests ask for 5 token ids each, plus the
-//     sampled column) uploaded into device memory;
+//     sampled column) in device memory: ferry_step uploads the rows that change (0..31) every
+//     step, component_step the whole matrix;
 //   - the last logits index filled on the device from a device value (logits_indices[255] =
 //     seq_lens[255], read from the published UVA view) — never a host read-back.
 //
@@ -64,6 +65,9 @@ inline constexpr std::size_t logprob_requests = 32;
 inline constexpr std::size_t logprob_ids = 5;
 /// Columns of the logprob-request matrix: the sampled token, then the requested ids.
 inline constexpr std::size_t logprob_cols = logprob_ids + 1;
+/// Elements of the matrix's rows that change from step to step (rows 0..31, row-major first);
+/// the other rows stay no_token.
+inline constexpr std::size_t logprob_changing = logprob_requests * logprob_cols;
 /// Vocabulary size (token ids are taken modulo it).
 inline constexpr std::int32_t vocab = 32000;
 /// Block-table writes per step, and their elements (what the table reserves).
@@ -157,6 +161,12 @@ class scheduler {
       logits_indices[i] = static_cast<std::int32_t>(i);
     }
     logprob_init(logprobs);
+  }
+  /// Writes the rows of step s that change (logprob_changing elements: rows 0..31, the sampled
+  /// column no_token, then the requested ids) into `rows`.
+  static void logprob_changing_rows(std::int64_t s, std::int64_t* rows) noexcept {
+    for (std::size_t r = 0; r < logprob_requests; ++r) rows[r * logprob_cols] = no_token;
+    logprob_rows(s, rows);
   }
   /// Writes step s's requested ids: rows 0..31, columns 1..5 (decode_step_torch.py: lp[:32, 1:]).
   static void logprob_rows(std::int64_t s, std::int64_t* matrix) noexcept {
@@ -352,14 +362,15 @@ class ferry_step {
         top_p_(batch_.add_upload(std::get<2>(sampling_), batch)),
         top_k_(batch_.add_upload(std::get<3>(sampling_), batch)),
         seed_(batch_.add_upload(std::get<4>(sampling_), batch)),
-        logprob_upload_(batch_.add_upload(logprobs_.span(), batch * logprob_cols)),
+        logprob_upload_(batch_.add_upload(logprobs_.span(), logprob_changing)),
         positions_(batch_.template add_publish<std::int64_t>(batch)),
         seq_lens_(batch_.template add_publish<std::int32_t>(batch)),
         writes_(batch_.add_writes(table_, writes_per_step, elements_per_step)) {
     batch_.add_fill(logits_indices_.span().subspan(batch - 1, 1), seq_lens_, batch - 1);
     batch_.reserve();
-    std::vector<std::int64_t> logprobs(batch * logprob_cols);  // assembled in each step's slot instead
+    std::vector<std::int64_t> logprobs(batch * logprob_cols);
     set_up_initial_state(positions_host_, lens_, logprobs.data(), logits_indices_.span(), s);
+    ferry::async_h2d(logprobs, logprobs_.span(), s);  // the rows that never change, once
   }
 
   /// One step on `s`: the host's state of the step written into the batch's slot, then one
@@ -373,10 +384,8 @@ class ferry_step {
     });
     scheduler::sampling(step, tokens_.span(batch).data(), temperature_.span(batch).data(), top_p_.span(batch).data(),
                         top_k_.span(batch).data(), seed_.span(batch).data());
-    // The logprob-request matrix is assembled in the slot: the background, then the step's ids.
-    std::int64_t* const logprobs = logprob_upload_.span(batch * logprob_cols).data();
-    scheduler::logprob_init(logprobs);
-    scheduler::logprob_rows(step, logprobs);
+    // The logprob-request matrix: the rows that change, written in the slot (the rest stays).
+    scheduler::logprob_changing_rows(step, logprob_upload_.span(logprob_changing).data());
     copy_into(positions_.span(batch), positions_host_);
     copy_into(seq_lens_.span(batch), lens_);
     batch_.submit(s);
