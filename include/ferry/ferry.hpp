@@ -14,6 +14,7 @@
 #include <ferry/memory/device_buffer.hpp>
 #include <ferry/memory/device_span.hpp>
 #include <ferry/memory/pinned_arena.hpp>
+#include <ferry/memory/resource.hpp>
 #include <ferry/memory/pinned_buffer.hpp>
 #include <ferry/memory/pinned_span.hpp>
 

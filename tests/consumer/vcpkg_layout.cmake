@@ -55,8 +55,18 @@ if(NOT portfile MATCHES "vcpkg_check_features\\([^)]*FEATURES cuda FERRY_ENABLE_
   message(FATAL_ERROR "ports/ferry/portfile.cmake: the cuda feature must set FERRY_ENABLE_CUDA")
 endif()
 string(REGEX MATCHALL "-DFERRY_[A-Z_]+=[^ \n)]+" options "${portfile}")
-execute_process(COMMAND ${GIT_EXECUTABLE} -C ${SOURCE} cat-file -e ${ref}^{commit} RESULT_VARIABLE missing)
+execute_process(COMMAND ${GIT_EXECUTABLE} -C ${SOURCE} cat-file -e ${ref}^{commit} RESULT_VARIABLE missing
+                ERROR_QUIET)
 if(missing)
+  # A shallow clone may simply not reach the pinned commit: skip (the test's SKIP_REGULAR_EXPRESSION
+  # matches this message). A full clone that lacks it has a wrong REF: fail.
+  execute_process(COMMAND ${GIT_EXECUTABLE} -C ${SOURCE} rev-parse --is-shallow-repository
+                  OUTPUT_VARIABLE shallow OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(shallow STREQUAL "true")
+    message("ferry: vcpkg port layout skipped: ports/ferry/portfile.cmake pins REF ${ref}, which this "
+            "shallow clone lacks (git fetch --unshallow, or a deeper clone, to run it)")
+    return()
+  endif()
   message(FATAL_ERROR "ports/ferry/portfile.cmake pins REF ${ref}, which this repository lacks: set REF to the commit to package")
 endif()
 execute_process(COMMAND ${GIT_EXECUTABLE} -C ${SOURCE} archive -o ${WORK}/src.tar ${ref} COMMAND_ERROR_IS_FATAL ANY)
@@ -69,6 +79,7 @@ execute_process(COMMAND ${CMAKE_COMMAND} -S ${WORK}/src -B ${WORK}/build -G Ninj
                 COMMAND_ERROR_IS_FATAL ANY)
 execute_process(COMMAND ${CMAKE_COMMAND} --install ${WORK}/build --prefix ${pkg} COMMAND_ERROR_IS_FATAL ANY)
 foreach(f include/ferry/ferry.hpp include/ferry/policies.hpp include/ferry/policies/presets.hpp
+          include/ferry/interop/cccl.hpp include/ferry/step/step_batch.hpp
           share/ferry/ferryConfig.cmake share/ferry/ferryConfigVersion.cmake share/ferry/ferryTargets.cmake
           share/ferry/ferryBackend.cmake)
   if(NOT EXISTS ${pkg}/${f})

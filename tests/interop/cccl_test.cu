@@ -1,7 +1,10 @@
 // CCCL interop: stream_ref<backend::cuda> <-> cuda::stream_ref, device_span -> cuda::std::span
 // (read by a kernel under nvcc), and the allocator seam of <ferry/interop/cccl.hpp>: an engine's
 // pool modelling ferry::device_memory_resource / ferry::pinned_memory_resource behind a
-// non-owning resource ref, the memory used by ferry's own transfers.
+// non-owning resource ref, and a CCCL 3.0 cuda::mr resource (experimental, enabled here) backing a
+// pinned_arena through cccl_pinned_resource.
+#define LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE 1  // before any CCCL header
+
 #include <support/backends.hpp>
 #include <transfer/transfer_support.hpp>
 
@@ -91,7 +94,7 @@ static_assert(!std::is_constructible_v<ferry::device_resource_ref<host_b>, const
 static_assert(!std::is_constructible_v<ferry::pinned_resource_ref, pinned_pool<host_b>&&>);
 static_assert(ferry::device_memory_resource<ferry::device_resource_ref<host_b>, host_b>);
 
-TEMPLATE_TEST_CASE("An engine's pool behind ferry's resource refs serves ferry's transfers",
+TEMPLATE_TEST_CASE("resource refs forward to an engine's pool, whose memory ferry's transfers use",
                    "[interop][cccl]", FERRY_TEST_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);
   using B = TestType;
@@ -125,6 +128,79 @@ TEMPLATE_TEST_CASE("An engine's pool behind ferry's resource refs serves ferry's
   pref.deallocate_sync(h, 4096, 256);
   CHECK(!pinned.taken);
 }
+
+TEMPLATE_TEST_CASE("a pinned_arena on an engine's pinned pool serves ferry's transfers",
+                   "[interop][cccl]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  ferry::stream<B> s;
+  pinned_pool<B> pinned(1 << 16);
+  {
+    ferry::pinned_arena<B> arena(pinned);  // one block: the pool hands out one at a time
+    const auto values = ferry_test::random_values<std::int32_t>(4000, 25);
+    ferry::device_buffer<std::int32_t, B> out(values.size());
+    for (int round = 0; round < 3; ++round) {
+      ferry::async_h2d(values, out.span(), s, arena);  // staged in the pool's block
+      CHECK(ferry_test::read_back(out.span(), s) == values);
+    }
+    CHECK(pinned.taken);
+    CHECK(arena.stats().allocations == 1);
+  }
+  CHECK(!pinned.taken);  // given back by the arena's destructor
+}
+
+#if FERRY_HAS_CCCL_MEMORY_RESOURCE
+namespace {
+// A CCCL 3.0 synchronous resource of pinned, mapped memory: cuda::mr's member names and
+// properties; its memory is one ferry pinned buffer (cudaHostAlloc, mapped, on CUDA).
+template <class B>
+class cccl_pool {
+ public:
+  explicit cccl_pool(std::size_t bytes) : slab_(bytes / 8) {}
+  void* allocate(std::size_t bytes, std::size_t alignment) {
+    const std::size_t start = (used_ + alignment - 1) / alignment * alignment;
+    if (start + bytes > slab_.host().size_bytes()) throw std::bad_alloc();
+    used_ = start + bytes;
+    ++live;
+    return reinterpret_cast<std::byte*>(slab_.host().data()) + start;
+  }
+  void deallocate(void*, std::size_t, std::size_t) { --live; }
+  bool operator==(const cccl_pool& o) const noexcept { return this == &o; }
+  bool operator!=(const cccl_pool& o) const noexcept { return this != &o; }
+  friend constexpr void get_property(const cccl_pool&, cuda::mr::host_accessible) noexcept {}
+  friend constexpr void get_property(const cccl_pool&, cuda::mr::device_accessible) noexcept {}
+  int live = 0;
+
+ private:
+  ferry::pinned_buffer<std::uint64_t, B> slab_;
+  std::size_t used_ = 0;
+};
+}  // namespace
+
+static_assert(cuda::mr::resource_with<cccl_pool<host_b>, cuda::mr::host_accessible,
+                                      cuda::mr::device_accessible>);
+static_assert(!ferry::pinned_memory_resource<cccl_pool<host_b>>);  // CCCL 3.0's names
+static_assert(ferry::pinned_memory_resource<ferry::cccl_pinned_resource<cccl_pool<host_b>>>);
+
+TEMPLATE_TEST_CASE("a CCCL cuda::mr resource backs a pinned_arena through cccl_pinned_resource",
+                   "[interop][cccl]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  ferry::stream<B> s;
+  cccl_pool<B> pool(1 << 20);
+  ferry::cccl_pinned_resource<cccl_pool<B>> adapted(pool);
+  {
+    ferry::pinned_arena<B> arena(adapted);
+    const auto values = ferry_test::random_values<std::uint16_t>(20000, 26);
+    ferry::device_buffer<std::uint16_t, B> out(values.size());
+    ferry::async_h2d(values, out.span(), s, arena);
+    CHECK(ferry_test::read_back(out.span(), s) == values);
+    CHECK(pool.live == static_cast<int>(arena.stats().allocations));
+    CHECK(pool.live >= 1);
+  }
+  CHECK(pool.live == 0);
+}
+#endif
 
 #if FERRY_HAS_CCCL_SPAN
 static_assert(!std::is_convertible_v<ferry::device_span<float>, cuda::std::span<float>>);  // explicit

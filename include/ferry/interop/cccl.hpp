@@ -1,123 +1,57 @@
-// ferry/interop/cccl.hpp: the allocator seam in CCCL's terms. An engine's own memory pool models
-// ferry::device_memory_resource (stream-ordered device memory) or ferry::pinned_memory_resource
-// (pinned, mapped host memory) and is passed to ferry as a non-owning device_resource_ref /
-// pinned_resource_ref. The member names are those of cuda::mr from CCCL 3.1 on
-// (allocate(stream, bytes, alignment), allocate_sync(bytes, alignment)); CCCL 3.0's cuda::mr is
-// experimental (LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE) and named differently, so ferry
-// states the contract itself (docs/interop.md). The stream conversions (stream_ref <->
-// cuda::stream_ref) and device_span -> cuda::std::span live with those types.
+// ferry/interop/cccl.hpp: the allocator seam in CCCL's terms. The seam itself (the resource
+// concepts and the non-owning device_resource_ref / pinned_resource_ref that pinned_arena takes)
+// is <ferry/memory/resource.hpp>, in the shape of cuda::mr from CCCL 3.1 on, which a CCCL 3.1
+// resource models as it is. CCCL 3.0 (CUDA 13.0) has cuda::mr only as an experimental API
+// (LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE, defined before any CCCL header) with other
+// member names; when it is enabled (in a CUDA build), cccl_pinned_resource adapts such a resource, pinned and mapped
+// (host_accessible and device_accessible), to ferry's pinned_memory_resource. The stream
+// conversions (stream_ref <-> cuda::stream_ref) and device_span -> cuda::std::span live with
+// those types.
 #pragma once
 
-#include <ferry/backend/stream.hpp>
 #include <ferry/config.hpp>
-#include <ferry/policies/backend.hpp>
+#include <ferry/memory/resource.hpp>
 
-#include <concepts>
 #include <cstddef>
 #include <memory>
-#include <type_traits>
+
+#if FERRY_HAS_CUDA && defined(LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE) && \
+    __has_include(<cuda/memory_resource>)
+#include <cuda/memory_resource>
+#define FERRY_HAS_CCCL_MEMORY_RESOURCE 1
+#else
+#define FERRY_HAS_CCCL_MEMORY_RESOURCE 0
+#endif
 
 namespace ferry {
 
-/// Stream-ordered device memory of backend B: `allocate(stream, bytes, alignment)` returns memory
-/// usable by work enqueued on `stream` after the call; `deallocate(stream, p, bytes, alignment)`
-/// frees it once `stream` has passed the work enqueued before the call. A resource whose stream
-/// parameter is cuda::stream_ref (cuda::mr::resource from CCCL 3.1, RMM's resources) models it
-/// for the CUDA backend: ferry::stream_ref<backend::cuda> converts.
-template <class R, class B = default_backend>
-concept device_memory_resource = requires(R& r, stream_ref<B> s, void* p, std::size_t bytes,
-                                          std::size_t alignment) {
-  { r.allocate(s, bytes, alignment) } -> std::same_as<void*>;
-  { r.deallocate(s, p, bytes, alignment) } -> std::same_as<void>;
-};
-
-/// Pinned, mapped host memory (page-locked, reachable from every device through UVA; CCCL's
-/// host_accessible and device_accessible): `allocate_sync(bytes, alignment)` and
-/// `deallocate_sync(p, bytes, alignment)`. Pinned allocation is not stream-ordered: ferry frees a
-/// block only once the streams that used it have passed that use.
+#if FERRY_HAS_CCCL_MEMORY_RESOURCE
+/// A CCCL 3.0 synchronous resource of pinned, mapped host memory (cuda::mr::resource_with<R,
+/// host_accessible, device_accessible>: allocate(bytes, alignment), deallocate(p, bytes,
+/// alignment)) seen as a ferry::pinned_memory_resource, so that a pinned_resource_ref can refer to
+/// it (bind the ref to the adaptor, an lvalue). Non-owning: `r` must outlive it. The memory must
+/// meet what pinned_memory_resource asks (mapped, device address = host address).
 template <class R>
-concept pinned_memory_resource = requires(R& r, void* p, std::size_t bytes, std::size_t alignment) {
-  { r.allocate_sync(bytes, alignment) } -> std::same_as<void*>;
-  { r.deallocate_sync(p, bytes, alignment) } -> std::same_as<void>;
-};
+class cccl_pinned_resource {
+  static_assert(cuda::mr::resource_with<R, cuda::mr::host_accessible, cuda::mr::device_accessible>,
+                "cccl_pinned_resource adapts a cuda::mr::resource whose memory is both "
+                "host_accessible and device_accessible: pinned, mapped host memory.");
 
-/// A non-owning, trivially copyable reference to any device_memory_resource<R, B>: what ferry's
-/// components take to allocate device memory from an engine's pool. The resource must outlive it.
-template <class B = default_backend>
-class device_resource_ref {
  public:
-  /// Refers to `r` (an lvalue: a temporary would not outlive the reference).
-  template <class R>
-  requires(!std::is_const_v<R> && !std::is_same_v<R, device_resource_ref> && device_memory_resource<R, B>)
-      device_resource_ref(R& r)
-  noexcept  // NOLINT: implicit, as cuda::mr::resource_ref
-      : resource_(std::addressof(r)), allocate_(&allocate_fn<R>), deallocate_(&deallocate_fn<R>) {}
-
-  /// r.allocate(s, bytes, alignment).
-  [[nodiscard]] void* allocate(stream_ref<B> s, std::size_t bytes, std::size_t alignment) const {
-    return allocate_(resource_, s, bytes, alignment);
+  /// Adapts `r`.
+  explicit cccl_pinned_resource(R& r) noexcept : resource_(std::addressof(r)) {}
+  /// r.allocate(bytes, alignment).
+  [[nodiscard]] void* allocate_sync(std::size_t bytes, std::size_t alignment) {
+    return resource_->allocate(bytes, alignment);
   }
-  /// r.deallocate(s, p, bytes, alignment).
-  void deallocate(stream_ref<B> s, void* p, std::size_t bytes, std::size_t alignment) const {
-    deallocate_(resource_, s, p, bytes, alignment);
-  }
-  /// The same resource object.
-  friend bool operator==(device_resource_ref a, device_resource_ref b) noexcept {
-    return a.resource_ == b.resource_;
+  /// r.deallocate(p, bytes, alignment).
+  void deallocate_sync(void* p, std::size_t bytes, std::size_t alignment) {
+    resource_->deallocate(p, bytes, alignment);
   }
 
  private:
-  template <class R>
-  static void* allocate_fn(void* r, stream_ref<B> s, std::size_t bytes, std::size_t alignment) {
-    return static_cast<R*>(r)->allocate(s, bytes, alignment);
-  }
-  template <class R>
-  static void deallocate_fn(void* r, stream_ref<B> s, void* p, std::size_t bytes, std::size_t alignment) {
-    static_cast<R*>(r)->deallocate(s, p, bytes, alignment);
-  }
-
-  void* resource_;
-  void* (*allocate_)(void*, stream_ref<B>, std::size_t, std::size_t);
-  void (*deallocate_)(void*, stream_ref<B>, void*, std::size_t, std::size_t);
+  R* resource_;
 };
-
-/// A non-owning, trivially copyable reference to any pinned_memory_resource: what ferry's pinned
-/// arena takes to get its blocks from an engine's pool. The resource must outlive it.
-class pinned_resource_ref {
- public:
-  /// Refers to `r` (an lvalue: a temporary would not outlive the reference).
-  template <class R>
-  requires(!std::is_const_v<R> && !std::is_same_v<R, pinned_resource_ref> && pinned_memory_resource<R>)
-      pinned_resource_ref(R& r)
-  noexcept  // NOLINT: implicit, as cuda::mr::resource_ref
-      : resource_(std::addressof(r)), allocate_(&allocate_fn<R>), deallocate_(&deallocate_fn<R>) {}
-
-  /// r.allocate_sync(bytes, alignment).
-  [[nodiscard]] void* allocate_sync(std::size_t bytes, std::size_t alignment) const {
-    return allocate_(resource_, bytes, alignment);
-  }
-  /// r.deallocate_sync(p, bytes, alignment).
-  void deallocate_sync(void* p, std::size_t bytes, std::size_t alignment) const {
-    deallocate_(resource_, p, bytes, alignment);
-  }
-  /// The same resource object.
-  friend bool operator==(pinned_resource_ref a, pinned_resource_ref b) noexcept {
-    return a.resource_ == b.resource_;
-  }
-
- private:
-  template <class R>
-  static void* allocate_fn(void* r, std::size_t bytes, std::size_t alignment) {
-    return static_cast<R*>(r)->allocate_sync(bytes, alignment);
-  }
-  template <class R>
-  static void deallocate_fn(void* r, void* p, std::size_t bytes, std::size_t alignment) {
-    static_cast<R*>(r)->deallocate_sync(p, bytes, alignment);
-  }
-
-  void* resource_;
-  void* (*allocate_)(void*, std::size_t, std::size_t);
-  void (*deallocate_)(void*, void*, std::size_t, std::size_t);
-};
+#endif
 
 }  // namespace ferry

@@ -6,13 +6,17 @@
 #include <ferry/detail/ring.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/detail/timeline.hpp>
+#include <ferry/memory/resource.hpp>
 
 #include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <cstring>
 #include <mutex>
+#include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +24,7 @@ namespace ferry {
 
 /// What an arena holds and has done.
 struct arena_stats {
-  std::uint64_t allocations = 0;  ///< pinned allocations made (cudaHostAlloc calls)
+  std::uint64_t allocations = 0;  ///< blocks allocated (from the upstream resource, else cudaHostAlloc)
   std::uint64_t reuses = 0;       ///< blocks handed out again without an allocation
   std::size_t bytes_reserved = 0; ///< pinned bytes held, in use or free
   std::size_t bytes_in_use = 0;   ///< bytes of blocks handed out and not yet given back
@@ -42,7 +46,9 @@ struct pinned_block {
 /// made at release()). Blocks are never returned to the backend except by trim() or the
 /// destructor, so after warm-up (or reserve()) staging allocates nothing. Beyond `byte_cap` reserved bytes, acquire() throws
 /// ferry::capacity_error instead of allocating — and still never hands out a block in flight.
-/// Thread-safe.
+/// New blocks come from the backend (CUDA: cudaHostAlloc, mapped and portable; host: aligned host
+/// memory) or, when the arena is made with one, from an upstream pinned_resource_ref (an engine's
+/// own pool: see pinned_memory_resource for what its memory must be). Thread-safe.
 template <class B = default_backend>
 class pinned_arena {
   static_assert((detail::check_backend<B>(), true));
@@ -57,9 +63,20 @@ class pinned_arena {
 
   /// An empty arena that will hold at most `byte_cap` pinned bytes.
   explicit pinned_arena(std::size_t byte_cap = unlimited) : cap_(byte_cap) {}
+  /// An empty arena whose new blocks come from `upstream` (allocate_sync(size, min_block), called
+  /// under the arena's lock: the resource must not call back into the arena) and go back to it
+  /// (deallocate_sync with the same size and alignment) on trim() and destruction, each once
+  /// ferry's fences have passed its last use. The resource must outlive the arena. A block that
+  /// is not 256-byte aligned, or on CUDA not pinned and mapped at its own address, is given back at
+  /// once and ferry::error thrown; a null block or std::bad_alloc is ferry::out_of_memory. Either
+  /// way the arena is unchanged. The backend's counters (ferry::backend_stats_of, host_sync_guard)
+  /// do not count the resource's allocations; stats().allocations does.
+  explicit pinned_arena(pinned_resource_ref upstream, std::size_t byte_cap = unlimited)
+      : cap_(byte_cap), upstream_(upstream) {}
   pinned_arena(const pinned_arena&) = delete;
   pinned_arena& operator=(const pinned_arena&) = delete;
-  /// Waits for the stamps of the blocks it holds, then frees them. Blocks still handed out are
+  /// Waits for the stamps of the blocks it holds, then frees them (or gives them back to the
+  /// upstream resource). Blocks still handed out are
   /// the holder's bug; they are leaked, not freed under a reader.
   ~pinned_arena() {
     detail::destructor_guard([&] { trim(); });
@@ -81,7 +98,7 @@ class pinned_arena {
                            " reserved, " + std::to_string(stats_.bytes_in_use) +
                            " in use) while staging " + std::to_string(bytes) +
                            " bytes; blocks still in flight are never reused");
-    pinned_block b{static_cast<std::byte*>(ops::alloc_pinned(size)), size};
+    pinned_block b{allocate_block(size), size};
     ++stats_.allocations;
     stats_.bytes_reserved += size;
     stats_.bytes_in_use += size;
@@ -114,25 +131,30 @@ class pinned_arena {
       if (stats_.bytes_reserved + size > cap_)
         throw capacity_error("ferry: pinned_arena::reserve exceeds the arena's byte cap of " +
                              std::to_string(cap_));
-      list.push_back({pinned_block{static_cast<std::byte*>(ops::alloc_pinned(size)), size}, {}});
+      list.reserve(list.size() + 1);  // no throw after the allocation: it is never lost
+      list.push_back({pinned_block{allocate_block(size), size}, {}});
       ++stats_.allocations;
       stats_.bytes_reserved += size;
     }
   }
 
-  /// Frees every block not handed out, after waiting for its stamp. Synchronizing: the wait, and
-  /// on CUDA cudaFreeHost itself, which waits for the whole device.
+  /// Frees every block not handed out (or gives it back to the upstream resource), after waiting
+  /// for its stamp. Synchronizing: the wait, and on CUDA cudaFreeHost itself, which waits for the
+  /// whole device.
   void trim() {
     std::lock_guard lock(mutex_);
     for (auto& list : free_) {
       while (!list.empty()) {
         auto e = list.pop_front();
         detail::shared_timeline<B>().wait(e.at);
-        ops::free_pinned(e.block.data);
         stats_.bytes_reserved -= e.block.capacity;
+        free_block(e.block);
       }
     }
   }
+
+  /// The resource new blocks come from; empty: the backend's own pinned allocation.
+  [[nodiscard]] std::optional<pinned_resource_ref> upstream() const noexcept { return upstream_; }
 
   /// What the arena holds and has done.
   [[nodiscard]] arena_stats stats() const {
@@ -164,6 +186,39 @@ class pinned_arena {
     return {};
   }
 
+  // A new block of `size` bytes (a power of two, at least min_block), zero-filled.
+  std::byte* allocate_block(std::size_t size) {
+    if (!upstream_) return static_cast<std::byte*>(ops::alloc_pinned(size));
+    void* p = nullptr;
+    try {
+      p = upstream_->allocate_sync(size, min_block);
+    } catch (const out_of_memory&) {
+      throw;
+    } catch (const std::bad_alloc& e) {
+      throw out_of_memory("ferry: out of pinned memory: the pinned_arena's upstream resource failed "
+                          "to allocate " + std::to_string(size) + " bytes (" + e.what() + ")");
+    }
+    if (p == nullptr)
+      throw out_of_memory("ferry: out of pinned memory: the pinned_arena's upstream resource "
+                          "returned null for " + std::to_string(size) + " bytes");
+    if (reinterpret_cast<std::uintptr_t>(p) % min_block != 0 || !ops::is_mapped_pinned(p)) {
+      upstream_->deallocate_sync(p, size, min_block);
+      throw error(
+          "ferry: the pinned_arena's upstream resource returned memory that is not 256-byte "
+          "aligned, or not pinned and mapped at its own address (cudaHostAlloc with "
+          "cudaHostAllocMapped, or cudaHostRegister with cudaHostRegisterMapped); kernels read "
+          "arena blocks in place");
+    }
+    std::memset(p, 0, size);
+    return static_cast<std::byte*>(p);
+  }
+  void free_block(pinned_block b) {
+    if (upstream_)
+      upstream_->deallocate_sync(b.data, b.capacity, min_block);
+    else
+      ops::free_pinned(b.data);
+  }
+
   void give_back(pinned_block b, detail::stamp at) {
     free_[class_of(b.capacity)].push_back({b, at});
     stats_.bytes_in_use -= b.capacity;
@@ -171,6 +226,7 @@ class pinned_arena {
 
   mutable std::mutex mutex_;
   std::size_t cap_;
+  std::optional<pinned_resource_ref> upstream_;
   arena_stats stats_{};
   std::array<detail::ring<entry>, 64> free_{};
 };

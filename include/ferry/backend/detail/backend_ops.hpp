@@ -58,6 +58,9 @@ struct backend_ops<backend::host> {
   }
   /// The address kernels use for pinned memory: on the host backend the host address itself.
   static void* mapped(void* host) noexcept { return host; }
+  /// Whether memory not allocated here (a pinned resource's) can be used as pinned memory: on the
+  /// host backend any host memory can.
+  static bool is_mapped_pinned(const void* /*p*/) noexcept { return true; }
 
   static void* alloc_device(std::size_t bytes) {
     void* p = aligned(bytes, "device");
@@ -159,9 +162,7 @@ struct backend_ops<backend::cuda> {
                            "pinned", bytes);
     count(counters<backend::cuda>().pinned_allocations);
     // Fail closed: the block must really be pinned, mapped, and addressed through UVA.
-    cudaPointerAttributes attr{};
-    const cudaError_t r = cudaPointerGetAttributes(&attr, p);
-    if (r != cudaSuccess || attr.type != cudaMemoryTypeHost || attr.devicePointer != p) {
+    if (!is_mapped_pinned(p)) {
       free_pinned(p);
       throw error(
           "ferry: cudaHostAlloc returned memory that is not pinned, mapped and UVA-addressed "
@@ -178,6 +179,17 @@ struct backend_ops<backend::cuda> {
   }
   /// Under UVA the device address of mapped pinned memory is its host address.
   static void* mapped(void* host) noexcept { return host; }
+  /// Whether `p` is pinned host memory mapped into the device's address space at the same address
+  /// (cudaHostAlloc'd mapped, or cudaHostRegister'd mapped, under UVA): what mapped() assumes. A
+  /// failed query is consumed (cudaGetLastError) and answers false.
+  static bool is_mapped_pinned(const void* p) noexcept {
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      return false;
+    }
+    return attr.type == cudaMemoryTypeHost && attr.devicePointer == p;
+  }
 
   static void* alloc_device(std::size_t bytes) {
     void* p = nullptr;
