@@ -67,6 +67,15 @@ if(missing)
             "shallow clone lacks (git fetch --unshallow, or a deeper clone, to run it)")
     return()
   endif()
+  # A working tree copied beside an older history (its portfile is not the one HEAD holds) cannot
+  # reach the commit either: skip. Only a portfile that HEAD itself pins to a missing commit fails.
+  execute_process(COMMAND ${GIT_EXECUTABLE} -C ${SOURCE} diff --quiet HEAD -- ports/ferry/portfile.cmake
+                  RESULT_VARIABLE portfile_changed)
+  if(portfile_changed)
+    message("ferry: vcpkg port layout skipped: ports/ferry/portfile.cmake pins REF ${ref}, and this "
+            "checkout's history is older than its portfile (the file differs from HEAD's)")
+    return()
+  endif()
   message(FATAL_ERROR "ports/ferry/portfile.cmake pins REF ${ref}, which this repository lacks: set REF to the commit to package")
 endif()
 execute_process(COMMAND ${GIT_EXECUTABLE} -C ${SOURCE} archive -o ${WORK}/src.tar ${ref} COMMAND_ERROR_IS_FATAL ANY)
