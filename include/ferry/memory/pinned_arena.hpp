@@ -12,8 +12,8 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <optional>
