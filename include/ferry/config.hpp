@@ -43,6 +43,10 @@
 #endif
 #define FERRY_KERNEL_VISIBILITY __attribute__((visibility("hidden")))
 
+// Error paths out of line (a throw builds its message there), so that the checks guarding them
+// stay a compare and a branch inside the hot loops that call them (stage_write runs once a write).
+#define FERRY_COLD __attribute__((cold, noinline))
+
 namespace ferry::detail {
 // A false that depends on a template parameter, for static_asserts in discarded branches.
 template <class...>

@@ -256,11 +256,7 @@ class step_batch {
       core& k = c("writes");
       auto& r = k.writes_[i_];
       const std::size_t len = detail::count_of(src);
-      if (row >= r.rows || start > r.cols || len > r.cols - start)
-        throw std::out_of_range("ferry: stage_write out of bounds: row " + std::to_string(row) +
-                                ", start " + std::to_string(start) + ", len " + std::to_string(len) +
-                                " for a " + std::to_string(r.rows) + " x " + std::to_string(r.cols) +
-                                " target (needs row < rows, start <= cols, len <= cols - start)");
+      detail::check_write_bounds(row, start, len, r.rows, r.cols);
       k.check_open("writes::stage_write");
       if (len == 0) return;
       if (fixed && (r.writes + 1 > r.max_writes || r.elements + len > r.max_elements))

@@ -20,8 +20,26 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 namespace ferry::detail {
+
+/// Throws std::out_of_range naming a write of `len` elements at [row][start] of a rows x cols target.
+[[noreturn]] FERRY_COLD inline void throw_write_out_of_bounds(std::size_t row, std::size_t start, std::size_t len,
+                                                              std::size_t rows, std::size_t cols) {
+  throw std::out_of_range("ferry: stage_write out of bounds: row " + std::to_string(row) + ", start " +
+                          std::to_string(start) + ", len " + std::to_string(len) + " for a " +
+                          std::to_string(rows) + " x " + std::to_string(cols) +
+                          " target (needs row < rows, start <= cols, len <= cols - start)");
+}
+/// The bounds rule of every staged write, checked even for an empty one: row < rows,
+/// start <= cols, len <= cols - start.
+inline void check_write_bounds(std::size_t row, std::size_t start, std::size_t len, std::size_t rows,
+                               std::size_t cols) {
+  if (row >= rows || start > cols || len > cols - start) [[unlikely]]
+    throw_write_out_of_bounds(row, start, len, rows, cols);
+}
 
 /// One chunk of a staged write: `count` elements from element `src` of the contents to element
 /// `dst` of the destination (both relative to base addresses given to the kernel).

@@ -42,7 +42,7 @@ class staging_core {
   template <class R>
   void stage(std::size_t row, std::size_t start, R&& r) {
     const std::size_t len = count_of(r);
-    check_bounds(row, start, len);
+    check_write_bounds(row, start, len, rows_, cols_);
     if (len == 0) return;
     const std::uint64_t dst = static_cast<std::uint64_t>(row) * cols_ + start;
     const std::size_t bytes = len * sizeof(T);  // within the target's bytes (constructor-checked)
@@ -171,14 +171,6 @@ class staging_core {
   pool_type& pool() noexcept { return pool_; }
 
  private:
-  void check_bounds(std::size_t row, std::size_t start, std::size_t len) const {
-    if (row >= rows_ || start > cols_ || len > cols_ - start)
-      throw std::out_of_range("ferry: stage_write out of bounds: row " + std::to_string(row) +
-                              ", start " + std::to_string(start) + ", len " + std::to_string(len) +
-                              " for a " + std::to_string(rows_) + " x " + std::to_string(cols_) +
-                              " tensor (needs row < rows, start <= cols, len <= cols - start)");
-  }
-
   void ensure(std::size_t chunks, std::size_t end_bytes, std::size_t len) {
     if constexpr (fixed) {
       if (writes_ + 1 > max_writes_ || elements_ + len > max_elements_)
