@@ -248,6 +248,63 @@ TEMPLATE_TEST_CASE("step_batch: launch::graph replays 1000 changing steps, each 
 }
 
 #if defined(__CUDACC__)
+/// An engine's node after the step: copies what the step uploaded.
+__global__ void step_batch_test_after(const std::int64_t* uploaded, std::int64_t* seen, std::size_t n) {
+  for (std::size_t i = threadIdx.x; i < n; i += blockDim.x) seen[i] = uploaded[i];
+}
+
+TEST_CASE("step_batch: submit_with replays the step graph as a child of an engine's graph, 1000 changing steps",
+          "[step][graph]") {
+  using B = ferry::backend::cuda;
+  FERRY_REQUIRE_BACKEND(B);
+  using batch_t = ferry::step_batch<B, ferry::presets::graph_safe, ferry::launch::graph>;
+  harness<B, batch_t> h(31, 3);
+  h.batch.reserve();
+  ferry::device_buffer<std::int64_t, B> seen(h.n64);
+  // The engine's graphs: one per slot graph it is given, [step graph] -> [its own kernel].
+  std::vector<std::pair<cudaGraph_t, cudaGraphExec_t>> engine;
+  auto exec_for = [&](cudaGraph_t step) {
+    for (const auto& [g, e] : engine)
+      if (g == step) return e;
+    cudaGraph_t g = nullptr;
+    REQUIRE(cudaGraphCreate(&g, 0) == cudaSuccess);
+    cudaGraphNode_t child = nullptr, after = nullptr;
+    REQUIRE(cudaGraphAddChildGraphNode(&child, g, nullptr, 0, step) == cudaSuccess);
+    const std::int64_t* up = h.d64.span().data();
+    std::int64_t* out = seen.span().data();
+    std::size_t n = h.n64;
+    void* args[] = {&up, &out, &n};
+    cudaKernelNodeParams p{};
+    p.func = reinterpret_cast<void*>(&step_batch_test_after);
+    p.gridDim = dim3(1);
+    p.blockDim = dim3(256);
+    p.kernelParams = args;
+    REQUIRE(cudaGraphAddKernelNode(&after, g, &child, 1, &p) == cudaSuccess);
+    cudaGraphExec_t e = nullptr;
+    REQUIRE(cudaGraphInstantiate(&e, g, 0) == cudaSuccess);
+    REQUIRE(cudaGraphDestroy(g) == cudaSuccess);
+    engine.emplace_back(step, e);
+    return e;
+  };
+  for (long k = 0; k < 1000; ++k) {
+    h.next_value();
+    h.batch.begin();
+    h.fill_step();
+    auto v = h.u64.span(h.n64);  // the whole upload, so that the engine's node reads all of it
+    const auto more = random_bits<std::int64_t>(h.n64, h.rng);
+    std::copy(more.begin(), more.end(), v.begin());
+    std::copy(more.begin(), more.end(), h.r64.begin());
+    h.batch.submit_with(h.s, [&](cudaGraph_t step) {
+      REQUIRE(cudaGraphLaunch(exec_for(step), h.s.get()) == cudaSuccess);
+    });
+    h.check(k);
+    INFO("step " << k);
+    REQUIRE(same_bits(read<std::int64_t, B>(seen.span(), h.s), h.r64));  // the engine's node ran after the step
+  }
+  CHECK(engine.size() == h.batch.slots());  // one engine graph per slot, each replayed since
+  for (const auto& [g, e] : engine) CHECK(cudaGraphExecDestroy(e) == cudaSuccess);
+}
+
 __global__ void step_batch_test_read(const std::uint32_t* view, std::uint32_t* out, std::size_t n) {
   for (std::size_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = view[i];
 }

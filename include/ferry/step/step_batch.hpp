@@ -28,6 +28,7 @@
 #endif
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -50,6 +51,8 @@ namespace ferry {
 /// `submit(stream)` enqueues ONE kernel launch (launch::kernel) or ONE graph replay (launch::graph)
 /// that reads the descriptors and contents through UVA and does all of it, then records its own
 /// completion for ferry's reuse core as its last act (no event record, no query in steady state).
+/// Under launch::graph an engine may replay the step inside its own graph instead:
+/// `submit_with(stream, launch)` hands it the slot's step graph to hold as a child node.
 /// The host backend runs the same plan as one host task, with identical results.
 ///
 /// Policies (any order, each family at most once): GrowthPolicy (`growth::pow2` default: a step
@@ -73,8 +76,8 @@ namespace ferry {
 /// done `slots` steps later.
 ///
 /// **Capture safety.** begin(), the handles' calls, reserve() and the add_* calls touch no stream
-/// and may run while a stream captures; submit() and record_use() throw ferry::error on a
-/// capturing stream (the graph a replay uses is ferry's own, one per slot).
+/// and may run while a stream captures; submit(), submit_with() and record_use() throw
+/// ferry::error on a capturing stream (the graph a replay uses is ferry's own, one per slot).
 ///
 /// Handles are small values that refer to the batch; they stay valid while it lives (moves
 /// included). Destruction waits for the batch's kernels and for the readers of the last step's
@@ -467,51 +470,35 @@ class step_batch {
   /// for a fill from an element its publish does not hold this step; ferry::capacity_error when
   /// growth::fixed is exceeded. Whatever throws leaves the step open and its data as they were.
   FERRY_KERNEL_VISIBILITY void submit(stream_ref<B> s) {
-    core& k = c();
-    [[maybe_unused]] const auto on_device = ops::enter(s, k.device_);
-    k.check_open("submit");
-    auto& sl = k.slots_[k.cur_];
-    for (const auto& f : k.fills_) {
-      if (f.publish != none && f.index >= k.publishes_[f.publish].n)
-        throw std::out_of_range("ferry: step_batch::submit: a fill reads element " + std::to_string(f.index) +
-                                " of a publish that holds " + std::to_string(k.publishes_[f.publish].n) +
-                                " elements this step");
-    }
-    const std::size_t n = resolve_and_count();
-    if (n > sl.table_cap) {
-      if constexpr (fixed) {
-        throw capacity_error("ferry: step_batch (growth::fixed): the step needs " + std::to_string(n) +
-                             " descriptors, more than the " + std::to_string(sl.table_cap) + " of its slot");
-      } else {
-        k.want_table_ = std::max(k.want_table_, detail::grown_capacity<growth_policy>(n, sl.table_cap));
-        regrow_table(sl, k.want_table_);
-      }
-    }
-    write_table(sl);
-    auto* header = reinterpret_cast<detail::step_header*>(sl.table.data);
-    const void* table = ops::mapped(sl.table.data);
-    const std::size_t blocks = graphs ? sl.table_cap : std::max<std::size_t>(n, 1);
-    const detail::stamp st = detail::shared_timeline<B>().mark_with(s, [&](const detail::kernel_mark& m) {
-      header->counter = reinterpret_cast<std::uintptr_t>(m.counter);
-      header->blocks_done = reinterpret_cast<std::uintptr_t>(m.blocks_done);
-      header->value = m.value;
+    submit_by(s, [&](typename core::slot& sl, const void* table, std::size_t blocks) {
       if constexpr (graphs)
         step_ops::replay(s, sl.graph);
       else
         step_ops::launch(s, table, blocks);
     });
-    add_stamp(sl, st);
-    if (k.prev_ != none && k.prev_ != k.cur_) add_stamp(k.slots_[k.prev_], st);
-    k.before_ = k.prev_ != k.cur_ ? k.prev_ : none;
-    k.prev_ = k.cur_;
-    k.prev_published_ =
-        std::any_of(k.publishes_.begin(), k.publishes_.end(), [](const auto& p) { return p.n != 0; });
-    if constexpr (!fixed)
-      k.want_content_ =
-          std::max(k.want_content_, detail::grown_capacity<growth_policy>(k.step_bytes_, k.want_content_));
-    k.open_ = false;
-    ++k.steps_;
   }
+
+#if FERRY_HAS_CUDA
+  /// launch::graph on CUDA: the step graph as a child of the engine's own graph. Submits the open
+  /// step as submit() does, except that the replay is the engine's: `launch(step_graph)` is
+  /// called once with the slot's graph (a cudaGraph_t with the step's one kernel node; each slot
+  /// has its own, fixed for the batch's life) and must enqueue on `s` one launch of an executable
+  /// graph that the engine built with that graph as a child node (cudaGraphAddChildGraphNode),
+  /// or throw having enqueued nothing (the step then stays open). Nodes that read the step's
+  /// uploads, writes or fills depend on the child node; nodes anywhere in that graph may read the
+  /// step's publishes (the next submit stamps them, as for readers on `s`). An engine keeps one
+  /// executable per slot graph it is given (a slot inserted while the stream is behind brings a
+  /// new one; `max_slots == slots` keeps the set fixed). `launch` runs while ferry's reuse core
+  /// holds its lock, so that no other point of `s` is made between: it must not call ferry.
+  /// Errors as submit().
+  template <class Launch>
+    requires(graphs && std::invocable<Launch&, cudaGraph_t>)
+  FERRY_KERNEL_VISIBILITY void submit_with(stream_ref<B> s, Launch&& launch) {
+    submit_by(s, [&](typename core::slot& sl, const void*, std::size_t) {
+      launch(static_cast<cudaGraph_t>(sl.graph.graph));
+    });
+  }
+#endif
 
   /// Declares that work enqueued on `s` so far reads the last submitted step's publishes: its
   /// slot is not rewritten before `s` has passed this point. Needed for readers on a stream other
@@ -624,6 +611,53 @@ class step_batch {
     core_->arena_->release(s.table);
     s.table = b;
     s.table_cap = descs;
+  }
+
+  // submit()'s work around `enqueue(slot, table, blocks)`, which launches the step's kernel or a
+  // graph holding it under the reuse core's lock.
+  template <class Enqueue>
+  FERRY_KERNEL_VISIBILITY void submit_by(stream_ref<B> s, Enqueue&& enqueue) {
+    core& k = c();
+    [[maybe_unused]] const auto on_device = ops::enter(s, k.device_);
+    k.check_open("submit");
+    auto& sl = k.slots_[k.cur_];
+    for (const auto& f : k.fills_) {
+      if (f.publish != none && f.index >= k.publishes_[f.publish].n)
+        throw std::out_of_range("ferry: step_batch::submit: a fill reads element " + std::to_string(f.index) +
+                                " of a publish that holds " + std::to_string(k.publishes_[f.publish].n) +
+                                " elements this step");
+    }
+    const std::size_t n = resolve_and_count();
+    if (n > sl.table_cap) {
+      if constexpr (fixed) {
+        throw capacity_error("ferry: step_batch (growth::fixed): the step needs " + std::to_string(n) +
+                             " descriptors, more than the " + std::to_string(sl.table_cap) + " of its slot");
+      } else {
+        k.want_table_ = std::max(k.want_table_, detail::grown_capacity<growth_policy>(n, sl.table_cap));
+        regrow_table(sl, k.want_table_);
+      }
+    }
+    write_table(sl);
+    auto* header = reinterpret_cast<detail::step_header*>(sl.table.data);
+    const void* table = ops::mapped(sl.table.data);
+    const std::size_t blocks = graphs ? sl.table_cap : std::max<std::size_t>(n, 1);
+    const detail::stamp st = detail::shared_timeline<B>().mark_with(s, [&](const detail::kernel_mark& m) {
+      header->counter = reinterpret_cast<std::uintptr_t>(m.counter);
+      header->blocks_done = reinterpret_cast<std::uintptr_t>(m.blocks_done);
+      header->value = m.value;
+      enqueue(sl, table, blocks);
+    });
+    add_stamp(sl, st);
+    if (k.prev_ != none && k.prev_ != k.cur_) add_stamp(k.slots_[k.prev_], st);
+    k.before_ = k.prev_ != k.cur_ ? k.prev_ : none;
+    k.prev_ = k.cur_;
+    k.prev_published_ =
+        std::any_of(k.publishes_.begin(), k.publishes_.end(), [](const auto& p) { return p.n != 0; });
+    if constexpr (!fixed)
+      k.want_content_ =
+          std::max(k.want_content_, detail::grown_capacity<growth_policy>(k.step_bytes_, k.want_content_));
+    k.open_ = false;
+    ++k.steps_;
   }
 
   // Resolves overlapping writes (later wins) and returns the step's descriptor count.

@@ -64,9 +64,16 @@ inline void run_step_now(const void* table) noexcept {
   }
 }
 
+/// A slot's graph under launch::graph: the graph (a cudaGraph_t: one kernel node over the slot's
+/// table, what an engine adds as a child node of its own graph) and its executable.
+struct step_graph {
+  void* graph = nullptr;
+  void* exec = nullptr;
+};
+
 /// How backend B runs a step table: `preload()`, `launch(stream, table, blocks)` (the step kernel
 /// over `blocks` blocks; `table` is the mapped address), and for launch::graph (`graphs`) the
-/// per-slot executable graph: `make_graph(table, blocks, device)`, `replay(stream, graph)`,
+/// per-slot graph: `make_graph(table, blocks, device)`, `replay(stream, graph)`,
 /// `destroy_graph(graph)`. Specialized per backend (below; step_kernel.cuh, nvcc only); this
 /// primary template is what a translation unit not built by nvcc gets for CUDA: a submit does not
 /// compile.
@@ -81,11 +88,11 @@ struct step_ops {
                   "with nvcc and include <ferry/ferry.cuh>.");
   }
   template <class... Args>
-  static void* make_graph(Args&&...) {
+  static step_graph make_graph(Args&&...) {
     static_assert(dependent_false<B, Args...>,
                   "ferry: step_batch with launch::graph builds CUDA graphs: build this translation "
                   "unit with nvcc and include <ferry/ferry.cuh>.");
-    return nullptr;
+    return {};
   }
   template <class... Args>
   static void replay(Args&&...) {
@@ -93,7 +100,7 @@ struct step_ops {
                   "ferry: step_batch::submit replays a CUDA graph: build this translation unit "
                   "with nvcc and include <ferry/ferry.cuh>.");
   }
-  static void destroy_graph(void*) noexcept {}
+  static void destroy_graph(const step_graph&) noexcept {}
 };
 
 /// The host backend runs a step table as one host task; launch::graph runs the same way (no
@@ -106,9 +113,9 @@ struct step_ops<backend::host> {
   static void launch(stream_ref<backend::host> s, const void* table, std::size_t) {
     enqueue_host(s, [table] { run_step_now(table); });
   }
-  static void* make_graph(const void*, std::size_t, int) noexcept { return nullptr; }
-  static void replay(stream_ref<backend::host>, void*) noexcept {}
-  static void destroy_graph(void*) noexcept {}
+  static step_graph make_graph(const void*, std::size_t, int) noexcept { return {}; }
+  static void replay(stream_ref<backend::host>, const step_graph&) noexcept {}
+  static void destroy_graph(const step_graph&) noexcept {}
 };
 
 }  // namespace ferry::detail

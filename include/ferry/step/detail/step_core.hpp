@@ -37,7 +37,7 @@ class step_core {
     pinned_block content;              // bump-allocated contents
     std::vector<pinned_block> extra;   // blocks taken by a step that outgrew `content`
     std::vector<stamp> stamps;         // its kernel's, the next submit's, record_use's
-    void* graph = nullptr;             // launch::graph: the slot's cudaGraphExec_t
+    step_graph graph;                  // launch::graph: the slot's graph and executable
   };
   struct upload_rec {
     std::uintptr_t dst;

@@ -87,9 +87,9 @@ FERRY_KERNEL_VISIBILITY inline void launch_step_kernel(const void* table, std::s
   FERRY_CUDA_CHECK_LAUNCH("ferry::step_kernels::run_step");
 }
 
-/// The executable graph of one slot, on `device`: the step kernel over `blocks` blocks reading
-/// `table`.
-FERRY_KERNEL_VISIBILITY inline cudaGraphExec_t make_step_graph(const void* table, std::size_t blocks, int device) {
+/// The graph of one slot, on `device`: the step kernel over `blocks` blocks reading `table`, and
+/// its executable.
+FERRY_KERNEL_VISIBILITY inline step_graph make_step_graph(const void* table, std::size_t blocks, int device) {
   if (blocks > static_cast<std::size_t>(INT_MAX))
     throw capacity_error("ferry: a step graph of " + std::to_string(blocks) +
                          " descriptors exceeds the grid limit of 2^31-1 blocks");
@@ -107,9 +107,11 @@ FERRY_KERNEL_VISIBILITY inline cudaGraphExec_t make_step_graph(const void* table
   cudaGraphExec_t exec = nullptr;
   cudaError_t r = cudaGraphAddKernelNode(&node, g, nullptr, 0, &p);
   if (r == cudaSuccess) r = cudaGraphInstantiate(&exec, g, 0);
-  static_cast<void>(cudaGraphDestroy(g));
-  if (r != cudaSuccess) throw_cuda(r, "building a step_batch slot's graph", __FILE__, __LINE__);
-  return exec;
+  if (r != cudaSuccess) {
+    static_cast<void>(cudaGraphDestroy(g));
+    throw_cuda(r, "building a step_batch slot's graph", __FILE__, __LINE__);
+  }
+  return {g, exec};
 }
 
 /// The CUDA backend's step: the step kernel, or a replay of the slot's graph (step_ops in plan.hpp).
@@ -120,14 +122,15 @@ struct step_ops<backend::cuda> {
   FERRY_KERNEL_VISIBILITY static void launch(stream_ref<backend::cuda> s, const void* table, std::size_t blocks) {
     launch_step_kernel(table, blocks, s.get());
   }
-  FERRY_KERNEL_VISIBILITY static void* make_graph(const void* table, std::size_t blocks, int device) {
+  FERRY_KERNEL_VISIBILITY static step_graph make_graph(const void* table, std::size_t blocks, int device) {
     return make_step_graph(table, blocks, device);
   }
-  static void replay(stream_ref<backend::cuda> s, void* graph) {
-    FERRY_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), s.get()));
+  static void replay(stream_ref<backend::cuda> s, const step_graph& g) {
+    FERRY_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(g.exec), s.get()));
   }
-  static void destroy_graph(void* graph) {
-    if (graph) FERRY_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)));
+  static void destroy_graph(const step_graph& g) {
+    if (g.exec) FERRY_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g.exec)));
+    if (g.graph) FERRY_CUDA_CHECK(cudaGraphDestroy(static_cast<cudaGraph_t>(g.graph)));
   }
 };
 
