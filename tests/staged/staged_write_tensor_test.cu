@@ -675,7 +675,7 @@ template <class B, class T, class... Ps>
 void adopted_run(std::uint64_t seed) {
   using Tensor = ferry::staged_write_tensor<T, B, Ps...>;
   constexpr std::size_t rows = 13;
-  const std::size_t cols = ferry::detail::elements_per_chunk<T> + 77;  // a full row: 2 chunks
+  const std::size_t cols = 8192 / sizeof(T) + 77;  // a full row: more than 8 KiB (2 chunks)
   ferry::stream<B> s;
   std::mt19937_64 rng(seed);
   model<T> ref(rows, cols);
