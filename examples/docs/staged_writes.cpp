@@ -63,6 +63,19 @@ int main() {
   check(read_back(table, s) == expect, "fused apply: table");
   check(read_back(seq_lens, s) == std::vector<std::int32_t>{16, 17, 18, 19}, "fused: lens");
 
+  // Memory you own as the target (an engine's buffer, a torch tensor's storage): adopted as it
+  // is, never zero-filled nor freed by the tensor; it must outlive the tensor.
+  ferry::device_buffer<std::int32_t, B> owned(2 * 3);
+  ferry::async_h2d(std::vector<std::int32_t>{1, 2, 3, 4, 5, 6}, owned.span(), s);
+  {
+    ferry::staged_write_tensor<std::int32_t, B> lens(owned.span(), 2, 3);
+    check(lens.span().data() == owned.data(), "the target is the caller's memory");
+    lens.stage_write(1, 1, {50, 60});
+    lens.apply_write(s);
+  }  // waits for its apply; `owned` stays
+  check(read_back(owned, s) == std::vector<std::int32_t>{1, 2, 3, 4, 50, 60},
+        "the caller's contents, with the write applied");
+
   // For CUDA graphs that read the target: fixed growth (nothing reallocates after reserve),
   // apply before replay. Beyond the reserved capacity: ferry::capacity_error, nothing recorded.
   ferry::staged_write_tensor<std::int32_t, ferry::presets::graph_safe, B> g(rows, cols);

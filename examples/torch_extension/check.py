@@ -55,14 +55,18 @@ def main(library):
     raises("a destination smaller than the source",
            lambda: torch.ops.ferry.async_h2d(random(65, torch.float32), dst), "the source has")
 
-    # StagedWrite: random writes (later ones win), applied with one launch on torch's current
-    # stream (a side stream here), against torch's own indexing.
+    # StagedWrite over a tensor made by torch (random contents, kept): random writes (later ones
+    # win), applied with one launch on torch's current stream (a side stream here) into that very
+    # tensor, against torch's own slice assignment on a clone.
     rows, cols = 300, 257
-    w = torch.classes.ferry.StagedWrite(rows, cols)
-    view = w.tensor()
-    expected = torch.zeros(rows, cols, device="cuda")
+    target = torch.randn((rows, cols), generator=gen).to("cuda")
+    address = target.data_ptr()
+    w = torch.classes.ferry.StagedWrite(target)
+    check("tensor() is the caller's tensor",
+          w.tensor().data_ptr() == address and w.tensor().shape == target.shape)
+    expected = target.clone()
     side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())  # `expected` was zeroed on the default stream
+    side.wait_stream(torch.cuda.current_stream())  # `target` and `expected` were made on the default stream
     with torch.cuda.stream(side):
         for step in range(3):
             staged = 0  # empty writes are checked but not recorded
@@ -77,17 +81,40 @@ def main(library):
             check(f"step {step}: pending", w.pending() == staged)
             w.apply_write()
             side.synchronize()
-            check(f"step {step}: staged writes match torch", torch.equal(view, expected))
-            check(f"step {step}: torch reads the ferry target",
-                  torch.equal((view * 2).sum(1), (expected * 2).sum(1)))
+            check(f"step {step}: the caller's tensor matches torch's slice assignments",
+                  target.data_ptr() == address and torch.equal(target, expected))
+            check(f"step {step}: torch reads the written tensor",
+                  torch.equal((target * 2).sum(1), (expected * 2).sum(1)))
     raises("a write past the end of a row", lambda: w.stage_write(0, cols - 2, random(3, torch.float32)),
            "stage_write out of bounds")
     check("a failed stage_write records nothing", w.pending() == 0)
-    del w  # the view keeps the ferry target alive
+    w.stage_write(1, 3, random(5, torch.float32))
+    del w  # applies nothing; the caller's tensor stays as it was
     torch.cuda.synchronize()
-    check("the view outlives the extension object", torch.equal(view, expected))
-    del view  # the ferry target goes with its last view, here rather than at interpreter exit
+    check("the caller's tensor outlives the extension object", torch.equal(target, expected))
+
+    # The object holds its tensor: one nobody else holds is still written and read through tensor().
+    w = torch.classes.ferry.StagedWrite(torch.randn((4, 9), generator=gen).to("cuda"))
+    expected = w.tensor().clone()
+    values = random(6, torch.float32)
+    w.stage_write(2, 3, values)
+    w.apply_write()
+    expected[2, 3:9] = values.to("cuda")
     torch.cuda.synchronize()
+    check("a tensor held only by the object takes the writes", torch.equal(w.tensor(), expected))
+    del w
+
+    # The target's checks: from_torch's (dtype, layout, device type) and StagedWrite's own.
+    raises("a float64 target", lambda: torch.classes.ferry.StagedWrite(torch.zeros(4, 4, dtype=torch.float64, device="cuda")),
+           "dtype mismatch")
+    raises("a non-contiguous target", lambda: torch.classes.ferry.StagedWrite(torch.zeros(8, 16, device="cuda")[:, ::2]),
+           "not row-major contiguous")
+    raises("a CPU target", lambda: torch.classes.ferry.StagedWrite(torch.zeros(4, 4)), "device type mismatch")
+    raises("a pinned CPU target", lambda: torch.classes.ferry.StagedWrite(torch.zeros(4, 4).pin_memory()),
+           "the target must be a CUDA tensor")
+    for shape in ((16,), (2, 2, 4)):
+        raises(f"a {len(shape)}-D target", lambda: torch.classes.ferry.StagedWrite(torch.zeros(shape, device="cuda")),
+               "the target must be a 2-D tensor")
 
     print(f"{passed} passed, 0 failed")
 

@@ -1,8 +1,9 @@
 // torch.ops.ferry.async_h2d(src, dst): ferry::async_h2d from a CPU tensor (pageable or pinned)
-// into a CUDA tensor, on torch's current stream. torch.classes.ferry.StagedWrite(rows, cols): a
-// ferry::staged_write_tensor<float>; stage_write(row, start, values) records a write,
-// apply_write() applies all of them on torch's current stream with one launch, and tensor() is
-// the target viewed as a torch tensor (which keeps the ferry object alive).
+// into a CUDA tensor, on torch's current stream. torch.classes.ferry.StagedWrite(target): a
+// ferry::staged_write_tensor<float> that writes into `target`, a 2-D, contiguous float32 CUDA
+// tensor the caller made (its contents are kept; the object holds the tensor, so the memory lives
+// at least as long as the object); stage_write(row, start, values) records a write, apply_write()
+// applies all of them on torch's current stream with one launch, and tensor() is `target` itself.
 #include <ferry/ferry.hpp>
 #include <ferry/interop/torch.hpp>
 
@@ -14,7 +15,9 @@
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 
 namespace ferry_torch {
 namespace {
@@ -47,30 +50,33 @@ void async_h2d(const at::Tensor& src, const at::Tensor& dst) {
 }
 
 struct StagedWrite : torch::CustomClassHolder {
-  StagedWrite(std::int64_t rows, std::int64_t cols)
-      : target(static_cast<std::size_t>(rows), static_cast<std::size_t>(cols)), rows(rows), cols(cols) {}
+  explicit StagedWrite(at::Tensor target) : memory(std::move(target)), writer(adopt(memory)) {}
 
   void stage_write(std::int64_t row, std::int64_t start, const at::Tensor& values) {
     TORCH_CHECK(row >= 0 && start >= 0, "ferry: stage_write: negative row ", row, " or start ", start);
-    target.stage_write(static_cast<std::size_t>(row), static_cast<std::size_t>(start),
+    writer.stage_write(static_cast<std::size_t>(row), static_cast<std::size_t>(start),
                        ferry::from_torch_host<const float>(values));
   }
   void apply() {
-    const c10::cuda::CUDAGuard on_device(device);
-    apply_write(target, ferry::from_torch(c10::cuda::getCurrentCUDAStream()));
+    const c10::cuda::CUDAGuard on_device(memory.device());
+    apply_write(writer, ferry::from_torch(c10::cuda::getCurrentCUDAStream()));
   }
-  std::int64_t pending() const { return static_cast<std::int64_t>(target.pending()); }
-  at::Tensor tensor() {
-    auto self = c10::intrusive_ptr<StagedWrite>::reclaim_copy(this);
-    return at::from_blob(
-        target.span().data(), {rows, cols}, [self](void*) {},
-        at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device));
+  std::int64_t pending() const { return static_cast<std::int64_t>(writer.pending()); }
+  at::Tensor tensor() const { return memory; }
+
+  // from_torch checks definedness, dtype, layout and device type (it would take a pinned CPU
+  // tensor, through UVA); StagedWrite asks for a CUDA tensor of two dimensions.
+  static staged_target adopt(const at::Tensor& t) {
+    const auto span = ferry::from_torch<float>(t, t.get_device());
+    TORCH_CHECK(t.is_cuda(), "ferry: StagedWrite: the target must be a CUDA tensor, got ", t.device());
+    TORCH_CHECK(t.dim() == 2, "ferry: StagedWrite: the target must be a 2-D tensor, got ", t.dim(),
+                " dimensions (shape ", t.sizes(), ")");
+    const c10::cuda::CUDAGuard on_device(t.device());  // ferry's tensor is of the current device
+    return make_target(span, static_cast<std::size_t>(t.size(0)), static_cast<std::size_t>(t.size(1)));
   }
 
-  staged_target target;
-  std::int64_t rows;
-  std::int64_t cols;
-  c10::DeviceIndex device = c10::cuda::current_device();  // where `target` was made
+  at::Tensor memory;     // the target; destroyed after `writer`, which waits for its applies
+  staged_target writer;  // writes into memory's elements
 };
 
 }  // namespace
@@ -78,7 +84,7 @@ struct StagedWrite : torch::CustomClassHolder {
 TORCH_LIBRARY(ferry, m) {
   m.def("async_h2d(Tensor src, Tensor(a!) dst) -> ()", &async_h2d);
   m.class_<StagedWrite>("StagedWrite")
-      .def(torch::init<std::int64_t, std::int64_t>())
+      .def(torch::init<at::Tensor>())
       .def("stage_write", &StagedWrite::stage_write)
       .def("apply_write", &StagedWrite::apply)
       .def("pending", &StagedWrite::pending)

@@ -93,6 +93,7 @@ constexpr row registry[] = {
     {"uva_backed.publish.n_above_size", "std::out_of_range", pool_kept},
     {"uva_backed.publish_rows.n_above_rows", "std::out_of_range", pool_kept},
     {"staged.ctor.bytes_overflow", "std::invalid_argument", "nothing allocated"},
+    {"staged.ctor.adopted_size", "std::invalid_argument", "nothing allocated, the memory unchanged"},
     {"staged.bounds.row", "std::out_of_range", staged_kept},
     {"staged.bounds.start", "std::out_of_range", staged_kept},
     {"staged.bounds.len", "std::out_of_range", staged_kept},
@@ -907,6 +908,24 @@ BAD_INPUT_ROW("staged.ctor.bytes_overflow") {
   const auto before = allocations<B>();
   expect_throw([] { ferry::staged_write_tensor<i64, B> t(two_61, 1); });
   CHECK(allocations<B>() == before);
+}
+
+BAD_INPUT_ROW("staged.ctor.adopted_size") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::stream<B> s;
+  const auto init = ferry_test::random_values<i32>(12, 343);
+  ferry::device_buffer<i32, B> device(12);
+  ferry::pinned_buffer<i32, B> pinned(12);
+  upload(device.span(), init, ferry::stream_ref<B>(s));
+  std::copy(init.begin(), init.end(), pinned.host().begin());
+  const auto before = allocations<B>();
+  expect_throw([&] { tensor<B> t(device.span(), 4, 4); });
+  expect_throw([&] { tensor<B> t(ferry::device_span<i32>(nullptr, 16), 4, 4); });
+  expect_throw([&] { ferry::staged_write_tensor<i32, ferry::target::uva, B> t(pinned.host(), 3, 5); });
+  CHECK(allocations<B>() == before);
+  CHECK(download(ferry::device_span<const i32>(device.span()), ferry::stream_ref<B>(s)) == init);
+  CHECK(std::vector<i32>(pinned.host().begin(), pinned.host().end()) == init);
 }
 
 BAD_INPUT_ROW("staged.bounds.row") {

@@ -94,6 +94,58 @@ TEMPLATE_TEST_CASE("a fused apply equals separate applies", "[staged]", STAGED_B
   }
 }
 
+namespace {
+// A fused apply over tensors that adopted the caller's memory (random contents, a device and a
+// UVA target) and an owned one: each target ends equal to its host model, the adopted ones
+// started from the caller's contents.
+template <class B, class... WriterPolicies>
+void fused_adopted(std::uint64_t seed) {
+  using T = float;
+  using namespace ferry;
+  using Device = staged_write_tensor<T, B>;
+  using Uva = staged_write_tensor<T, B, target::uva>;
+  stream<B> s;
+  std::mt19937_64 rng(seed);
+  model<T> ra(7, 2100), rb(4, 33), rc(6, 500);
+  ra.data = random_bits<T>(ra.data.size(), rng);
+  rb.data = random_bits<T>(rb.data.size(), rng);
+  ferry_test::caller_memory<Device> ma(ra.data, s);
+  ferry_test::caller_memory<Uva> mb(rb.data, s);
+  Device a(ma.adoptable(), 7, 2100);
+  Uva b(mb.adoptable(), 4, 33);
+  Device c(6, 500, s);
+  fused_staged_writer<T, B, WriterPolicies...> writer(3);
+  auto stage = [&](auto& t, model<T>& ref, std::size_t writes) {
+    for (std::size_t w = 0; w < writes; ++w) {
+      const std::size_t row = rng() % ref.rows, start = rng() % (ref.cols + 1);
+      const auto v = random_bits<T>(rng() % (ref.cols - start + 1), rng);
+      t.stage_write(row, start, v);
+      ref.write(row, start, v);
+    }
+  };
+  for (int step = 0; step < 10; ++step) {
+    stage(a, ra, rng() % 20);
+    stage(b, rb, step % 4 == 0 ? 0 : rng() % 20);
+    stage(c, rc, rng() % 20);
+    writer.apply(s, a, c, b);
+    REQUIRE(a.pending() + b.pending() + c.pending() == 0);
+  }
+  REQUIRE(a.span().data() == ma.device().data());
+  REQUIRE(b.span().data() == mb.device().data());
+  REQUIRE(ferry_test::same_bits(ma.read(s), ra.data));
+  REQUIRE(ferry_test::same_bits(mb.read(s), rb.data));
+  REQUIRE(ferry_test::same_bits(read_back<T, B>(c, s), rc.data));
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("a fused apply writes into adopted targets as into owned ones", "[staged]",
+                   STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  SECTION("by_target") { fused_adopted<TestType>(21); }
+  SECTION("uva_direct") { fused_adopted<TestType, ferry::staging::uva_direct>(22); }
+  SECTION("h2d_copy") { fused_adopted<TestType, ferry::staging::h2d_copy>(23); }
+}
+
 TEMPLATE_TEST_CASE("fused apply rejects a repeated tensor or too many tensors and changes nothing",
                    "[staged]", STAGED_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);

@@ -19,6 +19,7 @@
 
 namespace {
 
+using ferry_test::caller_memory;
 using ferry_test::model;
 using ferry_test::random_bits;
 using ferry_test::read_back;
@@ -664,6 +665,125 @@ TEMPLATE_TEST_CASE("size requests that cannot be represented throw and change no
     using namespace ferry;
     run(staged_write_tensor<T, TestType, reuse::caller_fenced, target::uva>(1, 1));
   }
+}
+
+namespace {
+// An adopted target: its random contents are kept (not zero-filled), random staged writes go
+// into the caller's memory (the host model starts from those contents), moves keep the address,
+// and the memory outlives the tensor with the applied contents (never freed by it).
+template <class B, class T, class... Ps>
+void adopted_run(std::uint64_t seed) {
+  using Tensor = ferry::staged_write_tensor<T, B, Ps...>;
+  constexpr std::size_t rows = 13;
+  const std::size_t cols = 8192 / sizeof(T) + 77;  // a full row: more than 8 KiB (2 chunks)
+  ferry::stream<B> s;
+  std::mt19937_64 rng(seed);
+  model<T> ref(rows, cols);
+  ref.data = random_bits<T>(rows * cols, rng);
+  caller_memory<Tensor> mem(ref.data, s);
+  constexpr bool uva = caller_memory<Tensor>::uva;
+  const auto before = ferry::backend_stats_of<B>();
+  auto t = std::make_unique<Tensor>(mem.adoptable(), rows, cols);
+  const auto made = ferry::backend_stats_of<B>();
+  // The tensor allocated no target of its own.
+  if constexpr (uva)
+    CHECK(made.pinned_allocations == before.pinned_allocations);
+  else
+    CHECK(made.device_allocations == before.device_allocations);
+  REQUIRE(t->rows() == rows);
+  REQUIRE(t->cols() == cols);
+  REQUIRE(t->span().data() == mem.device().data());
+  REQUIRE(t->span().size() == rows * cols);
+  REQUIRE(t->view().data_handle() == mem.device().data());
+  REQUIRE(same_bits(mem.read(s), ref.data));  // the caller's contents, not zeros
+  auto pick = [&](std::size_t lo, std::size_t hi) {
+    return std::uniform_int_distribution<std::size_t>(lo, hi)(rng);
+  };
+  auto stage_batch = [&](Tensor& x) {
+    for (std::size_t w = pick(1, 40); w > 0; --w) {
+      const std::size_t row = pick(0, rows - 1), start = pick(0, cols);
+      const auto v = random_bits<T>(pick(0, cols - start), rng);
+      x.stage_write(row, start, v);
+      ref.write(row, start, v);
+    }
+  };
+  for (int batch = 0; batch < 8; ++batch) {
+    stage_batch(*t);
+    t->apply_write(s);
+  }
+  INFO("first difference at " << ferry_test::first_difference(mem.read(s), ref.data));
+  REQUIRE(same_bits(mem.read(s), ref.data));
+  // A move keeps the caller's address; the moved-to tensor writes into it.
+  Tensor moved(std::move(*t));
+  REQUIRE(moved.span().data() == mem.device().data());
+  REQUIRE(t->size() == 0);  // NOLINT: moved-from is empty
+  stage_batch(moved);
+  moved.apply_write(s);
+  // Assigning over the adopting tensor frees none of the caller's memory.
+  moved = Tensor(rows, cols, s);
+  REQUIRE(moved.span().data() != mem.device().data());
+  REQUIRE(same_bits(mem.read(s), ref.data));
+  // Back to the adopting tensor: applied and destroyed without waiting; the memory stays.
+  *t = Tensor(mem.adoptable(), rows, cols);
+  stage_batch(*t);
+  t->apply_write(s);
+  t.reset();
+  REQUIRE(same_bits(mem.read(s), ref.data));
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("an adopted target keeps the caller's contents and memory and takes the writes",
+                   "[staged]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using namespace ferry;
+  SECTION("device target by_target") { adopted_run<TestType, std::int32_t>(81); }
+  SECTION("device target uva_direct float") {
+    adopted_run<TestType, float, staging::uva_direct>(82);
+  }
+  SECTION("device target h2d_copy caller_fenced int64") {
+    adopted_run<TestType, std::int64_t, staging::h2d_copy, reuse::caller_fenced>(83);
+  }
+  SECTION("uva target by_target") { adopted_run<TestType, std::int32_t, target::uva>(84); }
+  SECTION("uva target h2d_copy uint16") {
+    adopted_run<TestType, std::uint16_t, target::uva, staging::h2d_copy>(85);
+  }
+}
+
+TEMPLATE_TEST_CASE("adopting memory of the wrong size or a null address throws and keeps it",
+                   "[staged]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using T = std::int32_t;
+  using Catch::Matchers::ContainsSubstring;
+  auto run = [](auto tag) {
+    using Tensor = decltype(tag);
+    ferry::stream<B> s;
+    std::mt19937_64 rng(91);
+    const auto init = random_bits<T>(12, rng);
+    caller_memory<Tensor> mem(init, s);
+    const auto before = ferry::backend_stats_of<B>();
+    REQUIRE_THROWS_WITH(Tensor(mem.adoptable(), 4, 4),
+                        ContainsSubstring("ferry: ") && ContainsSubstring("holds 12 elements") &&
+                            ContainsSubstring("4 x 4") && ContainsSubstring("needs 16"));
+    REQUIRE_THROWS_AS(Tensor(mem.adoptable(), 3, 3), std::invalid_argument);
+    REQUIRE_THROWS_AS(Tensor(mem.adoptable().first(11), 3, 4), std::invalid_argument);
+    REQUIRE_THROWS_AS(Tensor(mem.adoptable(), 0, 12), std::invalid_argument);
+    REQUIRE_THROWS_AS(Tensor(mem.adoptable(), std::size_t{1} << 62, 4), std::invalid_argument);
+    const auto after = ferry::backend_stats_of<B>();
+    CHECK(after.pinned_allocations == before.pinned_allocations);
+    CHECK(after.device_allocations == before.device_allocations);
+    REQUIRE(mem.read(s) == init);
+    // A null address with elements: rejected; without elements, an empty target.
+    if constexpr (!caller_memory<Tensor>::uva)
+      REQUIRE_THROWS_WITH(Tensor(ferry::device_span<T>(nullptr, 12), 3, 4),
+                          ContainsSubstring("ferry: ") && ContainsSubstring("12 elements") &&
+                              ContainsSubstring("null address"));
+    Tensor empty(decltype(mem.adoptable()){}, 0, 5);
+    REQUIRE(empty.size() == 0);
+    REQUIRE_THROWS_AS(empty.stage_write(0, 0, std::vector<T>{}), std::out_of_range);
+  };
+  SECTION("device target") { run(ferry::staged_write_tensor<T, B>(1, 1)); }
+  SECTION("uva target") { run(ferry::staged_write_tensor<T, B, ferry::target::uva>(1, 1)); }
 }
 
 #if defined(__CUDACC__)

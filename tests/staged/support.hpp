@@ -1,6 +1,6 @@
 // Test support for staged writes: random element values (bit patterns, so that every element
-// type, __half included, is covered without conversions), a host model of a target, and reading
-// a target back.
+// type, __half included, is covered without conversions), a host model of a target, memory the
+// caller owns for a tensor to adopt, and reading a target back.
 #pragma once
 
 #include <support/backends.hpp>
@@ -58,6 +58,42 @@ std::vector<T> read_back(const Tensor& t, ferry::stream_ref<B> s) {
   s.synchronize();
   return std::vector<T>(out.host().begin(), out.host().end());
 }
+
+/// Memory the caller owns, for a tensor of type Tensor to adopt: a device_buffer (target::device)
+/// or a pinned_buffer (target::uva), filled with `init` through ferry's public copies.
+template <class Tensor>
+struct caller_memory {
+  using T = typename Tensor::value_type;
+  using B = typename Tensor::backend_type;
+  static constexpr bool uva = Tensor::target_kind::memory == ferry::memory_kind::uva;
+  std::conditional_t<uva, ferry::pinned_buffer<T, B>, ferry::device_buffer<T, B>> buffer;
+
+  caller_memory(const std::vector<T>& init, ferry::stream_ref<B> s) : buffer(init.size()) {
+    ferry::async_h2d(init, device(), s);
+    s.synchronize();
+  }
+  /// What the tensor adopts: the device_span, or the pinned_span of the host memory.
+  auto adoptable() const {
+    if constexpr (uva)
+      return buffer.host();
+    else
+      return buffer.span();
+  }
+  /// The memory's device-accessible address, as the tensor's span() gives it.
+  ferry::device_span<T> device() const {
+    if constexpr (uva)
+      return buffer.device();
+    else
+      return buffer.span();
+  }
+  /// The memory as it is once `s` has passed the work enqueued so far.
+  std::vector<T> read(ferry::stream_ref<B> s) const {
+    ferry::pinned_buffer<T, B> out(buffer.size());
+    ferry::async_d2h(device(), out.host(), s);
+    s.synchronize();
+    return std::vector<T>(out.host().begin(), out.host().end());
+  }
+};
 
 /// Bitwise equality of two element vectors.
 template <class T>

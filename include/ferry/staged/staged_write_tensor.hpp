@@ -10,6 +10,7 @@
 #include <ferry/memory/device_span.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/memory/pinned_buffer.hpp>
+#include <ferry/memory/pinned_span.hpp>
 #include <ferry/policies/detail/select.hpp>
 #include <ferry/policies/growth.hpp>
 #include <ferry/policies/reuse.hpp>
@@ -27,6 +28,7 @@
 #include <ranges>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -35,9 +37,17 @@ namespace ferry {
 template <class T, class... Policies>
 class fused_staged_writer;
 
-/// A persistent row-major `rows x cols` target of T (zero-filled at construction), updated by
-/// diffs: `stage_write` records row-segment writes on the host (straight into pinned staging
-/// memory), `apply_write(stream)` applies all of them with one kernel launch.
+/// A persistent row-major `rows x cols` target of T, updated by diffs: `stage_write` records
+/// row-segment writes on the host (straight into pinned staging memory), `apply_write(stream)`
+/// applies all of them with one kernel launch.
+///
+/// The target is the tensor's own (allocated and zero-filled at construction), or memory the
+/// caller owns, adopted as it is (its contents are kept): a device_span<T> for `target::device`,
+/// a pinned_span<T> (pinned, mapped host memory) for `target::uva`. Adopted memory is not freed
+/// by the tensor and must outlive it; the destructor waits for the tensor's applies before it
+/// returns, so the caller may free the memory once the tensor is gone. The address is the
+/// caller's (`span().data()` is it), and the caller orders its own work on the memory with the
+/// applies by their streams.
 ///
 /// Policies (any order, each family at most once): TargetKind (`target::device`: device memory,
 /// default; `target::uva`: pinned, mapped host memory that kernels read and write in place),
@@ -58,7 +68,8 @@ class fused_staged_writer;
 /// fences, or under reuse::caller_fenced, which records none, for the whole device once a staging
 /// slot has been handed to a stream (synchronize_device; never for a tensor that has not applied).
 ///
-/// Move-only; a moved-from tensor is empty. Not thread-safe.
+/// Move-only (owned or adopted, the target stays where it is: spans and views stay valid); a
+/// moved-from tensor is empty. Not thread-safe.
 template <class T, class... Policies>
 class staged_write_tensor {
   static_assert((detail::check_element<T>(), true));
@@ -96,22 +107,46 @@ class staged_write_tensor {
   /// synchronizes a private stream: construction is not a hot path). `slots` staging slots rotate
   /// (more slots amortize fence queries when the host runs ahead of the GPU).
   staged_write_tensor(std::size_t rows, std::size_t cols, std::size_t slots = 2)
-      : staged_write_tensor(rows, cols, slots, nullptr) {
+      : staged_write_tensor(storage_type(checked_size(rows, cols)), rows, cols, slots) {
     if constexpr (!uva_target) {
       stream<B> s;
-      ops::fill_zero_async(target_.data(), bytes(), s);
+      ops::fill_zero_async(target_, bytes(), s);
       s.synchronize();
     }
   }
   /// A zero-filled rows x cols target, the fill enqueued on `s` (work on `s` after the
   /// constructor sees zeros).
   staged_write_tensor(std::size_t rows, std::size_t cols, stream_ref<B> s, std::size_t slots = 2)
-      : staged_write_tensor(rows, cols, slots, nullptr) {
+      : staged_write_tensor(storage_type(checked_size(rows, cols)), rows, cols, slots) {
     [[maybe_unused]] const auto on_device = ops::enter(s, device_);
     if constexpr (!uva_target) {
-      ops::fill_zero_async(target_.data(), bytes(), s);
+      ops::fill_zero_async(target_, bytes(), s);
       core_->pool().note_fill(s);
     }
+  }
+  /// target::device: the rows x cols target is `target`, device memory the caller owns, adopted:
+  /// its contents are kept (nothing is filled or enqueued) and the tensor never frees it, so it
+  /// must outlive the tensor. `target.size() != rows * cols`, or a null address with a nonzero
+  /// size: std::invalid_argument naming them, nothing allocated.
+  staged_write_tensor(device_span<T> target, std::size_t rows, std::size_t cols, std::size_t slots = 2)
+      : staged_write_tensor(storage_type(), adopted(target.data(), target.size(), rows, cols), rows,
+                            cols, slots) {
+    static_assert(!uva_target,
+                  "ferry: a staged_write_tensor with target::uva adopts pinned, mapped host memory "
+                  "as a pinned_span<T>, not a device_span<T>.");
+  }
+  /// target::uva: the rows x cols target is `target`, pinned, mapped host memory the caller owns
+  /// (from a pinned_buffer, ferry::assume_pinned or ferry::from_torch_pinned), adopted as by the
+  /// device_span constructor; kernels write it in place through its UVA address
+  /// (`target.mapped()`), and the host reads it once the stream has passed the apply.
+  staged_write_tensor(pinned_span<T> target, std::size_t rows, std::size_t cols, std::size_t slots = 2)
+      : staged_write_tensor(storage_type(),
+                            adopted(target.mapped().data(), target.size(), rows, cols), rows, cols,
+                            slots) {
+    static_assert(uva_target,
+                  "ferry: a staged_write_tensor with target::device adopts device memory as a "
+                  "device_span<T>; pinned host memory (a pinned_span<T>) is adopted by a tensor "
+                  "with target::uva.");
   }
 
   /// Takes over the target and the staged writes; spans and views handed out stay valid; `o` is
@@ -120,13 +155,15 @@ class staged_write_tensor {
       : device_(o.device_),
         rows_(std::exchange(o.rows_, 0)),
         cols_(std::exchange(o.cols_, 0)),
-        target_(std::move(o.target_)),
+        owned_(std::move(o.owned_)),
+        target_(std::exchange(o.target_, nullptr)),
         core_(std::move(o.core_)) {}
-  /// Waits for this tensor's applies and frees its target, then takes over `o`'s.
+  /// Waits for this tensor's applies and frees its target (if it owns it), then takes over `o`'s.
   staged_write_tensor& operator=(staged_write_tensor&& o) noexcept {
     if (this != &o) {
       core_.reset();  // waits for this tensor's applies before its target goes
-      target_ = std::move(o.target_);
+      owned_ = std::exchange(o.owned_, storage_type());  // the old storage goes with the temporary
+      target_ = std::exchange(o.target_, nullptr);
       core_ = std::move(o.core_);
       device_ = o.device_;
       rows_ = std::exchange(o.rows_, 0);
@@ -134,7 +171,8 @@ class staged_write_tensor {
     }
     return *this;
   }
-  /// Waits for every apply that reads its staging or writes its target, then frees them.
+  /// Waits for every apply that reads its staging or writes its target, then frees the staging and
+  /// the target it owns (never adopted memory).
   ~staged_write_tensor() = default;
 
   /// Records a write of the elements of `range` to [row][start, start + n). Checks first, even
@@ -212,13 +250,14 @@ class staged_write_tensor {
         target_address(), src, [&]() noexcept { c.abandon(); }));
   }
 
-  /// The whole target, row-major (device memory, or the UVA view of pinned memory).
+  /// The whole target, row-major (device memory, or the UVA view of pinned memory; for adopted
+  /// memory, the caller's address).
   [[nodiscard]] device_span<T> span() const noexcept {
-    return {reinterpret_cast<T*>(target_address()), rows_ * cols_};
+    return {target_, rows_ * cols_};
   }
   /// The target as a rows x cols view usable in device code (ferry::staged_view<T>).
   [[nodiscard]] staged_view<T> view() const noexcept {
-    return staged_view<T>(reinterpret_cast<T*>(target_address()), rows_, cols_);
+    return staged_view<T>(target_, rows_, cols_);
   }
   /// Number of rows.
   [[nodiscard]] std::size_t rows() const noexcept { return rows_; }
@@ -231,11 +270,17 @@ class staged_write_tensor {
   template <class, class...>
   friend class fused_staged_writer;
 
-  staged_write_tensor(std::size_t rows, std::size_t cols, std::size_t slots, std::nullptr_t)
+  // An owned target: `owned`, just allocated.
+  staged_write_tensor(storage_type&& owned, std::size_t rows, std::size_t cols, std::size_t slots)
+      : staged_write_tensor(std::move(owned), device_address(owned), rows, cols, slots) {}
+  // The target at the device-accessible address `target`, owned by `owned` unless that is empty.
+  staged_write_tensor(storage_type&& owned, T* target, std::size_t rows, std::size_t cols,
+                      std::size_t slots)
       : device_(ops::current_device()),
         rows_(rows),
         cols_(cols),
-        target_(checked_size(rows, cols)),
+        owned_(std::move(owned)),
+        target_(target),
         core_(std::make_unique<core_type>(rows, cols, slots, device_, default_arena<B>())) {
     detail::preload_apply<T, B>();  // never load a kernel module inside a later apply
   }
@@ -246,6 +291,25 @@ class staged_write_tensor {
                                   " x " + std::to_string(cols) + " elements overflows size_t");
     return rows * cols;
   }
+  // The address of adopted memory of `size` elements, checked to be a rows x cols target.
+  static T* adopted(T* data, std::size_t size, std::size_t rows, std::size_t cols) {
+    const std::size_t n = checked_size(rows, cols);
+    if (size != n)
+      throw std::invalid_argument("ferry: staged_write_tensor: the adopted memory holds " +
+                                  std::to_string(size) + " elements, but a " + std::to_string(rows) +
+                                  " x " + std::to_string(cols) + " target needs " +
+                                  std::to_string(n));
+    if (data == nullptr && size != 0)
+      throw std::invalid_argument("ferry: staged_write_tensor: the adopted memory of " +
+                                  std::to_string(size) + " elements has a null address");
+    return data;
+  }
+  static T* device_address(const storage_type& s) noexcept {
+    if constexpr (uva_target)
+      return s.device().data();
+    else
+      return s.data();
+  }
   [[nodiscard]] std::size_t bytes() const noexcept { return rows_ * cols_ * sizeof(T); }
   core_type& core() {
     if (!core_) throw error("ferry: use of a moved-from staged_write_tensor");
@@ -255,15 +319,14 @@ class staged_write_tensor {
     return reinterpret_cast<std::uintptr_t>(ops::mapped(const_cast<void*>(host)));
   }
   [[nodiscard]] std::uintptr_t target_address() const noexcept {
-    if constexpr (uva_target)
-      return reinterpret_cast<std::uintptr_t>(target_.device().data());
-    else
-      return reinterpret_cast<std::uintptr_t>(target_.data());
+    return reinterpret_cast<std::uintptr_t>(target_);
   }
 
   int device_;
   std::size_t rows_, cols_;
-  storage_type target_;            // destroyed after core_, which waits for the applies
+  storage_type owned_;  // the target if owned (empty if adopted); destroyed after core_, which
+                        // waits for the applies
+  T* target_;           // the target's device-accessible address: owned_'s or the caller's
   std::unique_ptr<core_type> core_;
 };
 
