@@ -35,5 +35,6 @@
 #include <ferry/staged/fused_staged_writer.hpp>
 #include <ferry/staged/staged_view.hpp>
 #include <ferry/staged/staged_write_tensor.hpp>
+#include <ferry/staged/staging_memory.hpp>
 
 #include <ferry/step/step_batch.hpp>

@@ -94,6 +94,7 @@ constexpr row registry[] = {
     {"uva_backed.publish_rows.n_above_rows", "std::out_of_range", pool_kept},
     {"staged.ctor.bytes_overflow", "std::invalid_argument", "nothing allocated"},
     {"staged.ctor.adopted_size", "std::invalid_argument", "nothing allocated, the memory unchanged"},
+    {"staged.ctor.null_arena", "std::invalid_argument", "nothing leaked"},
     {"staged.bounds.row", "std::out_of_range", staged_kept},
     {"staged.bounds.start", "std::out_of_range", staged_kept},
     {"staged.bounds.len", "std::out_of_range", staged_kept},
@@ -926,6 +927,20 @@ BAD_INPUT_ROW("staged.ctor.adopted_size") {
   CHECK(allocations<B>() == before);
   CHECK(download(ferry::device_span<const i32>(device.span()), ferry::stream_ref<B>(s)) == init);
   CHECK(std::vector<i32>(pinned.host().begin(), pinned.host().end()) == init);
+}
+
+BAD_INPUT_ROW("staged.ctor.null_arena") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::stream<B> s;
+  auto live = [] {
+    const auto st = ferry::backend_stats_of<B>();
+    return st.pinned_allocations - st.pinned_frees + st.device_allocations - st.device_frees;
+  };
+  const auto before = live();
+  expect_throw([&] { tensor<B> t(4, 4, s, 2, {.arena = nullptr}); });  // the target is freed
+  expect_throw([&] { ferry::fused_staged_writer<i32, B> w(2, 2, {.arena = nullptr}); });
+  CHECK(live() == before);
 }
 
 BAD_INPUT_ROW("staged.bounds.row") {

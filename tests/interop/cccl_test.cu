@@ -1,8 +1,9 @@
 // CCCL interop: stream_ref<backend::cuda> <-> cuda::stream_ref, device_span -> cuda::std::span
 // (read by a kernel under nvcc), and the allocator seam of <ferry/interop/cccl.hpp>: an engine's
 // pool modelling ferry::device_memory_resource / ferry::pinned_memory_resource behind a
-// non-owning resource ref, and a CCCL 3.0 cuda::mr resource (experimental, enabled here) backing a
-// pinned_arena through cccl_pinned_resource.
+// non-owning resource ref, a CCCL 3.0 cuda::mr resource (experimental, enabled here) backing a
+// pinned_arena through cccl_pinned_resource, and a CCCL 3.0 async resource backing a
+// device_buffer through cccl_device_resource.
 #define LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE 1  // before any CCCL header
 
 #include <support/backends.hpp>
@@ -199,6 +200,60 @@ TEMPLATE_TEST_CASE("a CCCL cuda::mr resource backs a pinned_arena through cccl_p
     CHECK(pool.live >= 1);
   }
   CHECK(pool.live == 0);
+}
+
+namespace {
+// A CCCL 3.0 stream-ordered resource of device memory (cudaMallocAsync / cudaFreeAsync on the
+// stream it is given), counting its live blocks and remembering the stream of each call.
+class cccl_device_pool {
+ public:
+  void* allocate(std::size_t, std::size_t) { throw std::bad_alloc(); }  // ferry never calls it
+  void deallocate(void*, std::size_t, std::size_t) {}
+  void* allocate_async(std::size_t bytes, std::size_t, cuda::stream_ref s) {
+    void* p = nullptr;
+    if (cudaMallocAsync(&p, bytes, s.get()) != cudaSuccess) throw std::bad_alloc();
+    live[p] = bytes;
+    last_stream = s.get();
+    return p;
+  }
+  void deallocate_async(void* p, std::size_t bytes, std::size_t, cuda::stream_ref s) {
+    if (live.at(p) == bytes && cudaFreeAsync(p, s.get()) == cudaSuccess) live.erase(p);
+    last_stream = s.get();
+  }
+  bool operator==(const cccl_device_pool& o) const noexcept { return this == &o; }
+  bool operator!=(const cccl_device_pool& o) const noexcept { return this != &o; }
+  friend constexpr void get_property(const cccl_device_pool&,
+                                     cuda::mr::device_accessible) noexcept {}
+  std::map<void*, std::size_t> live;
+  cudaStream_t last_stream = nullptr;
+};
+}  // namespace
+
+static_assert(cuda::mr::async_resource_with<cccl_device_pool, cuda::mr::device_accessible>);
+// CCCL 3.0's member names: not ferry's contract, until adapted.
+static_assert(!ferry::device_memory_resource<cccl_device_pool, ferry::backend::cuda>);
+static_assert(ferry::device_memory_resource<ferry::cccl_device_resource<cccl_device_pool>,
+                                            ferry::backend::cuda>);
+
+TEST_CASE("a CCCL cuda::mr async resource backs a device_buffer through cccl_device_resource",
+          "[interop][cccl]") {
+  FERRY_REQUIRE_BACKEND(ferry::backend::cuda);
+  using B = ferry::backend::cuda;
+  ferry::stream<B> s;
+  cccl_device_pool pool;
+  ferry::cccl_device_resource<cccl_device_pool> adapted(pool);
+  {
+    const auto values = ferry_test::random_values<std::int64_t>(50000, 27);
+    ferry::device_buffer<std::int64_t, B> buf(values.size(), s, adapted);
+    REQUIRE(pool.live.count(buf.data()) == 1);
+    CHECK(pool.live.at(buf.data()) == values.size() * sizeof(std::int64_t));
+    CHECK(pool.last_stream == s.get());
+    ferry::async_h2d(values, buf.span(), s);
+    CHECK(ferry_test::read_back(buf.span(), s) == values);
+  }
+  CHECK(pool.live.empty());  // given back on s
+  CHECK(pool.last_stream == s.get());
+  s.synchronize();
 }
 #endif
 

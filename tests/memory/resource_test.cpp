@@ -1,17 +1,24 @@
-// Tests for include/ferry/memory/resource.hpp as pinned_arena uses it: an engine's pinned pool
-// behind a pinned_resource_ref is the source of the arena's blocks (counted, in its range, all
-// given back), ferry's transfers staged through such an arena move the right data, and a failing
-// or unfit resource leaves the arena unchanged.
+// Tests for include/ferry/memory/resource.hpp as pinned_arena and device_buffer use it: an
+// engine's pinned pool behind a pinned_resource_ref is the source of the arena's blocks (counted,
+// in its range, all given back), ferry's transfers staged through such an arena move the right
+// data, and a failing or unfit resource leaves the arena unchanged; an engine's device resource
+// behind a device_resource_ref backs a device_buffer in stream order (given back on its stream
+// with its size and alignment), and its failures are ferry::out_of_memory with nothing leaked.
 #include <support/backends.hpp>
+#include <support/device_resource.hpp>
 #include <transfer/transfer_support.hpp>
 
 #include <catch2/catch_template_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_exception.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <new>
 #include <set>
+#include <stdexcept>
 #include <vector>
 
 namespace {
@@ -179,6 +186,102 @@ TEMPLATE_TEST_CASE("an upstream resource that fails leaves the arena unchanged",
   const auto c = arena.acquire(1000);  // a new one from the recovered resource
   CHECK(pool.owns(c.data));
   arena.release(c);
+}
+
+using host_device_pool = ferry_test::counting_device_resource<ferry::backend::host>;
+static_assert(ferry::device_memory_resource<host_device_pool, ferry::backend::host>);
+static_assert(std::is_constructible_v<ferry::device_buffer<int, ferry::backend::host>, std::size_t,
+                                      ferry::stream_ref<ferry::backend::host>, host_device_pool&>);
+
+TEMPLATE_TEST_CASE("a device_buffer from a device resource is allocated and given back in order",
+                   "[device_buffer][resource]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  ferry_test::counting_device_resource<B> pool;
+  ferry::stream<B> s;
+  const auto backend_before = ferry::backend_stats_of<B>();
+  {
+    std::vector<ferry::device_buffer<std::int32_t, B>> held;
+    for (const std::size_t n : {1u, 1000u, 4097u, 65536u}) {
+      const auto values = ferry_test::random_values<std::int32_t>(n, 50 + n);
+      ferry::device_buffer<std::int32_t, B> buf(n, s, pool);
+      REQUIRE(buf.size() == n);
+      REQUIRE(pool.live.count(buf.data()) == 1);  // the resource's block itself
+      CHECK(pool.live.at(buf.data()).bytes == n * sizeof(std::int32_t));
+      CHECK(pool.live.at(buf.data()).alignment == ferry::device_alignment);
+      CHECK(pool.allocation_streams.back() == ferry::stream_ref<B>(s));
+      ferry::async_h2d(values, buf.span(), s);  // pageable: staged, then copied on s
+      CHECK(ferry_test::read_back(buf.span(), s) == values);
+      held.push_back(std::move(buf));  // moved: still given back once
+    }
+    CHECK(pool.allocations == 4);
+    CHECK(pool.deallocations == 0);
+    // A buffer whose copy is still queued on s when it goes: given back on s at once, without
+    // waiting (the stream is held), so that the resource frees it after that copy.
+    {
+      ferry_test::gate<B> g(s);
+      {
+        const auto values = ferry_test::random_values<std::int64_t>(30000, 51);
+        ferry::device_buffer<std::int64_t, B> last(values.size(), s, pool);
+        ferry::async_h2d(values, last.span(), s);
+      }
+      CHECK(pool.deallocations == 1);
+      CHECK(pool.deallocation_streams.back() == ferry::stream_ref<B>(s));
+      g.open();
+    }
+    ferry::device_buffer<std::int32_t, B> empty(0, s, pool);  // nothing asked of the resource
+    CHECK(empty.size() == 0);
+    CHECK(pool.calls == 5);
+  }
+  s.synchronize();
+  CHECK(pool.all_given_back());
+  CHECK(pool.given_back_on({s}));
+  // The resource's blocks are not ferry's allocations.
+  CHECK(ferry::backend_stats_of<B>().device_allocations == backend_before.device_allocations);
+}
+
+TEMPLATE_TEST_CASE("a failing device resource: device_buffer throws ferry::out_of_memory, no leak",
+                   "[device_buffer][resource]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using failure = typename ferry_test::counting_device_resource<B>::failure;
+  using buffer = ferry::device_buffer<float, B>;
+  using Catch::Matchers::MessageMatches, Catch::Matchers::StartsWith;
+  ferry_test::counting_device_resource<B> pool;
+  ferry::stream<B> s;
+  SECTION("null") {
+    pool.fail = failure::null;
+    REQUIRE_THROWS_MATCHES(buffer(100, s, pool), ferry::out_of_memory,
+                           MessageMatches(StartsWith("ferry: out of device memory: the "
+                                                     "device_buffer's resource returned null for "
+                                                     "400 bytes")));
+  }
+  SECTION("std::bad_alloc") {
+    pool.fail = failure::bad_alloc;
+    REQUIRE_THROWS_MATCHES(buffer(100, s, pool), ferry::out_of_memory,
+                           MessageMatches(StartsWith("ferry: out of device memory: the "
+                                                     "device_buffer's resource failed to allocate "
+                                                     "400 bytes")));
+  }
+  SECTION("a block below device_alignment is given back: ferry::error") {
+    pool.fail = failure::misaligned;
+    REQUIRE_THROWS_AS(buffer(100, s, pool), ferry::error);
+    CHECK(pool.deallocations == 1);
+  }
+  SECTION("a size that overflows size_t: std::invalid_argument, nothing asked") {
+    constexpr std::size_t huge = std::numeric_limits<std::size_t>::max() / 2;
+    REQUIRE_THROWS_AS(buffer(huge, s, pool), std::invalid_argument);
+    CHECK(pool.calls == 0);
+  }
+  s.synchronize();
+  CHECK(pool.all_given_back());
+  // The resource recovered: the next buffer comes from it.
+  pool.fail = failure::none;
+  const auto values = ferry_test::random_values<float>(100, 52);
+  buffer ok(values.size(), s, pool);
+  ferry::async_h2d(values, ok.span(), s);
+  CHECK(ferry_test::read_back(ok.span(), s) == values);
+  CHECK(pool.live.count(ok.data()) == 1);
 }
 
 #if FERRY_HAS_CUDA

@@ -1,12 +1,15 @@
-// Tests for include/ferry/staged/fused_staged_writer.hpp.
+// Tests for include/ferry/staged/fused_staged_writer.hpp (and staging_memory.hpp as it takes it).
 #if defined(__CUDACC__)
 #include <ferry/ferry.cuh>
 #endif
 #include <staged/support.hpp>
+#include <support/device_resource.hpp>
 
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -357,4 +360,103 @@ TEMPLATE_TEST_CASE("fused reserve of sizes that cannot be represented throws and
   for (std::size_t row = 0; row < 4; ++row) stage(a, ra, row, 0, 300);
   REQUIRE_THROWS_AS(w.apply(s, a), ferry::capacity_error);
   REQUIRE(a.pending() == 4);
+}
+
+TEMPLATE_TEST_CASE("staging_memory: an engine's arena and device resource back a writer's memory",
+                   "[staged][resource]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using T = float;
+  using namespace ferry;
+  stream<B> s, s2;  // the streams the writer applies on outlive it
+  ferry_test::counting_device_resource<B> pool;
+  pinned_arena<B> arena, tensor_arena;
+  // The tensors stage in an arena of their own (their device memory is ferry's); the writer's
+  // staging comes from `arena`, its scratch from the resource.
+  staged_write_tensor<T, B> a(9, 3000, s, 2, {.arena = &tensor_arena});
+  staged_write_tensor<T, B, target::uva> b(5, 400, s, 2, {.arena = &tensor_arena});
+  model<T> ra(9, 3000), rb(5, 400);
+  const auto default_before = default_arena<B>().stats();
+  const auto device_before = backend_stats_of<B>().device_allocations;  // a's target is ferry's
+  std::mt19937_64 rng(60);
+  using ferry_test::stage_random_writes;
+  {
+    fused_staged_writer<T, B, staging::h2d_copy> w(2, 3, {.arena = &arena, .device = pool});
+    w.reserve(64, 4096);  // the chunk tables only: a resource's scratch comes at a copying apply
+    CHECK(pool.calls == 0);
+    CHECK(arena.stats().allocations >= 3);
+    stream_ref<B> prev = s;
+    for (int step = 0; step < 30; ++step) {
+      // Growing: a reused slot's scratch is outgrown.
+      stage_random_writes(a, ra, rng, 1 + rng() % (3 + step), step < 15 ? 200 : 3000);
+      stage_random_writes(b, rb, rng, rng() % 20, 400);
+      const stream_ref<B> on = step % 5 == 4 ? s2 : s;
+      if (!(on == prev)) prev.synchronize();  // applies on two streams are not ordered otherwise
+      w.apply(on, a, b);
+      prev = on;
+    }
+    prev.synchronize();
+    {
+      ferry_test::gate<B> g(s);  // every apply behind it takes its own slot and scratch
+      const auto before_held = pool.allocations;
+      for (int i = 0; i < 5; ++i) {
+        stage_random_writes(a, ra, rng, 10, 3000);
+        w.apply(s, a, b);
+      }
+      CHECK(pool.allocations > before_held);
+      g.open();
+    }
+    REQUIRE(ferry_test::same_bits(read_back<T, B>(a, s), ra.data));
+    REQUIRE(ferry_test::same_bits(read_back<T, B>(b, s), rb.data));
+    CHECK(pool.allocations >= 2);
+    CHECK(pool.deallocations >= 1);  // an outgrown scratch, given back at its apply
+    CHECK(default_arena<B>().stats().allocations == default_before.allocations);
+  }
+  s.synchronize();
+  s2.synchronize();
+  CHECK(pool.all_given_back());
+  CHECK(pool.given_back_on({s, s2}));
+  CHECK(backend_stats_of<B>().device_allocations == device_before);
+  CHECK(tensor_arena.stats().allocations >= 2);
+}
+
+TEMPLATE_TEST_CASE("a writer whose device resource runs out: out_of_memory, every tensor's writes kept",
+                   "[staged][resource]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using T = std::int32_t;
+  using failure = typename ferry_test::counting_device_resource<B>::failure;
+  using namespace ferry;
+  stream<B> s;
+  ferry_test::counting_device_resource<B> pool;
+  const failure how = GENERATE(failure::null, failure::bad_alloc);
+  {
+    staged_write_tensor<T, B> a(6, 700, s);
+    staged_write_tensor<T, B, target::uva> b(3, 90, s);
+    model<T> ra(6, 700), rb(3, 90);
+    fused_staged_writer<T, B, staging::h2d_copy> w(2, 2, {.device = pool});
+    std::mt19937_64 rng(61);
+    ferry_test::stage_random_writes(a, ra, rng, 4, 700);
+    ferry_test::stage_random_writes(b, rb, rng, 3, 90);
+    w.apply(s, a, b);  // the first slot and its scratch
+    const auto applied_a = read_back<T, B>(a, s), applied_b = read_back<T, B>(b, s);
+    REQUIRE(ferry_test::same_bits(applied_a, ra.data));
+    REQUIRE(ferry_test::same_bits(applied_b, rb.data));
+    ferry_test::stage_random_writes(a, ra, rng, 5, 700);
+    ferry_test::stage_random_writes(b, rb, rng, 2, 90);
+    pool.fail = how;  // the second slot's scratch
+    REQUIRE_THROWS_AS(w.apply(s, a, b), out_of_memory);
+    CHECK(pool.calls == 2);
+    CHECK(a.pending() == 5);
+    CHECK(b.pending() == 2);
+    REQUIRE(read_back<T, B>(a, s) == applied_a);  // nothing applied
+    REQUIRE(read_back<T, B>(b, s) == applied_b);
+    pool.fail = failure::none;
+    w.apply(s, a, b);  // retried
+    CHECK(a.pending() == 0);
+    REQUIRE(ferry_test::same_bits(read_back<T, B>(a, s), ra.data));
+    REQUIRE(ferry_test::same_bits(read_back<T, B>(b, s), rb.data));
+  }
+  s.synchronize();
+  CHECK(pool.all_given_back());
 }

@@ -1,13 +1,17 @@
-// Tests for include/ferry/staged/staged_write_tensor.hpp (and the apply kernel / host loop).
+// Tests for include/ferry/staged/staged_write_tensor.hpp (and the apply kernel / host loop), and
+// for include/ferry/staged/staging_memory.hpp as a tensor takes it.
 #if defined(__CUDACC__)
 #include <ferry/ferry.cuh>
 #endif
 #include <staged/support.hpp>
+#include <support/device_resource.hpp>
 
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -784,6 +788,147 @@ TEMPLATE_TEST_CASE("adopting memory of the wrong size or a null address throws a
   };
   SECTION("device target") { run(ferry::staged_write_tensor<T, B>(1, 1)); }
   SECTION("uva target") { run(ferry::staged_write_tensor<T, B, ferry::target::uva>(1, 1)); }
+}
+
+TEMPLATE_TEST_CASE("staging_memory: an engine's arena and device resource back a tensor's memory",
+                   "[staged][resource]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using T = std::int32_t;
+  constexpr std::size_t rows = 16, cols = 3000;
+  ferry::stream<B> s, s2;  // the streams the tensors apply on outlive them
+  ferry_test::counting_device_resource<B> pool;
+  ferry::pinned_arena<B> arena;
+  const auto default_before = ferry::default_arena<B>().stats();
+  const auto backend_before = ferry::backend_stats_of<B>();
+  {
+    ferry::staged_write_tensor<T, B, ferry::staging::h2d_copy> t(rows, cols, s, 3,
+                                                                {.arena = &arena, .device = pool});
+    REQUIRE(pool.allocations == 1);  // the target, on the constructor's stream
+    REQUIRE(pool.live.count(t.span().data()) == 1);
+    CHECK(pool.live.at(t.span().data()).bytes == rows * cols * sizeof(T));
+    CHECK(pool.allocation_streams.back() == ferry::stream_ref<B>(s));
+    t.reserve(40, 8000);  // pinned slots only: a resource's scratch comes at a copying apply
+    CHECK(pool.calls == 1);
+    CHECK(arena.stats().allocations >= 3);
+    model<T> ref(rows, cols);
+    REQUIRE(read_back<T, B>(t, s) == ref.data);  // zero-filled
+    std::mt19937_64 rng(800);
+    ferry::stream_ref<B> prev = s;
+    for (int batch = 0; batch < 36; ++batch) {
+      // Growing batches (the scratch of a reused slot is outgrown and given back), on two
+      // streams (the stream switch waits for the previous one: applies on two streams are not
+      // ordered with each other).
+      const std::size_t writes = 1 + rng() % (4 + batch);
+      ferry_test::stage_random_writes(t, ref, rng, writes, batch < 18 ? 300 : 3000);
+      const ferry::stream_ref<B> on = batch % 4 == 3 ? s2 : s;
+      if (!(on == prev)) prev.synchronize();
+      t.apply_write(on);
+      prev = on;
+      if (batch % 6 == 5) {
+        on.synchronize();
+        INFO("batch " << batch);
+        REQUIRE(same_bits(read_back<T, B>(t, on), ref.data));
+      }
+    }
+    prev.synchronize();
+    // Behind a held stream: every apply takes a slot no other apply reads, with its own scratch.
+    const auto before_held = pool.allocations;
+    {
+      ferry_test::gate<B> g(s);
+      for (int i = 0; i < 6; ++i) {
+        ferry_test::stage_random_writes(t, ref, rng, 20, 3000);
+        t.apply_write(s);
+      }
+      CHECK(pool.allocations > before_held);
+      g.open();
+    }
+    REQUIRE(same_bits(read_back<T, B>(t, s), ref.data));
+    CHECK(pool.allocations >= 3);  // the target and scratch
+    CHECK(pool.deallocations >= 1);  // an outgrown scratch, given back at its apply
+    CHECK(pool.given_back_on({s, s2}));
+    CHECK(ferry::default_arena<B>().stats().allocations == default_before.allocations);
+  }
+  {
+    // A UVA target is ferry's pinned memory; the scratch comes from the resource.
+    using uva_tensor = ferry::staged_write_tensor<T, B, ferry::target::uva, ferry::staging::h2d_copy>;
+    uva_tensor u(4, 100, s, 2, {.device = pool});
+    const auto target_calls = pool.calls;
+    model<T> ref(4, 100);
+    std::mt19937_64 rng(801);
+    ferry_test::stage_random_writes(u, ref, rng, 12, 100);
+    u.apply_write(s);
+    REQUIRE(same_bits(read_back<T, B>(u, s), ref.data));
+    CHECK_FALSE(pool.owns(u.span().data(), 1));
+    CHECK(pool.calls == target_calls + 1);  // the scratch
+  }
+  {
+    // An adopted target stays the caller's (here a buffer from the same resource, with random
+    // contents); the tensor's scratch comes from the resource.
+    std::mt19937_64 rng(802);
+    model<T> ref(8, 50);
+    ref.data = random_bits<T>(8 * 50, rng);
+    ferry::device_buffer<T, B> mine(ref.data.size(), s, pool);
+    ferry::async_h2d(ref.data, mine.span(), s);
+    const auto calls = pool.calls;
+    ferry::staged_write_tensor<T, B, ferry::staging::h2d_copy> a(mine.span(), 8, 50, 2,
+                                                                {.device = pool});
+    CHECK(pool.calls == calls);  // nothing for the target
+    ferry_test::stage_random_writes(a, ref, rng, 10, 50);
+    a.apply_write(s);
+    REQUIRE(same_bits(read_back<T, B>(a, s), ref.data));
+    CHECK(a.span().data() == mine.data());
+    CHECK(pool.calls == calls + 1);  // the scratch
+  }
+  s.synchronize();
+  s2.synchronize();
+  CHECK(pool.all_given_back());  // each block once, with its size and alignment
+  CHECK(pool.given_back_on({s, s2}));
+  // Every device byte came from the resource: ferry allocated none of its own.
+  CHECK(ferry::backend_stats_of<B>().device_allocations == backend_before.device_allocations);
+}
+
+TEMPLATE_TEST_CASE("a device resource that runs out: out_of_memory, the writes kept for a retry",
+                   "[staged][resource]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using T = std::uint16_t;
+  using failure = typename ferry_test::counting_device_resource<B>::failure;
+  using Tensor = ferry::staged_write_tensor<T, B, ferry::staging::h2d_copy>;
+  constexpr std::size_t rows = 8, cols = 5000;
+  ferry::stream<B> s;
+  ferry_test::counting_device_resource<B> pool;
+  const failure how = GENERATE(failure::null, failure::bad_alloc);
+  {
+    pool.fail = how;  // the target
+    REQUIRE_THROWS_AS(Tensor(rows, cols, s, 2, {.device = pool}), ferry::out_of_memory);
+    CHECK(pool.live.empty());
+    pool.fail = failure::none;
+  }
+  {
+    Tensor t(rows, cols, s, 2, {.device = pool});
+    model<T> ref(rows, cols);
+    std::mt19937_64 rng(900);
+    ferry_test::stage_random_writes(t, ref, rng, 10, 100);
+    t.apply_write(s);  // a slot and its scratch
+    REQUIRE(same_bits(read_back<T, B>(t, s), ref.data));
+    const auto applied = ref.data;
+    ferry_test::stage_random_writes(t, ref, rng, 40, 5000);  // more than that scratch holds
+    const std::size_t writes = t.pending(), elements = t.pending_elements();
+    pool.fail = how;
+    const auto calls = pool.calls;
+    REQUIRE_THROWS_AS(t.apply_write(s), ferry::out_of_memory);
+    CHECK(pool.calls == calls + 1);
+    CHECK(t.pending() == writes);
+    CHECK(t.pending_elements() == elements);
+    REQUIRE(same_bits(read_back<T, B>(t, s), applied));  // the target unchanged
+    pool.fail = failure::none;
+    t.apply_write(s);  // retried
+    CHECK(t.pending() == 0);
+    REQUIRE(same_bits(read_back<T, B>(t, s), ref.data));
+  }
+  s.synchronize();
+  CHECK(pool.all_given_back());
 }
 
 #if defined(__CUDACC__)

@@ -5,6 +5,7 @@
 
 #include <support/backends.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -49,6 +50,20 @@ struct model {
     std::memcpy(static_cast<void*>(data.data() + row * cols + start), v.data(), v.size() * sizeof(T));
   }
 };
+
+/// Stages `writes` random writes (ragged, overlapping, 1 to `max_len` elements) into `t` and the
+/// host model `ref`.
+template <class T, class Tensor>
+void stage_random_writes(Tensor& t, model<T>& ref, std::mt19937_64& rng, std::size_t writes,
+                         std::size_t max_len) {
+  for (std::size_t w = 0; w < writes; ++w) {
+    const std::size_t len = 1 + rng() % std::min(max_len, ref.cols);
+    const std::size_t row = rng() % ref.rows, start = rng() % (ref.cols - len + 1);
+    auto v = random_bits<T>(len, rng);
+    t.stage_write(row, start, v);
+    ref.write(row, start, v);
+  }
+}
 
 /// The whole target, read back through a stream-ordered copy into pinned memory.
 template <class T, class B, class Tensor>

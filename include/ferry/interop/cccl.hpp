@@ -1,14 +1,16 @@
 // ferry/interop/cccl.hpp: the allocator seam in CCCL's terms. The seam itself (the resource
-// concepts and the non-owning device_resource_ref / pinned_resource_ref that pinned_arena takes)
-// is <ferry/memory/resource.hpp>, in the shape of cuda::mr from CCCL 3.1 on, which a CCCL 3.1
+// concepts and the non-owning device_resource_ref / pinned_resource_ref that ferry's components
+// take) is <ferry/memory/resource.hpp>, in the shape of cuda::mr from CCCL 3.1 on, which a CCCL 3.1
 // resource models as it is. CCCL 3.0 (CUDA 13.0) has cuda::mr only as an experimental API
 // (LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE, defined before any CCCL header) with other
-// member names; when it is enabled (in a CUDA build), cccl_pinned_resource adapts such a resource, pinned and mapped
-// (host_accessible and device_accessible), to ferry's pinned_memory_resource. The stream
-// conversions (stream_ref <-> cuda::stream_ref) and device_span -> cuda::std::span live with
-// those types.
+// member names; when it is enabled (in a CUDA build), cccl_pinned_resource adapts such a resource,
+// pinned and mapped (host_accessible and device_accessible), to ferry's pinned_memory_resource,
+// and cccl_device_resource a stream-ordered one (async_resource, device_accessible) to ferry's
+// device_memory_resource of the CUDA backend. The stream conversions (stream_ref <->
+// cuda::stream_ref) and device_span -> cuda::std::span live with those types.
 #pragma once
 
+#include <ferry/backend/stream.hpp>
 #include <ferry/config.hpp>
 #include <ferry/memory/resource.hpp>
 
@@ -47,6 +49,34 @@ class cccl_pinned_resource {
   /// r.deallocate(p, bytes, alignment).
   void deallocate_sync(void* p, std::size_t bytes, std::size_t alignment) {
     resource_->deallocate(p, bytes, alignment);
+  }
+
+ private:
+  R* resource_;
+};
+
+/// A CCCL 3.0 stream-ordered resource of device memory (cuda::mr::async_resource_with<R,
+/// device_accessible>: allocate_async(bytes, alignment, cuda::stream_ref), deallocate_async(p,
+/// bytes, alignment, cuda::stream_ref)) seen as a ferry::device_memory_resource of the CUDA
+/// backend, so that a device_resource_ref<backend::cuda> can refer to it (bind the ref to the
+/// adaptor, an lvalue). Non-owning: `r` must outlive it.
+template <class R>
+class cccl_device_resource {
+  static_assert(cuda::mr::async_resource_with<R, cuda::mr::device_accessible>,
+                "cccl_device_resource adapts a stream-ordered cuda::mr::async_resource whose "
+                "memory is device_accessible.");
+
+ public:
+  /// Adapts `r`.
+  explicit cccl_device_resource(R& r) noexcept : resource_(std::addressof(r)) {}
+  /// r.allocate_async(bytes, alignment, s).
+  [[nodiscard]] void* allocate(stream_ref<backend::cuda> s, std::size_t bytes,
+                               std::size_t alignment) {
+    return resource_->allocate_async(bytes, alignment, ::cuda::stream_ref(s.get()));
+  }
+  /// r.deallocate_async(p, bytes, alignment, s).
+  void deallocate(stream_ref<backend::cuda> s, void* p, std::size_t bytes, std::size_t alignment) {
+    resource_->deallocate_async(p, bytes, alignment, ::cuda::stream_ref(s.get()));
   }
 
  private:

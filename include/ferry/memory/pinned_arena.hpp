@@ -15,7 +15,6 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
-#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -189,18 +188,8 @@ class pinned_arena {
   // A new block of `size` bytes (a power of two, at least min_block), zero-filled.
   std::byte* allocate_block(std::size_t size) {
     if (!upstream_) return static_cast<std::byte*>(ops::alloc_pinned(size));
-    void* p = nullptr;
-    try {
-      p = upstream_->allocate_sync(size, min_block);
-    } catch (const out_of_memory&) {
-      throw;
-    } catch (const std::bad_alloc& e) {
-      throw out_of_memory("ferry: out of pinned memory: the pinned_arena's upstream resource failed "
-                          "to allocate " + std::to_string(size) + " bytes (" + e.what() + ")");
-    }
-    if (p == nullptr)
-      throw out_of_memory("ferry: out of pinned memory: the pinned_arena's upstream resource "
-                          "returned null for " + std::to_string(size) + " bytes");
+    void* p = detail::allocate_or_report([&] { return upstream_->allocate_sync(size, min_block); },
+                                         size, "pinned", "the pinned_arena's upstream resource");
     if (reinterpret_cast<std::uintptr_t>(p) % min_block != 0 || !ops::is_mapped_pinned(p)) {
       upstream_->deallocate_sync(p, size, min_block);
       throw error(

@@ -1,7 +1,10 @@
 // ferry/memory/resource.hpp: the allocator seam. An engine's own memory pool models
 // ferry::device_memory_resource (stream-ordered device memory) or ferry::pinned_memory_resource
 // (pinned, mapped host memory) and is passed to ferry as a non-owning device_resource_ref /
-// pinned_resource_ref; pinned_arena takes a pinned_resource_ref as the source of its blocks. The
+// pinned_resource_ref. What takes one: pinned_arena (a pinned_resource_ref, the source of its
+// blocks); device_buffer(n, stream, device_resource_ref); staged_write_tensor and
+// fused_staged_writer through ferry::staging_memory (<ferry/staged/staging_memory.hpp>: an arena
+// for their pinned staging, a device_resource_ref for their device target and H2D scratch). The
 // member names are those of cuda::mr from CCCL 3.1 on (allocate(stream, bytes, alignment),
 // allocate_sync(bytes, alignment)); <ferry/interop/cccl.hpp> adapts CCCL 3.0's experimental
 // resources, named differently (docs/interop.md).
@@ -9,12 +12,17 @@
 
 #include <ferry/backend/stream.hpp>
 #include <ferry/config.hpp>
+#include <ferry/error.hpp>
 #include <ferry/policies/backend.hpp>
 
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <new>
+#include <string>
 #include <type_traits>
+#include <utility>
 
 namespace ferry {
 
@@ -29,6 +37,10 @@ concept device_memory_resource = requires(R& r, stream_ref<B> s, void* p, std::s
   { r.allocate(s, bytes, alignment) } -> std::same_as<void*>;
   { r.deallocate(s, p, bytes, alignment) } -> std::same_as<void>;
 };
+
+/// The alignment ferry asks of a device_memory_resource, and checks: 256 bytes, what cudaMalloc
+/// guarantees and ferry's kernels and copies assume of all device memory.
+inline constexpr std::size_t device_alignment = 256;
 
 /// Pinned, mapped host memory (page-locked, reachable from every device through UVA; CCCL's
 /// host_accessible and device_accessible): `allocate_sync(bytes, alignment)` and
@@ -124,5 +136,47 @@ class pinned_resource_ref {
   void* (*allocate_)(void*, std::size_t, std::size_t);
   void (*deallocate_)(void*, void*, std::size_t, std::size_t);
 };
+
+namespace detail {
+
+/// `allocate()`, a resource's allocation of `bytes` bytes of `kind` memory ("pinned", "device"),
+/// whose running out (null, or std::bad_alloc) becomes ferry::out_of_memory naming `who`.
+template <class Allocate>
+void* allocate_or_report(Allocate&& allocate, std::size_t bytes, const char* kind,
+                         const char* who) {
+  void* p = nullptr;
+  try {
+    p = std::forward<Allocate>(allocate)();
+  } catch (const out_of_memory&) {
+    throw;
+  } catch (const std::bad_alloc& e) {
+    throw out_of_memory(std::string("ferry: out of ") + kind + " memory: " + who +
+                        " failed to allocate " + std::to_string(bytes) + " bytes (" + e.what() +
+                        ")");
+  }
+  if (p == nullptr)
+    throw out_of_memory(std::string("ferry: out of ") + kind + " memory: " + who +
+                        " returned null for " + std::to_string(bytes) + " bytes");
+  return p;
+}
+
+/// `bytes` bytes from `mr` in stream order on `s`, device_alignment-aligned (a block that is not
+/// is given back at once and ferry::error thrown); out of memory as allocate_or_report. Every
+/// device allocation from a resource goes through here.
+template <class B>
+void* allocate_device(device_resource_ref<B> mr, stream_ref<B> s, std::size_t bytes,
+                      const char* who) {
+  void* p = allocate_or_report([&] { return mr.allocate(s, bytes, device_alignment); }, bytes,
+                               "device", who);
+  if (reinterpret_cast<std::uintptr_t>(p) % device_alignment != 0) {
+    mr.deallocate(s, p, bytes, device_alignment);
+    throw error(std::string("ferry: ") + who + " returned device memory that is not " +
+                std::to_string(device_alignment) + "-byte aligned (ferry asks for " +
+                std::to_string(device_alignment) + ", what cudaMalloc gives)");
+  }
+  return p;
+}
+
+}  // namespace detail
 
 }  // namespace ferry

@@ -13,6 +13,7 @@
 #include <ferry/staged/detail/layout.hpp>
 #include <ferry/staged/detail/slot_pool.hpp>
 #include <ferry/staged/staged_write_tensor.hpp>
+#include <ferry/staged/staging_memory.hpp>
 
 #include <algorithm>
 #include <array>
@@ -71,10 +72,12 @@ class fused_staged_writer {
 
  public:
   /// A writer for up to `max_tensors` tensors per apply, with `slots` rotating staging slots.
-  explicit fused_staged_writer(std::size_t max_tensors, std::size_t slots = 2)
+  /// `memory`: where the staging slots and the H2D scratch come from (ferry::staging_memory).
+  explicit fused_staged_writer(std::size_t max_tensors, std::size_t slots = 2,
+                               const staging_memory<B>& memory = {})
       : device_(ops::current_device()),
         max_tensors_(max_tensors),
-        pool_(slots, device_, default_arena<B>()) {
+        pool_(slots, device_, memory) {
     detail::preload_apply<T, B>();  // never load a kernel module inside a later apply
   }
 

@@ -19,6 +19,7 @@
 #include <ferry/staged/detail/apply.hpp>
 #include <ferry/staged/detail/staging.hpp>
 #include <ferry/staged/staged_view.hpp>
+#include <ferry/staged/staging_memory.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -107,7 +108,7 @@ class staged_write_tensor {
   /// synchronizes a private stream: construction is not a hot path). `slots` staging slots rotate
   /// (more slots amortize fence queries when the host runs ahead of the GPU).
   staged_write_tensor(std::size_t rows, std::size_t cols, std::size_t slots = 2)
-      : staged_write_tensor(storage_type(checked_size(rows, cols)), rows, cols, slots) {
+      : staged_write_tensor(storage_type(checked_size(rows, cols)), rows, cols, slots, {}) {
     if constexpr (!uva_target) {
       stream<B> s;
       ops::fill_zero_async(target_, bytes(), s);
@@ -115,9 +116,12 @@ class staged_write_tensor {
     }
   }
   /// A zero-filled rows x cols target, the fill enqueued on `s` (work on `s` after the
-  /// constructor sees zeros).
-  staged_write_tensor(std::size_t rows, std::size_t cols, stream_ref<B> s, std::size_t slots = 2)
-      : staged_write_tensor(storage_type(checked_size(rows, cols)), rows, cols, slots) {
+  /// constructor sees zeros). `memory`: where the staging slots, and a target::device target and
+  /// the H2D scratch, come from (ferry::staging_memory; a device target from its resource is
+  /// allocated and given back on `s`, which must then outlive the tensor).
+  staged_write_tensor(std::size_t rows, std::size_t cols, stream_ref<B> s, std::size_t slots = 2,
+                      const staging_memory<B>& memory = {})
+      : staged_write_tensor(make_target(rows, cols, s, memory), rows, cols, slots, memory) {
     [[maybe_unused]] const auto on_device = ops::enter(s, device_);
     if constexpr (!uva_target) {
       ops::fill_zero_async(target_, bytes(), s);
@@ -127,10 +131,12 @@ class staged_write_tensor {
   /// target::device: the rows x cols target is `target`, device memory the caller owns, adopted:
   /// its contents are kept (nothing is filled or enqueued) and the tensor never frees it, so it
   /// must outlive the tensor. `target.size() != rows * cols`, or a null address with a nonzero
-  /// size: std::invalid_argument naming them, nothing allocated.
-  staged_write_tensor(device_span<T> target, std::size_t rows, std::size_t cols, std::size_t slots = 2)
+  /// size: std::invalid_argument naming them, nothing allocated. `memory`: where the staging
+  /// slots and the H2D scratch come from (ferry::staging_memory).
+  staged_write_tensor(device_span<T> target, std::size_t rows, std::size_t cols, std::size_t slots = 2,
+                      const staging_memory<B>& memory = {})
       : staged_write_tensor(storage_type(), adopted(target.data(), target.size(), rows, cols), rows,
-                            cols, slots) {
+                            cols, slots, memory) {
     static_assert(!uva_target,
                   "ferry: a staged_write_tensor with target::uva adopts pinned, mapped host memory "
                   "as a pinned_span<T>, not a device_span<T>.");
@@ -139,10 +145,11 @@ class staged_write_tensor {
   /// (from a pinned_buffer, ferry::assume_pinned or ferry::from_torch_pinned), adopted as by the
   /// device_span constructor; kernels write it in place through its UVA address
   /// (`target.mapped()`), and the host reads it once the stream has passed the apply.
-  staged_write_tensor(pinned_span<T> target, std::size_t rows, std::size_t cols, std::size_t slots = 2)
+  staged_write_tensor(pinned_span<T> target, std::size_t rows, std::size_t cols, std::size_t slots = 2,
+                      const staging_memory<B>& memory = {})
       : staged_write_tensor(storage_type(),
                             adopted(target.mapped().data(), target.size(), rows, cols), rows, cols,
-                            slots) {
+                            slots, memory) {
     static_assert(uva_target,
                   "ferry: a staged_write_tensor with target::device adopts device memory as a "
                   "device_span<T>; pinned host memory (a pinned_span<T>) is adopted by a tensor "
@@ -271,17 +278,18 @@ class staged_write_tensor {
   friend class fused_staged_writer;
 
   // An owned target: `owned`, just allocated.
-  staged_write_tensor(storage_type&& owned, std::size_t rows, std::size_t cols, std::size_t slots)
-      : staged_write_tensor(std::move(owned), device_address(owned), rows, cols, slots) {}
+  staged_write_tensor(storage_type&& owned, std::size_t rows, std::size_t cols, std::size_t slots,
+                      const staging_memory<B>& memory)
+      : staged_write_tensor(std::move(owned), device_address(owned), rows, cols, slots, memory) {}
   // The target at the device-accessible address `target`, owned by `owned` unless that is empty.
   staged_write_tensor(storage_type&& owned, T* target, std::size_t rows, std::size_t cols,
-                      std::size_t slots)
+                      std::size_t slots, const staging_memory<B>& memory)
       : device_(ops::current_device()),
         rows_(rows),
         cols_(cols),
         owned_(std::move(owned)),
         target_(target),
-        core_(std::make_unique<core_type>(rows, cols, slots, device_, default_arena<B>())) {
+        core_(std::make_unique<core_type>(rows, cols, slots, device_, memory)) {
     detail::preload_apply<T, B>();  // never load a kernel module inside a later apply
   }
 
@@ -309,6 +317,14 @@ class staged_write_tensor {
       return s.device().data();
     else
       return s.data();
+  }
+  // The target: from the device resource (in order on `s`) when `memory` names one and the target
+  // is device memory, else ferry's.
+  static storage_type make_target(std::size_t rows, std::size_t cols, stream_ref<B> s,
+                                  const staging_memory<B>& memory) {
+    if constexpr (!uva_target)
+      if (memory.device) return storage_type(checked_size(rows, cols), s, *memory.device);
+    return storage_type(checked_size(rows, cols));
   }
   [[nodiscard]] std::size_t bytes() const noexcept { return rows_ * cols_ * sizeof(T); }
   core_type& core() {

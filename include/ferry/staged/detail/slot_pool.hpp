@@ -8,9 +8,11 @@
 // newest of the last few used slots whose stamp has passed (warm in the host's caches), else the
 // oldest that has; if none has, a fresh arena block (no blocking): a slot
 // the GPU may still read is never rewritten. Scratch travels with its slot, so the same stamp
-// guards it. Fresh slots (reserve) are taken before used ones. reuse::caller_fenced stamps and
-// checks nothing and cycles through `slots` slots: the slot of apply k is rewritten first by the
-// batch of apply k + slots.
+// guards it. Scratch comes from the owner's device resource when staging_memory names one
+// (staging_memory.hpp says on which streams it is allocated and given back), else from ferry
+// (cudaMallocAsync on the apply's stream, cudaMalloc in reserve). Fresh slots (reserve) are taken
+// before used ones. reuse::caller_fenced stamps and checks nothing and cycles through `slots`
+// slots: the slot of apply k is rewritten first by the batch of apply k + slots.
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
@@ -18,11 +20,14 @@
 #include <ferry/detail/ring.hpp>
 #include <ferry/memory/detail/timeline.hpp>
 #include <ferry/memory/pinned_arena.hpp>
+#include <ferry/memory/resource.hpp>
 #include <ferry/policies/growth.hpp>
 #include <ferry/policies/reuse.hpp>
+#include <ferry/staged/staging_memory.hpp>
 
 #include <algorithm>
 #include <cstddef>
+#include <optional>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
@@ -42,13 +47,17 @@ class slot_pool {
     std::byte* scratch = nullptr;
     std::size_t scratch_bytes = 0;
     stamp used{};  // the point after the last work that read the slot
+    std::optional<stream_ref<B>> scratch_on{};  // the stream of the scratch's last apply
   };
 
-  /// `slots` slots of `arena` for work on `device`.
-  slot_pool(std::size_t slots, int device, pinned_arena<B>& arena)
-      : slots_(slots), device_(device), arena_(&arena) {
+  /// `slots` slots of `memory.arena` (scratch from `memory.device`, if any) for work on `device`.
+  slot_pool(std::size_t slots, int device, const staging_memory<B>& memory)
+      : slots_(slots), device_(device), arena_(memory.arena), resource_(memory.device) {
     if (slots == 0)
       throw std::invalid_argument("ferry: staged writes need at least one staging slot (slots == 0)");
+    if (arena_ == nullptr)
+      throw std::invalid_argument("ferry: staging_memory::arena is null: leave it out for "
+                                  "default_arena(), or point it at an arena");
   }
   slot_pool(const slot_pool&) = delete;
   slot_pool& operator=(const slot_pool&) = delete;
@@ -112,25 +121,33 @@ class slot_pool {
   /// of the apply that is about to use it): cudaMalloc may wait for the device, which would block
   /// (or deadlock) behind a stream held by a long kernel or a host function. The current slot is
   /// not read by any work in flight (its stamp has passed, or it is fresh), so an outgrown scratch
-  /// is freed stream-ordered on `s` at once.
+  /// is freed stream-ordered on `s` at once. Either way from the device resource, if any.
   std::byte* scratch(std::size_t bytes, stream_ref<B> s) {
-    if (cur_.scratch_bytes >= bytes) return cur_.scratch;
-    const std::size_t want = scratch_size(bytes);
-    auto* p = static_cast<std::byte*>(ops::alloc_device_async(want, s));
-    if (cur_.scratch) {
-      std::byte* old = std::exchange(cur_.scratch, nullptr);
-      cur_.scratch_bytes = 0;
-      try {
-        ops::free_device_async(old, s);
-      } catch (...) {
-        cur_.scratch = p;  // keep the new one; the old one leaks rather than being freed unsafely
-        cur_.scratch_bytes = want;
-        throw;
+    if (cur_.scratch_bytes < bytes) {
+      const std::size_t want = scratch_size(bytes);
+      auto* p = static_cast<std::byte*>(
+          resource_ ? allocate_device(*resource_, s, want, "the staged writes' device resource")
+                    : ops::alloc_device_async(want, s));  // may throw: nothing changed
+      if (cur_.scratch) {
+        std::byte* old = std::exchange(cur_.scratch, nullptr);
+        const std::size_t old_bytes = std::exchange(cur_.scratch_bytes, 0);
+        try {
+          if (resource_)
+            resource_->deallocate(s, old, old_bytes, device_alignment);
+          else
+            ops::free_device_async(old, s);
+        } catch (...) {
+          cur_.scratch = p;  // keep the new one; the old one leaks rather than being freed unsafely
+          cur_.scratch_bytes = want;
+          cur_.scratch_on = s;
+          throw;
+        }
       }
+      cur_.scratch = p;
+      cur_.scratch_bytes = want;
     }
-    cur_.scratch = p;
-    cur_.scratch_bytes = want;
-    return p;
+    cur_.scratch_on = s;
+    return cur_.scratch;
   }
 
   /// The work that reads the current slot has been enqueued and is done once `done` has passed
@@ -155,8 +172,10 @@ class slot_pool {
   void note_fill(stream_ref<B> s) { fill_ = shared_timeline<B>().mark(s); }
 
   /// At least `slots` slots of at least `bytes` bytes (and `scratch_bytes` of scratch, when
-  /// non-zero), allocated now. Slots in flight that are too small are retired behind their stamps.
-  /// New slots go before the used ones, which keep their order (and so their time to be read).
+  /// non-zero and the scratch is ferry's: a resource's is allocated in order on an apply's
+  /// stream, at the slot's first copying apply), allocated now. Slots in flight that are too
+  /// small are retired behind their stamps. New slots go before the used ones, which keep their
+  /// order (and so their time to be read).
   void reserve(std::size_t bytes, std::size_t scratch_bytes) {
     const std::size_t want = scratch_size(scratch_bytes);  // may throw: no change
     free_.reserve(std::max(owned_, slots_) + 1);
@@ -174,7 +193,7 @@ class slot_pool {
       ++owned_;
       for (std::size_t i = 1; i < free_.size(); ++i) free_.push_back(free_.pop_front());
     }
-    if (scratch_bytes == 0) return;
+    if (scratch_bytes == 0 || resource_) return;
     for (std::size_t i = 0; i < free_.size(); ++i) {
       slot& e = free_[i];
       if (e.scratch_bytes >= want) continue;
@@ -219,14 +238,23 @@ class slot_pool {
     else
       return grown_capacity<Growth>(std::max<std::size_t>(bytes, 256), 0);
   }
+  // Gives a slot's memory back once every use has passed: a resource's scratch on the stream of
+  // its last use (set whenever it exists), ferry's with cudaFree.
   void drop(const slot& s) noexcept {
     if (s.block) arena_->release(s.block);
-    if (s.scratch) ops::free_device(s.scratch);
+    if (!s.scratch) return;
+    if (resource_)
+      destructor_guard([&] {
+        resource_->deallocate(*s.scratch_on, s.scratch, s.scratch_bytes, device_alignment);
+      });
+    else
+      ops::free_device(s.scratch);
   }
 
   std::size_t slots_;
   int device_;
   pinned_arena<B>* arena_;
+  std::optional<device_resource_ref<B>> resource_;  // the scratch's, if not ferry's
   ring<slot> free_;              // used slots, oldest first, each behind its stamp
   std::vector<slot> retired_;    // outgrown blocks/scratch still behind a stamp (freed at the end)
   stamp fill_{};                 // the target's zero fill

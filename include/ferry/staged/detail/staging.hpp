@@ -10,6 +10,7 @@
 #include <ferry/staged/detail/layout.hpp>
 #include <ferry/staged/detail/overlap.hpp>
 #include <ferry/staged/detail/slot_pool.hpp>
+#include <ferry/staged/staging_memory.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -32,8 +33,8 @@ class staging_core {
   using pool_type = slot_pool<B, Growth, Reuse>;
 
   staging_core(std::size_t rows, std::size_t cols, std::size_t slots, int device,
-               pinned_arena<B>& arena)
-      : rows_(rows), cols_(cols), pool_(slots, device, arena), tracker_(rows, cols) {}
+               const staging_memory<B>& memory)
+      : rows_(rows), cols_(cols), pool_(slots, device, memory), tracker_(rows, cols) {}
 
   // ---- staging --------------------------------------------------------------------------------
 
