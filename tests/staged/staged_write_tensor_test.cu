@@ -703,7 +703,10 @@ void adopted_run(std::uint64_t seed) {
   auto pick = [&](std::size_t lo, std::size_t hi) {
     return std::uniform_int_distribution<std::size_t>(lo, hi)(rng);
   };
+  // caller_fenced: the caller makes sure an apply has read its slot before the slot is staged
+  // into again (the next apply but one), here by draining the stream before each batch.
   auto stage_batch = [&](Tensor& x) {
+    if constexpr (!Tensor::reuse_policy::ferry_fences) s.synchronize();
     for (std::size_t w = pick(1, 40); w > 0; --w) {
       const std::size_t row = pick(0, rows - 1), start = pick(0, cols);
       const auto v = random_bits<T>(pick(0, cols - start), rng);
