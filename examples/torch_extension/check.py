@@ -109,7 +109,7 @@ def main(library):
            "dtype mismatch")
     raises("a non-contiguous target", lambda: torch.classes.ferry.StagedWrite(torch.zeros(8, 16, device="cuda")[:, ::2]),
            "not row-major contiguous")
-    raises("a CPU target", lambda: torch.classes.ferry.StagedWrite(torch.zeros(4, 4)), "device type mismatch")
+    raises("a CPU target", lambda: torch.classes.ferry.StagedWrite(torch.zeros(4, 4)), "the target must be a CUDA tensor")
     raises("a pinned CPU target", lambda: torch.classes.ferry.StagedWrite(torch.zeros(4, 4).pin_memory()),
            "the target must be a CUDA tensor")
     for shape in ((16,), (2, 2, 4)):

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <utility>
 
 namespace ferry_torch {
@@ -64,13 +65,14 @@ struct StagedWrite : torch::CustomClassHolder {
   std::int64_t pending() const { return static_cast<std::int64_t>(writer.pending()); }
   at::Tensor tensor() const { return memory; }
 
-  // from_torch checks definedness, dtype, layout and device type (it would take a pinned CPU
-  // tensor, through UVA); StagedWrite asks for a CUDA tensor of two dimensions.
+  // StagedWrite asks for a CUDA tensor of two dimensions; from_torch checks the rest (defined,
+  // dtype, strided layout, contiguity; it would also take a pinned CPU tensor, through UVA).
   static staged_target adopt(const at::Tensor& t) {
+    TORCH_CHECK(t.defined() && t.is_cuda(), "ferry: StagedWrite: the target must be a CUDA tensor, got ",
+                t.defined() ? t.device().str() : std::string("an undefined tensor"));
+    TORCH_CHECK(t.dim() == 2, "ferry: StagedWrite: the target must be a 2-D tensor, got ",
+                static_cast<long long>(t.dim()), " dimensions");
     const auto span = ferry::from_torch<float>(t, t.get_device());
-    TORCH_CHECK(t.is_cuda(), "ferry: StagedWrite: the target must be a CUDA tensor, got ", t.device());
-    TORCH_CHECK(t.dim() == 2, "ferry: StagedWrite: the target must be a 2-D tensor, got ", t.dim(),
-                " dimensions (shape ", t.sizes(), ")");
     const c10::cuda::CUDAGuard on_device(t.device());  // ferry's tensor is of the current device
     return make_target(span, static_cast<std::size_t>(t.size(0)), static_cast<std::size_t>(t.size(1)));
   }

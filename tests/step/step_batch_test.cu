@@ -303,7 +303,9 @@ TEST_CASE("step_batch: submit_with replays the step graph as a child of an engin
     REQUIRE(same_bits(read<std::int64_t, B>(seen.span(), h.s),
                       std::vector<std::int64_t>(h.r64.begin(), h.r64.begin() + h.n64)));
   }
-  CHECK(engine.size() == h.batch.slots());  // one engine graph per slot, each replayed since
+  // one engine graph per slot graph handed out: the ring's two warm slots while the stream keeps up
+  CHECK(engine.size() >= 2);
+  CHECK(engine.size() <= h.batch.slots());
   for (const auto& [g, e] : engine) CHECK(cudaGraphExecDestroy(e) == cudaSuccess);
 }
 
