@@ -486,7 +486,9 @@ class step_batch {
   /// graph that the engine built with that graph as a child node (cudaGraphAddChildGraphNode),
   /// or throw having enqueued nothing (the step then stays open). Nodes that read the step's
   /// uploads, writes or fills depend on the child node; nodes anywhere in that graph may read the
-  /// step's publishes (the next submit stamps them, as for readers on `s`). An engine keeps one
+  /// step's publishes (the next submit stamps them, as for readers on `s`), at the addresses they
+  /// were built with: a slot places a step's contents at the same addresses whenever the step
+  /// asks for the same sizes in the same order. An engine keeps one
   /// executable per slot graph it is given (a slot inserted while the stream is behind brings a
   /// new one; `max_slots == slots` keeps the set fixed). `launch` runs while ferry's reuse core
   /// holds its lock, so that no other point of `s` is made between: it must not call ferry.
