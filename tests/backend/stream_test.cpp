@@ -227,6 +227,49 @@ TEMPLATE_TEST_CASE("a destroyed stream leaves no worker behind and its events re
   }
 }
 
+#if FERRY_HAS_CUDA
+TEST_CASE("a CUDA stream's references carry its id and device; identified() looks them up once",
+          "[stream]") {
+  FERRY_REQUIRE_BACKEND(ferry::backend::cuda);
+  using ref = ferry::stream_ref<ferry::backend::cuda>;
+  const auto id_of = [](cudaStream_t h) {  // 0 if the call fails (no assertion: used off-thread)
+    unsigned long long id = 0;
+    return cudaStreamGetId(h, &id) == cudaSuccess ? id : 0ULL;
+  };
+  int device = -1;
+  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+  ferry::stream<ferry::backend::cuda> a;
+  const ref r = a;
+  CHECK(r.id() == id_of(a.get()));
+  CHECK(r.device() == device);
+  CHECK(ref(a.get()).id() == r.id());  // a bare handle looks it up
+  CHECK(ref::identified(a.get()).id() == r.id());
+  CHECK(ref::identified(a.get()).device() == device);
+
+  // A moved stream keeps its identity; another stream has another.
+  ferry::stream<ferry::backend::cuda> b(std::move(a));
+  CHECK(ref(b).id() == r.id());
+  ferry::stream<ferry::backend::cuda> c;
+  CHECK(ref(c).id() != r.id());
+  b = std::move(c);
+  CHECK(ref(b).id() == id_of(b.get()));
+  CHECK(ref(b).id() != r.id());
+
+  // The per-thread default stream carries nothing: each thread's reference names its own stream.
+  const ref per_thread = ref::identified(cudaStreamPerThread);
+  const unsigned long long here = per_thread.id();
+  unsigned long long there = 0, there_raw = 0;
+  std::thread([&] {
+    there = per_thread.id();
+    there_raw = id_of(cudaStreamPerThread);
+  }).join();
+  CHECK(there_raw != 0);
+  CHECK(there == there_raw);
+  CHECK(there != here);
+  CHECK_THROWS_WITH(ref::identified(nullptr), "ferry: the stream is empty (a moved-from stream)");
+}
+#endif
+
 TEST_CASE("stream_ref<> and stream<> name the default backend", "[stream]") {
   STATIC_REQUIRE(std::is_same_v<ferry::stream_ref<>, ferry::stream_ref<ferry::default_backend>>);
   STATIC_REQUIRE(std::is_same_v<ferry::stream<>, ferry::stream<ferry::default_backend>>);

@@ -58,11 +58,10 @@ class event<backend::cuda> {
 
   /// Marks the current end of `s`'s work.
   void record(stream_ref<backend::cuda> s) {
-    const cudaStream_t handle = detail::checked(s);
     at_ = detail::shared_timeline<backend::cuda>().mark(s);
     // The host functions ordered before this point: none if none was ever enqueued (no lookup).
     host_ticket_ = detail::stream_error_registry::instance().ticket();
-    if (host_ticket_ != 0) stream_id_ = detail::stream_id(handle);
+    if (host_ticket_ != 0) stream_id_ = s.id();
   }
   /// True once the recorded work has completed (true if never recorded).
   [[nodiscard]] bool ready() const { return detail::shared_timeline<backend::cuda>().passed(at_); }

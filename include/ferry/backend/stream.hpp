@@ -87,7 +87,11 @@ inline detail::host_queue* detail::checked(stream_ref<backend::host> s) {
 }
 
 #if FERRY_HAS_CUDA
-/// The CUDA backend's stream reference: wraps a cudaStream_t.
+/// The CUDA backend's stream reference: wraps a cudaStream_t, and may carry the stream's identity
+/// (its process-unique id and its device), which never change while the stream lives. A reference
+/// that carries them saves ferry's calls through it a cudaStreamGetId and a cudaStreamGetDevice
+/// each: those of a ferry::stream carry them, as does identified(handle); one made from a bare
+/// handle looks them up on every use.
 template <>
 class stream_ref<backend::cuda> {
  public:
@@ -98,6 +102,18 @@ class stream_ref<backend::cuda> {
   /// Refers to an existing CUDA stream (which must outlive every use through this reference).
   explicit stream_ref(cudaStream_t s) noexcept : stream_(s) {}
 
+  /// A reference to `s` that carries its id and device, looked up now (cudaStreamGetId,
+  /// cudaStreamGetDevice): for an engine's own stream, made once and reused every step. The
+  /// legacy and per-thread default streams carry nothing: which stream they name depends on the
+  /// calling thread and its current device.
+  [[nodiscard]] static stream_ref identified(cudaStream_t s) {
+    if (!s) detail::throw_empty_stream();
+    if (s == cudaStreamLegacy || s == cudaStreamPerThread) return stream_ref(s);
+    int device = 0;
+    FERRY_CUDA_CHECK(cudaStreamGetDevice(s, &device));
+    return stream_ref(s, detail::stream_id(s), device);
+  }
+
   /// The CUDA stream this reference names.
   [[nodiscard]] cudaStream_t get() const noexcept { return stream_; }
   /// cudaStreamSynchronize, then rethrows (once) the first error raised by host work enqueued on
@@ -106,11 +122,17 @@ class stream_ref<backend::cuda> {
   void synchronize() const;
   /// cudaStreamWaitEvent: later work waits for `e` on the device; the host does not block.
   void wait(const event<backend::cuda>& e) const;
-  /// The device the stream belongs to.
+  /// The device the stream belongs to (carried, or cudaStreamGetDevice).
   [[nodiscard]] int device() const {
+    if (device_ >= 0) return device_;
     int d = 0;
     FERRY_CUDA_CHECK(cudaStreamGetDevice(detail::checked(*this), &d));
     return d;
+  }
+  /// The stream's process-unique id (carried, or cudaStreamGetId): unlike a handle, never reused
+  /// by a later stream.
+  [[nodiscard]] unsigned long long id() const {
+    return id_ != 0 ? id_ : detail::stream_id(detail::checked(*this));
   }
 
   friend bool operator==(stream_ref a, stream_ref b) noexcept { return a.stream_ == b.stream_; }
@@ -127,7 +149,12 @@ class stream_ref<backend::cuda> {
 #endif
 
  protected:
-  cudaStream_t stream_;  ///< The stream referred to (null when moved-from).
+  /// Refers to `s`, whose id and device are known.
+  stream_ref(cudaStream_t s, unsigned long long id, int device) noexcept
+      : stream_(s), id_(id), device_(device) {}
+  cudaStream_t stream_;         ///< The stream referred to (null when moved-from).
+  unsigned long long id_ = 0;   ///< Its id (0: not carried).
+  int device_ = -1;             ///< Its device (-1: not carried).
 };
 
 inline cudaStream_t detail::checked(stream_ref<backend::cuda> s) {
@@ -178,15 +205,15 @@ class stream<backend::host> : public stream_ref<backend::host> {
 template <>
 class stream<backend::cuda> : public stream_ref<backend::cuda> {
  public:
-  /// Creates the stream.
+  /// Creates the stream; its references carry its id and device.
   stream() : stream_ref(create()) {}
   /// Takes over `o`'s stream; `o` is left empty.
-  stream(stream&& o) noexcept : stream_ref(std::exchange(o.stream_, nullptr)) {}
+  stream(stream&& o) noexcept : stream_ref(o.take()) {}
   /// Destroys this stream, then takes over `o`'s.
   stream& operator=(stream&& o) noexcept {
     if (this != &o) {
       destroy();
-      stream_ = std::exchange(o.stream_, nullptr);
+      stream_ref::operator=(o.take());
     }
     return *this;
   }
@@ -194,20 +221,32 @@ class stream<backend::cuda> : public stream_ref<backend::cuda> {
   ~stream() { destroy(); }
 
  private:
-  static cudaStream_t create() {
+  static stream_ref create() {
     cudaStream_t s = nullptr;
     FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    return s;
+    try {
+      return identified(s);
+    } catch (...) {
+      static_cast<void>(cudaStreamDestroy(s));
+      throw;
+    }
+  }
+  // This stream's reference, leaving this one empty.
+  stream_ref take() noexcept {
+    const stream_ref r = *this;
+    stream_ = nullptr;
+    id_ = 0;
+    device_ = -1;
+    return r;
   }
   void destroy() noexcept {
     if (stream_) {
       detail::destructor_guard([&] {
-        const unsigned long long id = detail::stream_id(stream_);
         FERRY_CUDA_CHECK(cudaStreamDestroy(stream_));
-        detail::stream_error_registry::instance().destroyed(id);
+        detail::stream_error_registry::instance().destroyed(id_);
       });
     }
-    stream_ = nullptr;
+    static_cast<void>(take());
   }
 };
 #endif
@@ -253,7 +292,7 @@ template <class F>
 void enqueue_host(stream_ref<backend::cuda> s, F&& f) {
   using task = detail::host_fn_task<std::decay_t<F>>;
   const cudaStream_t handle = detail::checked(s);
-  const unsigned long long id = detail::stream_id(handle);
+  const unsigned long long id = s.id();
   auto t = std::make_unique<task>(task{static_cast<F&&>(f), id, 0});
   auto& registry = detail::stream_error_registry::instance();
   t->ticket = registry.enqueue(id);
@@ -277,7 +316,8 @@ inline void stream_ref<backend::cuda>::synchronize() const {
   const cudaStream_t handle = detail::checked(*this);
   detail::count(detail::counters<backend::cuda>().synchronizations);
   FERRY_CUDA_CHECK(cudaStreamSynchronize(handle));
-  detail::rethrow_if(detail::stream_error_registry::instance().take(handle));
+  auto& registry = detail::stream_error_registry::instance();
+  if (registry.any()) detail::rethrow_if(registry.take(id(), detail::stream_errors::all));
 }
 #endif
 

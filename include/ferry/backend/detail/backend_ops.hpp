@@ -134,8 +134,7 @@ struct backend_ops<backend::cuda> {
       throw error(
           "ferry: the stream is capturing a CUDA graph; ferry calls are eager (apply before "
           "capture, and use growth::fixed for stable addresses that a graph may read)");
-    int d = 0;
-    FERRY_CUDA_CHECK(cudaStreamGetDevice(handle, &d));
+    const int d = s.device();  // carried by a ferry::stream's reference: no call then
     if (d != device)
       throw error("ferry: the stream belongs to device " + std::to_string(d) +
                   " but the object was made on device " + std::to_string(device));

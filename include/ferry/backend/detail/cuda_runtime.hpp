@@ -14,6 +14,7 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 
 namespace ferry::detail {
@@ -59,6 +60,17 @@ inline void check_alloc(cudaError_t code, const char* call, const char* kind, st
 inline void check_launch(const char* kernel, const char* file, int line) {
   const cudaError_t code = cudaPeekAtLastError();
   if (code != cudaSuccess) throw make_cuda_error(code, kernel, file, line);
+}
+
+/// Launches `kernel` over `grid` blocks of `block` threads on `s`, with `args` (each converted to
+/// its parameter's type), by cudaLaunchKernel. Its error is ferry's own, so it is thrown and
+/// consumed: after a <<<>>> launch, cudaPeekAtLastError could not tell it from the caller's.
+template <class... Params>
+void launch_kernel(const char* name, void (*kernel)(Params...), unsigned grid, unsigned block,
+                   cudaStream_t s, const std::type_identity_t<Params>&... args) {
+  void* values[] = {const_cast<void*>(static_cast<const void*>(&args))...};
+  check_cuda(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(block), values, 0, s),
+             name, __FILE__, __LINE__);
 }
 
 /// Makes `device` the calling thread's current device for its lifetime, when it is not already,
@@ -131,11 +143,9 @@ class stream_error_registry {
     retire_if_done(it);
     return e;
   }
-  /// Every error of stream `s` (see take above).
-  std::exception_ptr take(cudaStream_t s) {
-    if (!listed_.load(std::memory_order_acquire)) return nullptr;
-    return take(stream_id(s), stream_errors::all);
-  }
+  /// Whether any stream has host functions in flight or errors to hand out (no lock): when not,
+  /// a synchronizing call need not look its stream up.
+  [[nodiscard]] bool any() const noexcept { return listed_.load(std::memory_order_acquire); }
   /// The owning ferry::stream `id` was destroyed: its errors are dropped (counted in
   /// swallowed_errors()) once its last host function has ended.
   void destroyed(unsigned long long id) noexcept {

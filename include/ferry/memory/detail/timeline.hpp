@@ -153,7 +153,7 @@ class timeline<backend::host> {
 // ---- CUDA -------------------------------------------------------------------------------------
 
 #if FERRY_HAS_CUDA
-/// CUDA: a line per stream, identified by cudaStreamGetId (unique for the process's lifetime: a
+/// CUDA: a line per stream, identified by its id (stream_ref::id(), unique for the process's lifetime: a
 /// destroyed stream whose handle is reused, or the legacy stream of another device, never shares a
 /// line). Points are made two ways:
 ///  - mark(): a completion event (pooled per device, never created on the hot path) recorded on
@@ -173,10 +173,9 @@ class timeline<backend::cuda> {
 
   stamp mark(stream_ref<backend::cuda> s) {
     const cudaStream_t h = checked(s);
-    unsigned long long id = 0;
-    FERRY_CUDA_CHECK(cudaStreamGetId(h, &id));
+    const unsigned long long id = s.id();
     std::lock_guard lock(mutex_);
-    const std::uint32_t i = line_of(id, h);
+    const std::uint32_t i = line_of(id, s);
     return {i, record(lines_[i], h)};
   }
 
@@ -186,10 +185,9 @@ class timeline<backend::cuda> {
   template <class Launch>
   stamp mark_with(stream_ref<backend::cuda> s, Launch&& launch) {
     const cudaStream_t h = checked(s);
-    unsigned long long id = 0;
-    FERRY_CUDA_CHECK(cudaStreamGetId(h, &id));
+    const unsigned long long id = s.id();
     std::lock_guard lock(mutex_);
-    const std::uint32_t i = line_of(id, h);
+    const std::uint32_t i = line_of(id, s);
     auto& l = lines_[i];
     if (i >= counted_lines || !counters_ready(l.device)) {
       std::forward<Launch>(launch)(kernel_mark{});
@@ -373,12 +371,11 @@ class timeline<backend::cuda> {
   }
 
   // The line of stream `id`: its own, else a recycled one (every point passed), else a new one.
-  std::uint32_t line_of(unsigned long long id, cudaStream_t h) {
+  std::uint32_t line_of(unsigned long long id, stream_ref<backend::cuda> s) {
     std::uint32_t i = 0;
     while (i < lines_.size() && lines_[i].stream_id != id) ++i;
     if (i < lines_.size()) return i;
-    int device = 0;
-    FERRY_CUDA_CHECK(cudaStreamGetDevice(h, &device));
+    const int device = s.device();
     for (i = 0; i < lines_.size(); ++i) {
       auto& l = lines_[i];
       if (l.known == l.next) {  // recycled: old points stay at or below `known`

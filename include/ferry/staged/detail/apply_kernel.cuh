@@ -156,16 +156,14 @@ FERRY_KERNEL_VISIBILITY void preload_apply_kernels() {
 
 /// Launches the apply kernel for `n` chunks (n > 0) of elements of `sizeof(U)` bytes on `s`; its
 /// last act finishes `m`.
-/// Checked with cudaPeekAtLastError (the caller's sticky error state is left alone).
 template <class U>
 FERRY_KERNEL_VISIBILITY void launch_apply_chunks(const chunk_desc* descs, std::size_t n, std::uintptr_t dst_base,
                          std::uintptr_t src_base, const kernel_mark& m, cudaStream_t s) {
   if (n > static_cast<std::size_t>(INT_MAX))
     throw capacity_error("ferry: a staged-write apply of " + std::to_string(n) +
                          " chunks exceeds the grid limit of 2^31-1 blocks");
-  staged_kernels::apply_chunks<U>
-      <<<static_cast<unsigned>(n), apply_block_threads, 0, s>>>(descs, dst_base, src_base, m);
-  FERRY_CUDA_CHECK_LAUNCH("ferry::staged_kernels::apply_chunks");
+  launch_kernel("launch of ferry::staged_kernels::apply_chunks", staged_kernels::apply_chunks<U>,
+                static_cast<unsigned>(n), apply_block_threads, s, descs, dst_base, src_base, m);
 }
 
 template <class U, std::size_t Bytes>
@@ -178,8 +176,8 @@ FERRY_KERNEL_VISIBILITY void launch_apply_inline_as(const chunk_desc* descs, std
   p.content_offset = static_cast<std::uint32_t>(inline_apply_content_offset(n));
   std::memcpy(p.data, descs, table);
   std::memcpy(p.data + p.content_offset, contents, content_bytes);
-  staged_kernels::apply_inline<U, Bytes><<<1, apply_block_threads, 0, s>>>(p);
-  FERRY_CUDA_CHECK_LAUNCH("ferry::staged_kernels::apply_inline");
+  launch_kernel("launch of ferry::staged_kernels::apply_inline", staged_kernels::apply_inline<U, Bytes>, 1,
+                apply_block_threads, s, p);
 }
 
 /// Launches the inline apply when the chunk table and contents fit in the kernel's parameters

@@ -82,9 +82,8 @@ FERRY_KERNEL_VISIBILITY inline void launch_step_kernel(const void* table, std::s
   if (blocks > static_cast<std::size_t>(INT_MAX))
     throw capacity_error("ferry: a step of " + std::to_string(blocks) +
                          " descriptors exceeds the grid limit of 2^31-1 blocks");
-  step_kernels::run_step<<<static_cast<unsigned>(blocks), step_block_threads, 0, s>>>(
-      static_cast<const step_header*>(table));
-  FERRY_CUDA_CHECK_LAUNCH("ferry::step_kernels::run_step");
+  launch_kernel("launch of ferry::step_kernels::run_step", step_kernels::run_step,
+                static_cast<unsigned>(blocks), step_block_threads, s, static_cast<const step_header*>(table));
 }
 
 /// The graph of one slot, on `device`: the step kernel over `blocks` blocks reading `table`, and
