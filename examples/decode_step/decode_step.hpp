@@ -214,7 +214,7 @@ void fill_last_index(ferry::device_span<std::int32_t> out, ferry::device_span<co
 #if defined(__CUDACC__)
     launch_fill_last_index(o, l, last, s.get());
 #else
-    static_assert(ferry::detail::dependent_false<B>,
+    static_assert(sizeof(B) == 0,  // false, but only once instantiated
                   "decode_step::fill_last_index launches a CUDA kernel: build this translation unit "
                   "with nvcc and include <ferry/ferry.cuh>.");
 #endif

@@ -146,8 +146,7 @@ std::vector<observed> run_in_flight(Pool& pool, bool keep_closed = false) {
       REQUIRE(cudaPeekAtLastError() == cudaSuccess);
       done[k].record(s);
     }
-    ferry::detail::backend_ops<B>::copy_async(back.host().data(), results.data(),
-                                              4 * steps * sizeof(unsigned long long), s);
+    ferry::async_d2h(results.span(), back.host(), s);
     s.synchronize();
     for (std::size_t k = 0; k < steps; ++k) {
       const auto* r = back.host().data() + 4 * k;
@@ -270,8 +269,7 @@ TEST_CASE("uva_pool keeps a slow kernel's view across an empty call and the pool
       std::fill_n(reinterpret_cast<T*>(taken.back().data), lengths[2], 9);
     }
   }
-  ferry::detail::backend_ops<B>::copy_async(back.host().data(), results.data(),
-                                            4 * sizeof(unsigned long long), s0);
+  ferry::async_d2h(results.span(), back.host(), s0);
   s0.synchronize();
   const auto* r = back.host().data();
   CHECK(observed{r[0], r[1], r[2], r[3]} == observe(src.data(), src.size()));

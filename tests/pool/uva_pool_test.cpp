@@ -452,13 +452,12 @@ TEMPLATE_TEST_CASE("uva_pool waits for the last view's readers before giving its
 TEMPLATE_TEST_CASE("uva_pool copy_to_device copies the exact prefix and rejects a small out",
                    "[pool]", FERRY_TEST_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);
-  using ops = ferry::detail::backend_ops<TestType>;
   ferry::stream<TestType> s;
   ferry::uva_pool<float, TestType> pool(4, 2);
   ferry::device_buffer<float, TestType> out(300);
   ferry::pinned_buffer<float, TestType> back(300);
   auto fetch = [&] {
-    ops::copy_async(back.host().data(), out.data(), 300 * sizeof(float), s);
+    ferry::async_d2h(out.span(), back.host(), s);
     s.synchronize();
     return std::vector<float>(back.host().begin(), back.host().end());
   };

@@ -587,8 +587,7 @@ TEMPLATE_TEST_CASE("destroying a caller_fenced tensor waits for its queued apply
   }
   const std::size_t slot_bytes = arena.stats().bytes_in_use - before;
   t->apply_write(s);
-  ferry::detail::backend_ops<B>::copy_async(seen.host().data(), t->span().data(),
-                                           rows * cols * sizeof(T), s);
+  ferry::async_d2h(t->span(), seen.host(), s);
   REQUIRE_FALSE(ferry_test::destroy_behind_gate(t, g, slot_bytes));
   const std::vector<T> got(seen.host().begin(), seen.host().end());  // the destructor waited
   INFO("first difference at " << ferry_test::first_difference(got, ref.data));
@@ -965,8 +964,7 @@ TEST_CASE("64-bit offsets: writing the last row of a target past 2^31 elements",
     t.apply_write(s);
     std::copy(piece.begin(), piece.end(), last.end() - 1000);
     ferry::pinned_buffer<std::int32_t, B> out(cols + 3);
-    ferry::detail::backend_ops<B>::copy_async(out.host().data(), t.span().data() + (rows - 1) * cols - 3,
-                                             (cols + 3) * sizeof(std::int32_t), s);
+    ferry::async_d2h(t.span().subspan((rows - 1) * cols - 3, cols + 3), out.host(), s);
     s.synchronize();
     REQUIRE(out.host()[0] == 1);
     REQUIRE(out.host()[2] == 3);
@@ -1017,7 +1015,7 @@ TEST_CASE("graph pattern: eager applies then replays of a captured graph that re
     }
     t.apply_write(s);                                   // eager, before the replay
     REQUIRE(cudaGraphLaunch(exec, s.get()) == cudaSuccess);
-    ferry::detail::backend_ops<B>::copy_async(host.host().data(), out.data(), rows * cols * sizeof(T), s);
+    ferry::async_d2h(out.span(), host.host(), s);
     s.synchronize();
     INFO("step " << step);
     REQUIRE(std::equal(ref.data.begin(), ref.data.end(), host.host().begin()));

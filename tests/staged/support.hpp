@@ -69,7 +69,7 @@ void stage_random_writes(Tensor& t, model<T>& ref, std::mt19937_64& rng, std::si
 template <class T, class B, class Tensor>
 std::vector<T> read_back(const Tensor& t, ferry::stream_ref<B> s) {
   ferry::pinned_buffer<T, B> out(t.size());
-  ferry::detail::backend_ops<B>::copy_async(out.host().data(), t.span().data(), t.size() * sizeof(T), s);
+  ferry::async_d2h(t.span(), out.host(), s);
   s.synchronize();
   return std::vector<T>(out.host().begin(), out.host().end());
 }

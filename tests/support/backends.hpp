@@ -85,8 +85,8 @@ std::uint64_t enqueued(ferry::stream_ref<B> s) {
 }
 
 /// Seconds after which a gate opens itself (FERRY_GATE_WATCHDOG_S; 0, the default: never). Only
-/// the compute-sanitizer pass sets it: memcheck may hold a call on one stream until work on another
-/// has run, work a gate holds, and the test thread would then wait forever for itself.
+/// the compute-sanitizer pass sets it: memcheck may hold a call until work that a gate holds has run,
+/// and the test thread would then wait forever for itself.
 inline unsigned gate_watchdog_seconds() {
   const char* v = std::getenv("FERRY_GATE_WATCHDOG_S");
   return v ? static_cast<unsigned>(std::strtoul(v, nullptr, 10)) : 0U;
