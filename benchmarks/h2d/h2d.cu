@@ -40,6 +40,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -177,6 +178,35 @@ int main(int argc, char** argv) try {
         BENCH_CUDA(cudaMemcpyAsync(dev_small.data(), v.data(), small_bytes, cudaMemcpyHostToDevice, cs));
       },
       drain);
+  // Where ferry's time goes beside the floor: the floor with the copy kind left to the driver
+  // (cudaMemcpyDefault, as ferry's copies pass it), and ferry's runtime calls written by hand (the
+  // two stream checks, the memcpy into one of a ring of pinned blocks, the copy, one event record).
+  const double default_kind_small = ferry_bench::host_us(
+      o, [&](std::size_t) {
+        BENCH_CUDA(cudaMemcpyAsync(dev_small.data(), pinned_small.host().data(), small_bytes,
+                                   cudaMemcpyDefault, cs));
+      },
+      drain);
+  constexpr std::size_t hand_ring = 64;
+  std::vector<std::unique_ptr<ferry::pinned_buffer<std::int32_t, B>>> hand_blocks;
+  std::vector<cudaEvent_t> hand_events(hand_ring);
+  for (std::size_t k = 0; k < hand_ring; ++k) {
+    hand_blocks.push_back(std::make_unique<ferry::pinned_buffer<std::int32_t, B>>(n_small));
+    BENCH_CUDA(cudaEventCreateWithFlags(&hand_events[k], cudaEventDisableTiming));
+  }
+  const double by_hand_small = ferry_bench::host_us(
+      o, [&](std::size_t i) {
+        cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+        int device = 0;
+        BENCH_CUDA(cudaStreamIsCapturing(cs, &status));
+        BENCH_CUDA(cudaGetDevice(&device));
+        v[0] = static_cast<std::int32_t>(i);
+        std::int32_t* block = hand_blocks[i % hand_ring]->host().data();
+        std::memcpy(block, v.data(), small_bytes);
+        BENCH_CUDA(cudaMemcpyAsync(dev_small.data(), block, small_bytes, cudaMemcpyHostToDevice, cs));
+        BENCH_CUDA(cudaEventRecord(hand_events[i % hand_ring], cs));
+      },
+      drain);
   const double ferry_small_dev = ferry_bench::device_us(cs, o.burst, ferry_small_op);
   const double floor_small_dev = ferry_bench::device_us(cs, o.burst, floor_small_op);
   drain();
@@ -269,6 +299,10 @@ int main(int argc, char** argv) try {
            {"host_us", floor_small}, {"device_us", floor_small_dev},
            {"ferry_x", floor_small / ferry_small},
            {"runtime_calls_per_op", floor_small_calls.total}, {"runtime_calls", floor_small_calls.names()}});
+  rep.add({{"case", small_case}, {"variant", "bare pinned cudaMemcpyAsync, cudaMemcpyDefault"},
+           {"host_us", default_kind_small}, {"ferry_x", default_kind_small / ferry_small}});
+  rep.add({{"case", small_case}, {"variant", "ferry's runtime calls by hand (2 checks, memcpy into 1 of 64 pinned blocks, copy, event record)"},
+           {"host_us", by_hand_small}, {"ferry_x", by_hand_small / ferry_small}});
   rep.add({{"case", small_case}, {"variant", "raw pageable cudaMemcpyAsync"},
            {"host_us", pageable_small}, {"ferry_x", pageable_small / ferry_small}});
   // The target's peer: PyTorch's best path for the same data already in a pinned tensor.
@@ -404,6 +438,7 @@ int main(int argc, char** argv) try {
     std::cout << "pool sweep: best " << best_name << " at " << best << " GB/s (ratio "
               << best / limit << "); the target uses the default pool only\n";
   rep.write_json(o.json);
+  for (cudaEvent_t e : hand_events) BENCH_CUDA(cudaEventDestroy(e));
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "bench.h2d: " << e.what() << "\n";
