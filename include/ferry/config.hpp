@@ -46,6 +46,9 @@
 // Error paths out of line (a throw builds its message there), so that the checks guarding them
 // stay a compare and a branch inside the hot loops that call them (stage_write runs once a write).
 #define FERRY_COLD __attribute__((cold, noinline))
+// Inlined into the caller whatever the optimizer's budget: the per-element hot paths
+// (stage_write), whose call overhead would be a large part of their cost.
+#define FERRY_FORCE_INLINE __attribute__((always_inline))
 
 namespace ferry::detail {
 // A false that depends on a template parameter, for static_asserts in discarded branches.

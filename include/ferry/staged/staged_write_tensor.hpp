@@ -190,7 +190,7 @@ class staged_write_tensor {
   /// ferry::capacity_error, nothing recorded.
   template <std::ranges::input_range R>
     requires(std::ranges::sized_range<R> || std::ranges::forward_range<R>)
-  void stage_write(std::size_t row, std::size_t start, R&& range) {
+  FERRY_FORCE_INLINE void stage_write(std::size_t row, std::size_t start, R&& range) {
     detail::check_same_element<std::ranges::range_value_t<R>, T>();
     core().stage(row, start, range);
   }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <source_location>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -62,15 +63,25 @@ inline void check_launch(const char* kernel, const char* file, int line) {
   if (code != cudaSuccess) throw make_cuda_error(code, kernel, file, line);
 }
 
+/// A launch's name and the place in ferry that makes it (taken where a name converts to it), for
+/// its error message.
+struct launch_site {
+  launch_site(const char* launch_name,
+              std::source_location where = std::source_location::current()) noexcept
+      : name(launch_name), at(where) {}
+  const char* name;
+  std::source_location at;
+};
+
 /// Launches `kernel` over `grid` blocks of `block` threads on `s`, with `args` (each converted to
 /// its parameter's type), by cudaLaunchKernel. Its error is ferry's own, so it is thrown and
 /// consumed: after a <<<>>> launch, cudaPeekAtLastError could not tell it from the caller's.
 template <class... Params>
-void launch_kernel(const char* name, void (*kernel)(Params...), unsigned grid, unsigned block,
+void launch_kernel(launch_site site, void (*kernel)(Params...), unsigned grid, unsigned block,
                    cudaStream_t s, const std::type_identity_t<Params>&... args) {
   void* values[] = {const_cast<void*>(static_cast<const void*>(&args))...};
   check_cuda(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(block), values, 0, s),
-             name, __FILE__, __LINE__);
+             site.name, site.at.file_name(), static_cast<int>(site.at.line()));
 }
 
 /// Makes `device` the calling thread's current device for its lifetime, when it is not already,

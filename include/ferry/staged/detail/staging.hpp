@@ -39,9 +39,11 @@ class staging_core {
   // ---- staging --------------------------------------------------------------------------------
 
   /// Records one write of `r` to [row][start, start + size(r)). Throws std::out_of_range (bounds)
-  /// or ferry::capacity_error (growth::fixed, arena cap) with nothing recorded.
+  /// or ferry::capacity_error (growth::fixed, arena cap) with nothing recorded. Inlined into the
+  /// caller's loop: an engine stages hundreds of writes per apply, and the hand-written floor of
+  /// that loop is a memcpy and a descriptor store (docs/performance.md).
   template <class R>
-  void stage(std::size_t row, std::size_t start, R&& r) {
+  FERRY_FORCE_INLINE void stage(std::size_t row, std::size_t start, R&& r) {
     const std::size_t len = count_of(r);
     check_write_bounds(row, start, len, rows_, cols_);
     if (len == 0) return;
@@ -53,8 +55,10 @@ class staging_core {
       off += (want + apply_vector_bytes - off % apply_vector_bytes) % apply_vector_bytes;
     }
     const std::size_t chunks = len / per_chunk + (len % per_chunk != 0);
-    // may throw: nothing recorded
-    ensure(chunks, checked_add<capacity_error>(off, bytes, "staged contents"), len);
+    const std::size_t end = checked_add<capacity_error>(off, bytes, "staged contents");
+    // One test in steady state: the caps are 0 while no slot is current.
+    if (chunks_ + chunks > desc_cap_ || end > content_cap_ || over_fixed_limits(len)) [[unlikely]]
+      make_room(chunks, end, len);  // may throw: nothing recorded
     // The slot's addresses are read before the contents are written: a write through a byte
     // pointer may alias any member, which would otherwise be reloaded after it (a few ns a write).
     std::byte* const slot = pool_.current().block.data;
@@ -63,13 +67,18 @@ class staging_core {
     const std::uint64_t src = off / sizeof(T);
     tracker_.note(row, start, start + len);  // before a gather that may throw: only conservative
     if constexpr (!std::ranges::contiguous_range<R>) fill(r, out, len);  // may throw: nothing recorded
-    for (std::size_t c = 0, e = 0; e < len; ++c, e += per_chunk)
-      d[c] = {dst + e, src + e, static_cast<std::uint32_t>(std::min(per_chunk, len - e)), 0};
+    if (chunks == 1) [[likely]] {
+      *d = {dst, src, static_cast<std::uint32_t>(len), 0};
+    } else {
+      for (std::size_t c = 0, e = 0; e < len; ++c, e += per_chunk)
+        d[c] = {dst + e, src + e, static_cast<std::uint32_t>(std::min(per_chunk, len - e)), 0};
+    }
     chunks_ += chunks;
-    used_ = off + bytes;
+    used_ = end;
     ++writes_;
     elements_ += len;
-    if constexpr (std::ranges::contiguous_range<R>) fill(r, out, len);  // a memcpy: cannot throw
+    if constexpr (std::ranges::contiguous_range<R>)  // cannot throw
+      copy_bytes(out, std::ranges::data(r), bytes);
   }
 
   [[nodiscard]] std::size_t pending() const noexcept { return writes_; }
@@ -161,31 +170,42 @@ class staging_core {
   /// the slot, and start a new batch.
   void commit(stamp done) noexcept {
     pool_.commit(done);
+    unlayout();
     clear();
   }
   /// The launch that reads the slot has been enqueued but could not be stamped: the slot is
   /// abandoned (never rewritten under its reader), and a new batch starts in a fresh one.
   void abandon() noexcept {
     pool_.abandon();
+    unlayout();
     clear();
   }
   pool_type& pool() noexcept { return pool_; }
 
  private:
-  void ensure(std::size_t chunks, std::size_t end_bytes, std::size_t len) {
+  // growth::fixed: whether one more write of `len` elements exceeds what reserve() set.
+  [[nodiscard]] bool over_fixed_limits(std::size_t len) const noexcept {
+    if constexpr (fixed)
+      return writes_ + 1 > max_writes_ || elements_ + len > max_elements_;
+    else
+      return false;
+  }
+
+  // Makes the current slot hold `chunks` more descriptors and contents up to `end_bytes` (the
+  // slow path of stage(): no slot yet, a slot to grow, or growth::fixed's limits reached).
+  [[gnu::noinline]] void make_room(std::size_t chunks, std::size_t end_bytes, std::size_t len) {
     if constexpr (fixed) {
-      if (writes_ + 1 > max_writes_ || elements_ + len > max_elements_)
+      if (over_fixed_limits(len))
         throw capacity_error(
             "ferry: staged_write_tensor under growth::fixed holds at most " +
             std::to_string(max_writes_) + " writes of " + std::to_string(max_elements_) +
             " elements per apply (set by reserve); staging a write of " + std::to_string(len) +
             " elements after " + std::to_string(writes_) + " writes of " +
             std::to_string(elements_) + " elements exceeds it");
-    } else {
-      if (!pool_.has_current() || chunks_ + chunks > desc_cap_ || end_bytes > content_cap_) {
-        want_descs_ = std::max(want_descs_, grown_capacity<Growth>(chunks_ + chunks, desc_cap_));
-        want_bytes_ = std::max(want_bytes_, grown_contents(want_descs_, end_bytes));
-      }
+    } else if (chunks_ + chunks > want_descs_ || end_bytes > want_bytes_) {
+      // The capacities every slot is wanted at grow once, by the GrowthPolicy, from themselves.
+      want_descs_ = std::max(want_descs_, grown_capacity<Growth>(chunks_ + chunks, want_descs_));
+      want_bytes_ = std::max(want_bytes_, grown_contents(want_descs_, end_bytes));
     }
     if (!pool_.has_current()) {
       pool_.acquire_current(slot_bytes());
@@ -216,6 +236,8 @@ class staging_core {
     return grown_capacity<Growth>(slot_size(descs, bytes), slot_bytes()) - table_bytes(descs);
   }
   [[nodiscard]] std::size_t slot_bytes() const { return slot_size(want_descs_, want_bytes_); }
+  // No current slot: its capacities are 0, so that stage() takes the slow path.
+  void unlayout() noexcept { desc_cap_ = content_off_ = content_cap_ = 0; }
   void layout() noexcept {
     const auto& b = pool_.current().block;
     desc_cap_ = want_descs_;
