@@ -3,11 +3,12 @@
 //    cudaMemcpyAsync of the same 4 KiB (the floor), a raw pageable cudaMemcpyAsync, and the
 //    PyTorch ways (--torch FILE: the text output of anchors/peer_torch.py from the same machine;
 //    the target holds ferry against `out.copy_(pinned, non_blocking=True)`, the list path and the
-//    others are printed beside it); host time (bursts, median) and device time (queued behind a
-//    held stream);
+//    others are printed beside it); host time (bursts, median; ferry and its baselines in
+//    interleaved bursts) and device time (queued behind a held stream);
 //  - packed upload: 8 arrays of 256 B to 4 KiB with one ferry::async_h2d_packed, beside its floor
 //    (memcpy of the parts into one pinned buffer + one cudaMemcpyAsync), 8 bare pinned
-//    cudaMemcpyAsync calls and one cudaMemcpyBatchAsync of the 8 pinned parts;
+//    cudaMemcpyAsync calls and one cudaMemcpyBatchAsync of the 8 pinned parts (interleaved bursts
+//    as well);
 //  - for the small and packed uploads, the CUDA runtime calls per upload in steady state
 //    (support/runtime_calls.hpp: CUPTI, 1000 uploads counted after 1000 uncounted ones, the
 //    stream drained every burst as in the timing, in a pass of their own);
@@ -171,22 +172,16 @@ int main(int argc, char** argv) try {
     BENCH_CUDA(cudaMemcpyAsync(dev_small.data(), pinned_small.host().data(), small_bytes,
                                cudaMemcpyHostToDevice, cs));
   };
-  const double ferry_small = ferry_bench::host_us(o, ferry_small_op, drain);
-  const double floor_small = ferry_bench::host_us(o, floor_small_op, drain);
-  const double pageable_small = ferry_bench::host_us(
-      o, [&](std::size_t) {
-        BENCH_CUDA(cudaMemcpyAsync(dev_small.data(), v.data(), small_bytes, cudaMemcpyHostToDevice, cs));
-      },
-      drain);
+  auto pageable_small_op = [&](std::size_t) {
+    BENCH_CUDA(cudaMemcpyAsync(dev_small.data(), v.data(), small_bytes, cudaMemcpyHostToDevice, cs));
+  };
   // Where ferry's time goes beside the floor: the floor with the copy kind left to the driver
   // (cudaMemcpyDefault, as ferry's copies pass it), and ferry's runtime calls written by hand (the
-  // two stream checks, the memcpy into one of a ring of pinned blocks, the copy, one event record).
-  const double default_kind_small = ferry_bench::host_us(
-      o, [&](std::size_t) {
-        BENCH_CUDA(cudaMemcpyAsync(dev_small.data(), pinned_small.host().data(), small_bytes,
-                                   cudaMemcpyDefault, cs));
-      },
-      drain);
+  // two stream checks, the memcpy into one of a ring of pinned blocks, the copy, one event record;
+  // nothing waits on the events, so this is a floor of the calls, not a correct upload).
+  auto default_kind_small_op = [&](std::size_t) {
+    BENCH_CUDA(cudaMemcpyAsync(dev_small.data(), pinned_small.host().data(), small_bytes, cudaMemcpyDefault, cs));
+  };
   constexpr std::size_t hand_ring = 64;
   std::vector<std::unique_ptr<ferry::pinned_buffer<std::int32_t, B>>> hand_blocks;
   std::vector<cudaEvent_t> hand_events(hand_ring);
@@ -194,19 +189,21 @@ int main(int argc, char** argv) try {
     hand_blocks.push_back(std::make_unique<ferry::pinned_buffer<std::int32_t, B>>(n_small));
     BENCH_CUDA(cudaEventCreateWithFlags(&hand_events[k], cudaEventDisableTiming));
   }
-  const double by_hand_small = ferry_bench::host_us(
-      o, [&](std::size_t i) {
-        cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-        int device = 0;
-        BENCH_CUDA(cudaStreamIsCapturing(cs, &status));
-        BENCH_CUDA(cudaGetDevice(&device));
-        v[0] = static_cast<std::int32_t>(i);
-        std::int32_t* block = hand_blocks[i % hand_ring]->host().data();
-        std::memcpy(block, v.data(), small_bytes);
-        BENCH_CUDA(cudaMemcpyAsync(dev_small.data(), block, small_bytes, cudaMemcpyHostToDevice, cs));
-        BENCH_CUDA(cudaEventRecord(hand_events[i % hand_ring], cs));
-      },
-      drain);
+  auto by_hand_small_op = [&](std::size_t i) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    int device = 0;
+    BENCH_CUDA(cudaStreamIsCapturing(cs, &status));
+    BENCH_CUDA(cudaGetDevice(&device));
+    v[0] = static_cast<std::int32_t>(i);
+    std::int32_t* block = hand_blocks[i % hand_ring]->host().data();
+    std::memcpy(block, v.data(), small_bytes);
+    BENCH_CUDA(cudaMemcpyAsync(dev_small.data(), block, small_bytes, cudaMemcpyHostToDevice, cs));
+    BENCH_CUDA(cudaEventRecord(hand_events[i % hand_ring], cs));
+  };
+  const auto small_us = ferry_bench::host_us_interleaved(
+      o, {ferry_small_op, floor_small_op, pageable_small_op, default_kind_small_op, by_hand_small_op}, drain);
+  const double ferry_small = small_us[0], floor_small = small_us[1], pageable_small = small_us[2];
+  const double default_kind_small = small_us[3], by_hand_small = small_us[4];
   const double ferry_small_dev = ferry_bench::device_us(cs, o.burst, ferry_small_op);
   const double floor_small_dev = ferry_bench::device_us(cs, o.burst, floor_small_op);
   drain();
@@ -226,7 +223,6 @@ int main(int argc, char** argv) try {
     ferry::async_h2d_packed(dev_packed.span(), s, parts[0], parts[1], parts[2], parts[3], parts[4],
                             parts[5], parts[6], parts[7]);
   };
-  const double ferry_packed = ferry_bench::host_us(o, ferry_packed_op, drain);
   // The floor: the parts copied into one pinned buffer, then one cudaMemcpyAsync.
   auto floor_packed_op = [&](std::size_t) {
     std::size_t off = 0;
@@ -237,18 +233,16 @@ int main(int argc, char** argv) try {
     BENCH_CUDA(cudaMemcpyAsync(dev_packed.data(), pinned_packed.host().data(), packed_elems * 4,
                                cudaMemcpyHostToDevice, cs));
   };
-  const double floor_packed = ferry_bench::host_us(o, floor_packed_op, drain);
   // Beside it: 8 bare copies and one batched copy of the parts, already in pinned memory.
-  const double copies_packed = ferry_bench::host_us(
-      o, [&](std::size_t) {
-        std::size_t off = 0;
-        for (auto& p : parts) {
-          BENCH_CUDA(cudaMemcpyAsync(dev_packed.data() + off, pinned_packed.host().data() + off,
-                                     p.size() * 4, cudaMemcpyHostToDevice, cs));
-          off += p.size();
-        }
-      },
-      drain);
+  auto copies_packed_op = [&](std::size_t) {
+    std::size_t off = 0;
+    for (auto& p : parts) {
+      BENCH_CUDA(cudaMemcpyAsync(dev_packed.data() + off, pinned_packed.host().data() + off, p.size() * 4,
+                                 cudaMemcpyHostToDevice, cs));
+      off += p.size();
+    }
+  };
+  std::vector<std::function<void(std::size_t)>> packed_ops{ferry_packed_op, floor_packed_op, copies_packed_op};
 #if CUDART_VERSION >= 13000
   std::vector<void*> batch_dst;
   std::vector<const void*> batch_src;
@@ -262,17 +256,17 @@ int main(int argc, char** argv) try {
   cudaMemcpyAttributes batch_attr{};
   batch_attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
   std::size_t batch_attr_index = 0;  // every copy uses attribute 0
-  const double batch_packed = ferry_bench::host_us(
-      o, [&](std::size_t) {
-        BENCH_CUDA(cudaMemcpyBatchAsync(batch_dst.data(), batch_src.data(), batch_bytes.data(),
-                                        batch_dst.size(), &batch_attr, &batch_attr_index, 1, cs));
-      },
-      drain);
+  packed_ops.push_back([&](std::size_t) {
+    BENCH_CUDA(cudaMemcpyBatchAsync(batch_dst.data(), batch_src.data(), batch_bytes.data(), batch_dst.size(),
+                                    &batch_attr, &batch_attr_index, 1, cs));
+  });
   const std::string batch_variant = "cudaMemcpyBatchAsync of 8 pinned parts";
 #else
-  const double batch_packed = nan_value;
   const std::string batch_variant = "cudaMemcpyBatchAsync: not measured (needs CUDA 13)";
 #endif
+  const auto packed_us = ferry_bench::host_us_interleaved(o, packed_ops, drain);
+  const double ferry_packed = packed_us[0], floor_packed = packed_us[1], copies_packed = packed_us[2];
+  const double batch_packed = packed_us.size() > 3 ? packed_us[3] : nan_value;
 
   // Runtime calls per upload in steady state, after every timing of the small and packed uploads:
   // the timing's loop (drained every burst), counted.

@@ -77,7 +77,7 @@
 #include <vector>
 
 using ferry_bench::device_us;
-using ferry_bench::host_us;
+using ferry_bench::host_us_interleaved;
 using B = ferry::backend::cuda;
 using T = std::int32_t;
 constexpr double nan_value = std::numeric_limits<double>::quiet_NaN();
@@ -282,35 +282,6 @@ void floor_apply(floor_ring& ring, via path, int W, int per, Row&& row, Src&& sr
   }
   ferry::detail::launch_apply_chunks<std::uint32_t>(b.descs_dev, n, dst_base, reinterpret_cast<std::uintptr_t>(src_dev),
                                                     m, s);
-}
-
-// SPEC §10 host method for several operations measured identically: bursts of o.burst calls,
-// the stream drained between bursts (not timed), median over o.bursts bursts; the operations'
-// bursts are interleaved (burst b of every operation runs before burst b+1 of any, in an order
-// rotated every burst), so that ferry and its floor see the same machine state and any drift of
-// clock or device load falls on all of them alike. `before` runs ahead of every burst, untimed
-// (a kernel that holds the stream: the GPU behind).
-template <class Drain, class Before>
-std::vector<double> host_us_interleaved(const ferry_bench::options& o,
-                                        const std::vector<std::function<void(std::size_t)>>& ops,
-                                        Drain&& drain, Before&& before, int warmup_bursts = 3) {
-  const std::size_t m = ops.size();
-  std::vector<std::vector<double>> per(m);
-  std::vector<std::size_t> next(m, 0);
-  for (int b = -warmup_bursts; b < o.bursts; ++b) {
-    for (std::size_t j = 0; j < m; ++j) {
-      const std::size_t k = (j + static_cast<std::size_t>(b + warmup_bursts)) % m;
-      before();
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < o.burst; ++i) ops[k](next[k]++);
-      const auto t1 = std::chrono::steady_clock::now();
-      drain();
-      if (b >= 0) per[k].push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / o.burst);
-    }
-  }
-  std::vector<double> r(m);
-  for (std::size_t k = 0; k < m; ++k) r[k] = ferry_bench::median(per[k]);
-  return r;
 }
 
 // Runtime API calls per apply in steady state (support/runtime_calls.hpp: 1000 applies counted
@@ -607,7 +578,7 @@ int main(int argc, char** argv) {
       const auto allocs_before = allocations();
       const std::size_t rings_before = ring_uva.active() + ring_h2d.active();
       const auto h = host_us_interleaved(o, {ferry_op(t_uva), floor_uva, ferry_op(t_h2d), floor_h2d,
-                                             ferry_op(t_uvat), launch_only, racy_uva, racy_h2d}, drain, [] {});
+                                             ferry_op(t_uvat), launch_only, racy_uva, racy_h2d}, drain);
       const double h_uva = h[0], f_uva = h[1], h_h2d = h[2], f_h2d = h[3], h_uvat = h[4], f_launch = h[5];
       const double fr_uva = h[6], fr_h2d = h[7];
       // The GPU behind: every burst queued behind a kernel holding the stream for at least 5x

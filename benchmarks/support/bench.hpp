@@ -1,7 +1,8 @@
 // Benchmark support: the SPEC §10 method (host time = bursts of operations with the stream drained
-// between bursts, median over bursts; device time = operations queued behind a kernel that holds
-// the stream), one table printed with ferry beside its baselines as ratios, and the JSON results
-// format ({"benchmark", "machine", "date", "rows", "targets"}).
+// between bursts, median over bursts, ferry's bursts interleaved with its baselines'; device time =
+// operations queued behind a kernel that holds the stream), one table printed with ferry beside its
+// baselines as ratios, and the JSON results format ({"benchmark", "machine", "date", "rows",
+// "targets"}).
 #pragma once
 
 #include <algorithm>
@@ -91,24 +92,55 @@ inline double json_number(const std::string& file, const std::string& key) {
   return std::stod(s.substr(c + 1));
 }
 
-/// Host microseconds per operation: `o.bursts` bursts of `o.burst` calls of op(i) (i counts
-/// across bursts, so inputs can rotate), `drain()` between bursts (not timed), median over bursts.
-template <class Op, class Drain>
-double host_us(const options& o, Op&& op, Drain&& drain, int warmup_bursts = 3) {
-  std::size_t i = 0;
-  for (int w = 0; w < warmup_bursts; ++w) {
-    for (int k = 0; k < o.burst; ++k) op(i++);
-    drain();
+/// One burst of a variant that times itself: runs `count` operations and returns the host
+/// microseconds it timed (all of them, or only the calls when it does untimed work between).
+using timed_burst = std::function<double(std::size_t count)>;
+
+/// Host microseconds per operation of several variants measured alike (SPEC §10: bursts of
+/// `o.burst` operations, `drain()` between bursts, untimed; median over `o.bursts` bursts), their
+/// bursts interleaved: burst b of every variant runs before burst b + 1 of any, in an order
+/// rotated every burst, so that ferry and its baselines see the same machine state and any drift
+/// of clock or device load falls on all of them alike.
+template <class Drain>
+std::vector<double> interleaved_us(const options& o, const std::vector<timed_burst>& variants, Drain&& drain,
+                                   int warmup_bursts = 3) {
+  const std::size_t m = variants.size();
+  const auto n = static_cast<std::size_t>(o.burst);
+  std::vector<std::vector<double>> per(m);
+  for (int b = -warmup_bursts; b < o.bursts; ++b) {
+    for (std::size_t j = 0; j < m; ++j) {
+      const std::size_t k = (j + static_cast<std::size_t>(b + warmup_bursts)) % m;
+      const double us = variants[k](n);
+      drain();
+      if (b >= 0) per[k].push_back(us / static_cast<double>(n));
+    }
   }
-  std::vector<double> per_op;
-  for (int b = 0; b < o.bursts; ++b) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int k = 0; k < o.burst; ++k) op(i++);
-    const auto t1 = std::chrono::steady_clock::now();
-    drain();
-    per_op.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / o.burst);
-  }
-  return median(per_op);
+  std::vector<double> r(m);
+  for (std::size_t k = 0; k < m; ++k) r[k] = median(per[k]);
+  return r;
+}
+
+struct no_op {
+  void operator()() const noexcept {}
+};
+
+/// interleaved_us for operations timed whole: op(i) with i counting across a variant's bursts
+/// (so inputs can rotate); `before()` runs ahead of every burst, untimed (a kernel that holds the
+/// stream: the GPU behind).
+template <class Drain, class Before = no_op>
+std::vector<double> host_us_interleaved(const options& o, const std::vector<std::function<void(std::size_t)>>& ops,
+                                        Drain&& drain, Before&& before = Before{}, int warmup_bursts = 3) {
+  std::vector<std::size_t> next(ops.size(), 0);
+  std::vector<timed_burst> timed;
+  for (std::size_t k = 0; k < ops.size(); ++k)
+    timed.push_back([&, k](std::size_t count) {
+      before();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (std::size_t i = 0; i < count; ++i) ops[k](next[k]++);
+      const auto t1 = std::chrono::steady_clock::now();
+      return std::chrono::duration<double, std::micro>(t1 - t0).count();
+    });
+  return interleaved_us(o, timed, drain, warmup_bursts);
 }
 
 using value = std::variant<double, std::string>;

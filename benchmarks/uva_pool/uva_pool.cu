@@ -1,5 +1,5 @@
 // bench.uva_pool (SPEC §6, §10). Host time per call (bursts of operations, the stream drained
-// between bursts, median over bursts) of:
+// between bursts, median over bursts; the variants of each table in interleaved bursts) of:
 //   - ferry::uva_pool::copy_to_uva (event_fenced, the default; and caller_fenced) of 64, 1024 and
 //     65536 int32 from a std::vector,
 //   - a bare cudaMemcpyAsync of the same bytes from pinned memory into device memory (what a
@@ -7,7 +7,7 @@
 //   - a plain memcpy into pinned memory (the true floor of a UVA write: what copy_to_uva must do
 //     at the least),
 // printed side by side as ratios; then copy_to_uva of 1024 int32, event-fenced against
-// caller-fenced in interleaved bursts (SPEC §10 target: <= 1.5x), with the GPU idle (the default
+// caller-fenced (SPEC §10 target: <= 1.5x), with the GPU idle (the default
 // ring of 2 slots, and a deep ring of 8) and with the GPU at least two calls behind on the deep
 // ring (each call followed by a reader kernel slower than the host's loop), with the CUDA runtime
 // calls each copy_to_uva makes in steady state (support/runtime_calls.hpp: CUPTI, 1000 calls
@@ -63,34 +63,6 @@ __global__ void slow_reader_kernel(ferry::device_span<const std::int32_t> v, uns
   *reinterpret_cast<volatile unsigned long long*>(done) = r;
 }
 
-/// Host µs per operation of two variants measured in alternating bursts (which goes first swaps
-/// every burst), `drain()` between bursts, median over bursts. `a(count)` and `c(count)` run
-/// `count` operations and return the host µs they timed.
-template <class A, class C, class Drain>
-std::pair<double, double> interleaved(const ferry_bench::options& o, A&& a, C&& c, Drain&& drain) {
-  std::vector<double> ta, tc;
-  const auto n = static_cast<std::size_t>(o.burst);
-  auto run = [&](auto& op, std::vector<double>* out) {
-    const double us = op(n);
-    drain();
-    if (out) out->push_back(us / static_cast<double>(n));
-  };
-  for (int w = 0; w < 3; ++w) {
-    run(a, nullptr);
-    run(c, nullptr);
-  }
-  for (int b = 0; b < o.bursts; ++b) {
-    if (b % 2 == 0) {
-      run(a, &ta);
-      run(c, &tc);
-    } else {
-      run(c, &tc);
-      run(a, &ta);
-    }
-  }
-  return {ferry_bench::median(ta), ferry_bench::median(tc)};
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -113,23 +85,20 @@ int main(int argc, char** argv) try {
     ferry::device_buffer<std::int32_t, B> dev(n);
     std::memcpy(pinned_src.host().data(), src.data(), bytes);
 
-    const double ferry_us = ferry_bench::host_us(o, [&](std::size_t) { (void)pool.copy_to_uva(src, s); }, drain);
-    const double caller_us =
-        ferry_bench::host_us(o, [&](std::size_t) { (void)caller.copy_to_uva(src, s); }, drain);
-    const double bare_us = ferry_bench::host_us(
+    // The plain memcpy needs no drain; it gets one as the others do (untimed).
+    const auto us = ferry_bench::host_us_interleaved(
         o,
-        [&](std::size_t) {
-          BENCH_CUDA(cudaMemcpyAsync(dev.data(), pinned_src.host().data(), bytes,
-                                     cudaMemcpyHostToDevice, s.get()));
-        },
+        {[&](std::size_t) { (void)pool.copy_to_uva(src, s); },
+         [&](std::size_t) { (void)caller.copy_to_uva(src, s); },
+         [&](std::size_t) {
+           BENCH_CUDA(cudaMemcpyAsync(dev.data(), pinned_src.host().data(), bytes, cudaMemcpyHostToDevice, s.get()));
+         },
+         [&](std::size_t) {
+           std::memcpy(pinned_dst.host().data(), src.data(), bytes);
+           asm volatile("" ::: "memory");  // keep every copy
+         }},
         drain);
-    const double memcpy_us = ferry_bench::host_us(
-        o,
-        [&](std::size_t) {
-          std::memcpy(pinned_dst.host().data(), src.data(), bytes);
-          asm volatile("" ::: "memory");  // keep every copy
-        },
-        [] {});
+    const double ferry_us = us[0], caller_us = us[1], bare_us = us[2], memcpy_us = us[3];
     rep.add({{"case", std::string("steady copy_to_uva")},
              {"elements", static_cast<double>(n)},
              {"bytes", static_cast<double>(bytes)},
@@ -171,14 +140,14 @@ int main(int argc, char** argv) try {
       counter->count([&] { v = pool.copy_to_uva(src, s); });
       return v;
     };
-    auto idle = [&](auto& pool) {
+    auto idle = [&](auto& pool) -> ferry_bench::timed_burst {
       return [&, p = &pool](std::size_t count) {
         const auto t0 = std::chrono::steady_clock::now();
         for (std::size_t k = 0; k < count; ++k) (void)call(*p);
         return elapsed_us(t0, std::chrono::steady_clock::now());
       };
     };
-    auto behind = [&](auto& pool) {
+    auto behind = [&](auto& pool) -> ferry_bench::timed_burst {
       return [&, p = &pool](std::size_t count) {
         double us = 0;
         for (std::size_t k = 0; k < count; ++k) {
@@ -195,10 +164,12 @@ int main(int argc, char** argv) try {
       };
     };
 
-    const auto [idle2_us, idle2_caller_us] = interleaved(o, idle(fenced2), idle(caller2), drain);
-    const auto [idle8_us, idle8_caller_us] = interleaved(o, idle(fenced8), idle(caller8), drain);
+    const auto idle_us =
+        ferry_bench::interleaved_us(o, {idle(fenced2), idle(caller2), idle(fenced8), idle(caller8)}, drain);
+    const double idle2_us = idle_us[0], idle2_caller_us = idle_us[1], idle8_us = idle_us[2], idle8_caller_us = idle_us[3];
     behind_by.clear();
-    const auto [behind_us, behind_caller_us] = interleaved(o, behind(fenced8), behind(caller8), drain);
+    const auto behind_pair = ferry_bench::interleaved_us(o, {behind(fenced8), behind(caller8)}, drain);
+    const double behind_us = behind_pair[0], behind_caller_us = behind_pair[1];
     const double calls_behind = ferry_bench::median(behind_by);  // readers unfinished at a call
 
     // The runtime calls of copy_to_uva in steady state: an untimed pass of the same loops, 1000

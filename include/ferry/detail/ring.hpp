@@ -8,6 +8,8 @@
 
 namespace ferry::detail {
 
+/// The storage is a power of two (8, then doubled), so that an index wraps with a mask, not a
+/// division: the rings of the reuse core are indexed on every acquire.
 template <class T>
 class ring {
  public:
@@ -18,25 +20,30 @@ class ring {
   T& back() noexcept { return (*this)[size_ - 1]; }
   const T& back() const noexcept { return (*this)[size_ - 1]; }
   /// The i-th element from the front.
-  T& operator[](std::size_t i) noexcept { return slots_[(head_ + i) % slots_.size()]; }
-  const T& operator[](std::size_t i) const noexcept { return slots_[(head_ + i) % slots_.size()]; }
+  T& operator[](std::size_t i) noexcept { return slots_[(head_ + i) & mask()]; }
+  const T& operator[](std::size_t i) const noexcept { return slots_[(head_ + i) & mask()]; }
 
   void push_back(T v) {
     if (size_ == slots_.size()) grow();
-    slots_[(head_ + size_) % slots_.size()] = std::move(v);
+    slots_[(head_ + size_) & mask()] = std::move(v);
     ++size_;
   }
   T pop_front() noexcept {
     T v = std::move(slots_[head_]);
-    head_ = (head_ + 1) % slots_.size();
+    head_ = (head_ + 1) & mask();
     --size_;
     return v;
   }
-  /// Removes the i-th element (order of the others kept).
+  /// Removes the i-th element (order of the others kept), moving the shorter side: taking one of
+  /// the newest or of the oldest moves a few elements, however long the ring.
   T take(std::size_t i) {
     T v = std::move((*this)[i]);
-    for (; i > 0; --i) (*this)[i] = std::move((*this)[i - 1]);
-    head_ = (head_ + 1) % slots_.size();
+    if (i < size_ / 2) {
+      for (; i > 0; --i) (*this)[i] = std::move((*this)[i - 1]);
+      head_ = (head_ + 1) & mask();
+    } else {
+      for (; i + 1 < size_; ++i) (*this)[i] = std::move((*this)[i + 1]);
+    }
     --size_;
     return v;
   }
@@ -45,6 +52,7 @@ class ring {
   }
 
  private:
+  [[nodiscard]] std::size_t mask() const noexcept { return slots_.size() - 1; }
   void grow() {
     std::vector<T> next(slots_.empty() ? 8 : slots_.size() * 2);
     for (std::size_t i = 0; i < size_; ++i) next[i] = std::move((*this)[i]);
