@@ -420,6 +420,57 @@ TEMPLATE_TEST_CASE("staging_memory: an engine's arena and device resource back a
   CHECK(tensor_arena.stats().allocations >= 2);
 }
 
+// Resolving overlaps rewrites a tensor's chunk table before the writer's launch; an apply that
+// fails after that keeps counting writes and elements, not the chunks left by the resolution.
+TEMPLATE_TEST_CASE("a writer that fails after resolving overlaps keeps every tensor's counts",
+                   "[staged][resource]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using T = std::int32_t;
+  using failure = typename ferry_test::counting_device_resource<B>::failure;
+  using namespace ferry;
+  stream<B> s;
+  ferry_test::counting_device_resource<B> pool;
+  {
+    staged_write_tensor<T, B> a(2, 700, s);
+    staged_write_tensor<T, B> b(2, 90, s);
+    model<T> ra(2, 700), rb(2, 90);
+    fused_staged_writer<T, B, staging::h2d_copy> w(2, 2, {.device = pool});
+    std::mt19937_64 rng(67);
+    auto write = [&](auto& t, model<T>& ref, std::size_t row, std::size_t start, std::size_t len) {
+      const auto v = ferry_test::random_bits<T>(len, rng);
+      t.stage_write(row, start, v);
+      ref.write(row, start, v);
+    };
+    // a: a full row, then two writes inside it: 3 writes resolve into 5 chunks. Contents of 64
+    // bytes or more are padded to their destination's alignment.
+    write(a, ra, 0, 0, 700);
+    write(a, ra, 0, 101, 10);
+    write(a, ra, 0, 203, 30);
+    // b: a write, then one that covers it: 2 writes resolve into 1 chunk.
+    write(b, rb, 1, 3, 10);
+    write(b, rb, 1, 0, 90);
+    REQUIRE(a.pending() == 3);
+    REQUIRE(a.pending_elements() == 740);
+    REQUIRE(b.pending() == 2);
+    REQUIRE(b.pending_elements() == 100);
+    pool.fail = failure::bad_alloc;  // the writer's scratch, after both tensors are resolved
+    REQUIRE_THROWS_AS(w.apply(s, a, b), out_of_memory);
+    CHECK(a.pending() == 3);
+    CHECK(a.pending_elements() == 740);
+    CHECK(b.pending() == 2);
+    CHECK(b.pending_elements() == 100);
+    pool.fail = failure::none;
+    w.apply(s, a, b);
+    CHECK(a.pending() == 0);
+    CHECK(b.pending_elements() == 0);
+    REQUIRE(ferry_test::same_bits(read_back<T, B>(a, s), ra.data));
+    REQUIRE(ferry_test::same_bits(read_back<T, B>(b, s), rb.data));
+  }
+  s.synchronize();
+  CHECK(pool.all_given_back());
+}
+
 TEMPLATE_TEST_CASE("a writer whose device resource runs out: out_of_memory, every tensor's writes kept",
                    "[staged][resource]", STAGED_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);

@@ -47,7 +47,7 @@ class overlap_tracker {
     const auto tag = static_cast<std::uint32_t>(row >> shift_);
     const auto l = static_cast<std::uint32_t>(lo), h = static_cast<std::uint32_t>(hi);
     if (e.epoch != epoch_) {
-      e = {tag, l, h, epoch_};
+      e = {tag, epoch_, l, h};
     } else if (e.tag != tag) {
       suspect_ = true;
     } else if (l >= e.hi) {
@@ -73,7 +73,7 @@ class overlap_tracker {
 
  private:
   struct entry {
-    std::uint32_t tag = 0, lo = 0, hi = 0, epoch = 0;
+    std::uint32_t tag = 0, epoch = 0, lo = 0, hi = 0;
   };
   std::vector<entry> table_;
   std::size_t mask_;

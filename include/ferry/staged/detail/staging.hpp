@@ -49,10 +49,11 @@ class staging_core {
     if (len == 0) return;
     const std::uint64_t dst = static_cast<std::uint64_t>(row) * cols_ + start;
     const std::size_t bytes = len * sizeof(T);  // within the target's bytes (constructor-checked)
-    std::size_t off = used_;
+    std::size_t off = used_, pad = 0;
     if (bytes >= congruence_min_bytes) {
       const std::size_t want = (dst * sizeof(T)) % apply_vector_bytes;
-      off += (want + apply_vector_bytes - off % apply_vector_bytes) % apply_vector_bytes;
+      pad = (want + apply_vector_bytes - off % apply_vector_bytes) % apply_vector_bytes;
+      off += pad;
     }
     const std::size_t chunks = len / per_chunk + (len % per_chunk != 0);
     const std::size_t end = checked_add<capacity_error>(off, bytes, "staged contents");
@@ -67,30 +68,31 @@ class staging_core {
     const std::uint64_t src = off / sizeof(T);
     tracker_.note(row, start, start + len);  // before a gather that may throw: only conservative
     if constexpr (!std::ranges::contiguous_range<R>) fill(r, out, len);  // may throw: nothing recorded
+    // Two counters are stored per write; pending() and pending_elements() derive the others.
     if (chunks == 1) [[likely]] {
       *d = {dst, src, static_cast<std::uint32_t>(len), 0};
     } else {
       for (std::size_t c = 0, e = 0; e < len; ++c, e += per_chunk)
         d[c] = {dst + e, src + e, static_cast<std::uint32_t>(std::min(per_chunk, len - e)), 0};
+      extra_chunks_ += chunks - 1;
     }
+    if (bytes >= congruence_min_bytes) padding_ += pad;
     chunks_ += chunks;
     used_ = end;
-    ++writes_;
-    elements_ += len;
     if constexpr (std::ranges::contiguous_range<R>)  // cannot throw
       copy_bytes(out, std::ranges::data(r), bytes);
   }
 
-  [[nodiscard]] std::size_t pending() const noexcept { return writes_; }
-  [[nodiscard]] std::size_t pending_elements() const noexcept { return elements_; }
-  [[nodiscard]] bool empty() const noexcept { return writes_ == 0; }
+  /// Writes staged: the chunks less those that continue a write (modulo 2^64: resolving overlaps
+  /// may leave fewer chunks than writes).
+  [[nodiscard]] std::size_t pending() const noexcept { return chunks_ - extra_chunks_; }
+  /// Elements staged: the contents' bytes but for the congruence padding.
+  [[nodiscard]] std::size_t pending_elements() const noexcept { return (used_ - padding_) / sizeof(T); }
+  [[nodiscard]] bool empty() const noexcept { return chunks_ == 0; }
 
   /// Drops the staged writes (the slot stays current: nothing was handed to a stream).
   void clear() noexcept {
-    chunks_ = 0;
-    used_ = 0;
-    writes_ = 0;
-    elements_ = 0;
+    chunks_ = used_ = extra_chunks_ = padding_ = 0;
     tracker_.reset();
   }
 
@@ -149,8 +151,10 @@ class staging_core {
       else
         regrow(grown_capacity<Growth>(out.size(), desc_cap_), want_bytes_);
     }
+    const std::size_t writes = pending();
     std::copy(out.begin(), out.end(), descs());
     chunks_ = out.size();
+    extra_chunks_ = chunks_ - writes;  // modulo 2^64: painting may drop covered chunks
     tracker_.resolved();
   }
 
@@ -186,7 +190,7 @@ class staging_core {
   // growth::fixed: whether one more write of `len` elements exceeds what reserve() set.
   [[nodiscard]] bool over_fixed_limits(std::size_t len) const noexcept {
     if constexpr (fixed)
-      return writes_ + 1 > max_writes_ || elements_ + len > max_elements_;
+      return pending() + 1 > max_writes_ || pending_elements() + len > max_elements_;
     else
       return false;
   }
@@ -200,8 +204,8 @@ class staging_core {
             "ferry: staged_write_tensor under growth::fixed holds at most " +
             std::to_string(max_writes_) + " writes of " + std::to_string(max_elements_) +
             " elements per apply (set by reserve); staging a write of " + std::to_string(len) +
-            " elements after " + std::to_string(writes_) + " writes of " +
-            std::to_string(elements_) + " elements exceeds it");
+            " elements after " + std::to_string(pending()) + " writes of " +
+            std::to_string(pending_elements()) + " elements exceeds it");
     } else if (chunks_ + chunks > want_descs_ || end_bytes > want_bytes_) {
       // The capacities every slot is wanted at grow once, by the GrowthPolicy, from themselves.
       want_descs_ = std::max(want_descs_, grown_capacity<Growth>(chunks_ + chunks, want_descs_));
@@ -271,8 +275,8 @@ class staging_core {
   // capacities wanted for every slot, and the current slot's layout
   std::size_t want_descs_ = 0, want_bytes_ = 0;
   std::size_t desc_cap_ = 0, content_off_ = 0, content_cap_ = 0;
-  // the batch
-  std::size_t chunks_ = 0, used_ = 0, writes_ = 0, elements_ = 0;
+  // the batch: chunks and content bytes; the chunks that are no write, and the padding bytes
+  std::size_t chunks_ = 0, used_ = 0, extra_chunks_ = 0, padding_ = 0;
   // growth::fixed limits
   std::size_t max_writes_ = 0, max_elements_ = 0;
 };
