@@ -61,6 +61,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <chrono>
 #include <fstream>
@@ -70,6 +71,7 @@
 #include <random>
 #include <regex>
 #include <span>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -351,13 +353,32 @@ device_result device_us_checked(cudaStream_t s, int burst, Op&& op, double hold_
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --torch FILE is ours; the rest goes to the shared parser.
+  // --torch FILE and --points WxP,... (only those grid points, for A/B runs; the targets then
+  // cover those points only) are ours; the rest goes to the shared parser.
   std::string torch_path;
+  std::vector<std::pair<int, int>> points;
   std::vector<char*> args{argv[0]};
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--torch" && i + 1 < argc) torch_path = argv[++i];
-    else args.push_back(argv[i]);
+    if (std::string(argv[i]) == "--torch" && i + 1 < argc) {
+      torch_path = argv[++i];
+    } else if (std::string(argv[i]) == "--points" && i + 1 < argc) {
+      std::istringstream list(argv[++i]);
+      std::string point;
+      while (std::getline(list, point, ',')) {
+        int w = 0, per = 0;
+        if (std::sscanf(point.c_str(), "%dx%d", &w, &per) != 2) {
+          std::fprintf(stderr, "--points takes WxP,WxP,... (got '%s')\n", point.c_str());
+          return 2;
+        }
+        points.emplace_back(w, per);
+      }
+    } else {
+      args.push_back(argv[i]);
+    }
   }
+  if (points.empty())
+    for (int w : {1, 8, 64, 256})
+      for (int per : {8, 64, 1024, 4096}) points.emplace_back(w, per);
   const auto o = ferry_bench::parse(static_cast<int>(args.size()), args.data());
   const auto torch = read_torch(torch_path);
   ferry_bench::report rep("staged_write");
@@ -469,240 +490,239 @@ int main(int argc, char** argv) {
   double worst_event_calls = 0;
   double large_fraction = nan_value;  // the worst apply of >= 4 MiB
   double worst_host_fraction = 0;
-  for (int W : {1, 8, 64, 256}) {
-    for (int per : {8, 64, 1024, 4096}) {
-      const std::size_t L = static_cast<std::size_t>(W) * per;
-      std::vector<T> vals(per);
-      for (int i = 0; i < per; ++i) vals[i] = i + 1;
-      auto row_of = [](int w) { return static_cast<std::size_t>((w * 7) % kRows); };
+  for (const auto& point : points) {
+    const int W = point.first, per = point.second;
+    const std::size_t L = static_cast<std::size_t>(W) * per;
+    std::vector<T> vals(per);
+    for (int i = 0; i < per; ++i) vals[i] = i + 1;
+    auto row_of = [](int w) { return static_cast<std::size_t>((w * 7) % kRows); };
 
-      // ---- ferry ops: W stage_write calls + apply_write
-      auto ferry_op = [&](auto& t) {
-        return [&](std::size_t) {
-          for (int w = 0; w < W; ++w) t.stage_write(row_of(w), 0, vals);
-          t.apply_write(s);
-        };
+    // ---- ferry ops: W stage_write calls + apply_write
+    auto ferry_op = [&](auto& t) {
+      return [&](std::size_t) {
+        for (int w = 0; w < W; ++w) t.stage_write(row_of(w), 0, vals);
+        t.apply_write(s);
       };
-      // ---- raw floor pieces (same chunking as ferry: elements_per_chunk<int32> per chunk)
-      std::size_t nchunks = 0;
-      auto vals_of = [&](int) { return vals.data(); };
-      auto raw_stage = [&] {  // the racy floors' staging: always the same buffer
-        nchunks = stage_writes(raw_contents.host().data(), raw_descs_host, W, per, row_of, vals_of);
-      };
+    };
+    // ---- raw floor pieces (same chunking as ferry: elements_per_chunk<int32> per chunk)
+    std::size_t nchunks = 0;
+    auto vals_of = [&](int) { return vals.data(); };
+    auto raw_stage = [&] {  // the racy floors' staging: always the same buffer
+      nchunks = stage_writes(raw_contents.host().data(), raw_descs_host, W, per, row_of, vals_of);
+    };
+    raw_stage();
+    auto raw_launch = [&](const T* src) {
+      ferry::detail::launch_apply_chunks<std::uint32_t>(raw_descs_dev, nchunks,
+                                                        reinterpret_cast<std::uintptr_t>(raw_dst.data()),
+                                                        reinterpret_cast<std::uintptr_t>(src),
+                                                        ferry::detail::kernel_mark{}, cs);
+    };
+    // ferry passes small in-place applies in the launch's parameters (the inline kernel); its
+    // floor is then a bare launch of that kernel with the same parameter block. The contents
+    // are in the parameters, so this floor, too, stages them in pinned memory first (the host
+    // copy that the operation needs, counted wherever it happens: SPEC §10).
+    const bool inline_point = ferry::detail::inline_apply_data_bytes(nchunks, L * sizeof(T)) <=
+                              sizeof(ferry::detail::inline_apply_params<ferry::detail::inline_apply_max_bytes>::data);
+    auto raw_launch_inline = [&] {
+      ferry::detail::launch_apply_inline_chunks<std::uint32_t>(raw_descs_host, nchunks, raw_contents.host().data(),
+                                                               L * sizeof(T), reinterpret_cast<std::uintptr_t>(raw_dst.data()), cs);
+    };
+    // The floors: correct (each apply stages into a ring buffer that no queued apply reads) and
+    // racy (one buffer, rewritten while queued applies may still read it: a bound only).
+    const via uva_path = inline_point ? via::params : via::uva;
+    auto floor_uva = [&](std::size_t) {
+      floor_apply(ring_uva, uva_path, W, per, row_of, vals_of, raw_dst.data(), dev_contents.data(), cs);
+    };
+    auto floor_h2d = [&](std::size_t) {
+      floor_apply(ring_h2d, via::h2d, W, per, row_of, vals_of, raw_dst.data(), dev_contents.data(), cs);
+    };
+    auto racy_uva = [&](std::size_t) {
       raw_stage();
-      auto raw_launch = [&](const T* src) {
-        ferry::detail::launch_apply_chunks<std::uint32_t>(raw_descs_dev, nchunks,
-                                                          reinterpret_cast<std::uintptr_t>(raw_dst.data()),
-                                                          reinterpret_cast<std::uintptr_t>(src),
-                                                          ferry::detail::kernel_mark{}, cs);
-      };
-      // ferry passes small in-place applies in the launch's parameters (the inline kernel); its
-      // floor is then a bare launch of that kernel with the same parameter block. The contents
-      // are in the parameters, so this floor, too, stages them in pinned memory first (the host
-      // copy that the operation needs, counted wherever it happens: SPEC §10).
-      const bool inline_point = ferry::detail::inline_apply_data_bytes(nchunks, L * sizeof(T)) <=
-                                sizeof(ferry::detail::inline_apply_params<ferry::detail::inline_apply_max_bytes>::data);
-      auto raw_launch_inline = [&] {
-        ferry::detail::launch_apply_inline_chunks<std::uint32_t>(raw_descs_host, nchunks, raw_contents.host().data(),
-                                                                 L * sizeof(T), reinterpret_cast<std::uintptr_t>(raw_dst.data()), cs);
-      };
-      // The floors: correct (each apply stages into a ring buffer that no queued apply reads) and
-      // racy (one buffer, rewritten while queued applies may still read it: a bound only).
-      const via uva_path = inline_point ? via::params : via::uva;
-      auto floor_uva = [&](std::size_t) {
-        floor_apply(ring_uva, uva_path, W, per, row_of, vals_of, raw_dst.data(), dev_contents.data(), cs);
-      };
-      auto floor_h2d = [&](std::size_t) {
-        floor_apply(ring_h2d, via::h2d, W, per, row_of, vals_of, raw_dst.data(), dev_contents.data(), cs);
-      };
-      auto racy_uva = [&](std::size_t) {
-        raw_stage();
-        if (inline_point) raw_launch_inline();
-        else raw_launch(raw_contents.device().data());
-      };
-      auto racy_h2d = [&](std::size_t) {
-        raw_stage();
-        BENCH_CUDA(cudaMemcpyAsync(dev_contents.data(), raw_contents.host().data(), L * sizeof(T), cudaMemcpyDefault, cs));
-        raw_launch(dev_contents.data());
-      };
-      auto launch_only = [&](std::size_t) { raw_launch(raw_contents.device().data()); };
+      if (inline_point) raw_launch_inline();
+      else raw_launch(raw_contents.device().data());
+    };
+    auto racy_h2d = [&](std::size_t) {
+      raw_stage();
+      BENCH_CUDA(cudaMemcpyAsync(dev_contents.data(), raw_contents.host().data(), L * sizeof(T), cudaMemcpyDefault, cs));
+      raw_launch(dev_contents.data());
+    };
+    auto launch_only = [&](std::size_t) { raw_launch(raw_contents.device().data()); };
 
-      // Results: the correct floors and ferry against the reference, on random contents: the
-      // target zeroed, K applies to distinct rows queued behind a hold (their buffers and slots
-      // all in flight at once), drained, every written row read back.
-      {
-        const int K = std::min<int>(8, static_cast<int>(kRows) / W);
-        std::vector<T> ref(static_cast<std::size_t>(K) * L);
-        std::mt19937 gen(static_cast<unsigned>(W * 4096 + per));
-        for (auto& v : ref) v = static_cast<T>(gen());
-        auto rows_k = [&](int j) { return [=](int w) { return static_cast<std::size_t>((j * W + w) % kRows); }; };
-        auto src_k = [&](int j) {
-          return [&, j](int w) { return ref.data() + static_cast<std::size_t>(j * W + w) * per; };
-        };
-        std::vector<T> back(kRows * kCols);
-        auto verify = [&](const T* target, const char* who) {
-          drain();
-          BENCH_CUDA(cudaMemcpy(back.data(), target, back.size() * sizeof(T), cudaMemcpyDefault));
-          for (int j = 0; j < K; ++j)
-            for (int w = 0; w < W; ++w)
-              if (std::memcmp(back.data() + rows_k(j)(w) * kCols, src_k(j)(w), per * sizeof(T)) != 0)
-                throw std::runtime_error(std::string("staged_write: ") + who + " wrote wrong results (W=" +
-                                         std::to_string(W) + " per=" + std::to_string(per) + ", apply " +
-                                         std::to_string(j) + ", write " + std::to_string(w) + ")");
-        };
-        auto clear = [&](T* target) { BENCH_CUDA(cudaMemsetAsync(target, 0, back.size() * sizeof(T), cs)); };
-        auto check_floor = [&](floor_ring& ring, via path, const char* who) {
-          clear(raw_dst.data());
-          ferry_bench::hold_stream(cs, 20);
-          for (int j = 0; j < K; ++j)
-            floor_apply(ring, path, W, per, rows_k(j), src_k(j), raw_dst.data(), dev_contents.data(), cs);
-          verify(raw_dst.data(), who);
-        };
-        auto check_ferry = [&](auto& t, const char* who) {
-          clear(t.span().data());
-          ferry_bench::hold_stream(cs, 20);
-          for (int j = 0; j < K; ++j) {
-            for (int w = 0; w < W; ++w) t.stage_write(rows_k(j)(w), 0, std::span<const T>(src_k(j)(w), per));
-            t.apply_write(s);
-          }
-          verify(t.span().data(), who);
-        };
-        check_floor(ring_uva, uva_path, "floor (uva)");
-        check_floor(ring_h2d, via::h2d, "floor (h2d_copy)");
-        check_ferry(t_uva, "ferry uva_direct");
-        check_ferry(t_h2d, "ferry h2d_copy");
-      }
-
-      // Host time: ferry and its floors in interleaved bursts (same burst, same drain, same
-      // machine state).
-      const auto allocs_before = allocations();
-      const std::size_t rings_before = ring_uva.active() + ring_h2d.active();
-      const auto h = host_us_interleaved(o, {ferry_op(t_uva), floor_uva, ferry_op(t_h2d), floor_h2d,
-                                             ferry_op(t_uvat), launch_only, racy_uva, racy_h2d}, drain);
-      const double h_uva = h[0], f_uva = h[1], h_h2d = h[2], f_h2d = h[3], h_uvat = h[4], f_launch = h[5];
-      const double fr_uva = h[6], fr_h2d = h[7];
-      // The GPU behind: every burst queued behind a kernel holding the stream for at least 5x
-      // the burst's host time.
-      const double behind_ms = std::max(2.0, 5 * o.burst * std::max(h_uva, h_h2d) / 1000);
-      const auto hb = host_us_interleaved(o, {ferry_op(t_uva), floor_uva, ferry_op(t_h2d), floor_h2d,
-                                              racy_uva, racy_h2d}, drain, [&] { ferry_bench::hold_stream(cs, behind_ms); });
-      const double hb_uva = hb[0], fb_uva = hb[1], hb_h2d = hb[2], fb_h2d = hb[3], fbr_uva = hb[4], fbr_h2d = hb[5];
-      const double host_allocs = static_cast<double>(allocations() - allocs_before);
-      const double ring_growth = static_cast<double>(ring_uva.active() + ring_h2d.active() - rings_before);
-
-      // Runtime API calls per apply in steady state (untimed: CUPTI callbacks cost time); behind:
-      // bursts of 64 behind a hold of at least 5x their host time.
-      const double calls_hold_ms = std::max(2.0, 5 * 64 * std::max(h_uva, h_h2d) / 1000);
-      const auto c_uva = count_calls(cs, ferry_op(t_uva), drain, false, calls_hold_ms);
-      const auto c_uva_behind = count_calls(cs, ferry_op(t_uva), drain, true, calls_hold_ms);
-      const auto c_h2d = count_calls(cs, ferry_op(t_h2d), drain, false, calls_hold_ms);
-      const auto c_h2d_behind = count_calls(cs, ferry_op(t_h2d), drain, true, calls_hold_ms);
-      const double event_calls = std::max({c_uva.starting_with("cudaEvent"), c_uva_behind.starting_with("cudaEvent"),
-                                           c_h2d.starting_with("cudaEvent"), c_h2d_behind.starting_with("cudaEvent")});
-      // NaN (not measured) sticks: std::max keeps its first argument when either is NaN.
-      worst_event_calls = std::isnan(event_calls) ? event_calls : std::max(worst_event_calls, event_calls);
-
-      // ---- baselines' inputs
-      for (int w = 0; w < W; ++w) {
-        raw_rows.host()[w] = static_cast<std::int32_t>(row_of(w));
-        raw_starts.host()[w] = 0;
-        raw_offsets.host()[w] = static_cast<std::int64_t>(w) * per;
-      }
-      raw_offsets.host()[W] = static_cast<std::int64_t>(L);
-      {
-        std::vector<void*> su(W), sd(W), dd(W);
-        std::vector<std::size_t> sz(W, per * sizeof(T));
-        for (int w = 0; w < W; ++w) {
-          su[w] = raw_contents.host().data() + static_cast<std::size_t>(w) * per;
-          sd[w] = dev_contents.data() + static_cast<std::size_t>(w) * per;
-          dd[w] = raw_dst.data() + row_of(w) * kCols;
-        }
-        BENCH_CUDA(cudaMemcpyAsync(cub_src_uva.data(), su.data(), W * sizeof(void*), cudaMemcpyDefault, cs));
-        BENCH_CUDA(cudaMemcpyAsync(cub_src_dev.data(), sd.data(), W * sizeof(void*), cudaMemcpyDefault, cs));
-        BENCH_CUDA(cudaMemcpyAsync(cub_dst.data(), dd.data(), W * sizeof(void*), cudaMemcpyDefault, cs));
-        BENCH_CUDA(cudaMemcpyAsync(cub_sizes.data(), sz.data(), W * sizeof(std::size_t), cudaMemcpyDefault, cs));
+    // Results: the correct floors and ferry against the reference, on random contents: the
+    // target zeroed, K applies to distinct rows queued behind a hold (their buffers and slots
+    // all in flight at once), drained, every written row read back.
+    {
+      const int K = std::min<int>(8, static_cast<int>(kRows) / W);
+      std::vector<T> ref(static_cast<std::size_t>(K) * L);
+      std::mt19937 gen(static_cast<unsigned>(W * 4096 + per));
+      for (auto& v : ref) v = static_cast<T>(gen());
+      auto rows_k = [&](int j) { return [=](int w) { return static_cast<std::size_t>((j * W + w) % kRows); }; };
+      auto src_k = [&](int j) {
+        return [&, j](int w) { return ref.data() + static_cast<std::size_t>(j * W + w) * per; };
+      };
+      std::vector<T> back(kRows * kCols);
+      auto verify = [&](const T* target, const char* who) {
         drain();
-      }
-      auto naive = [&](const T* src) {
-        naive_apply<<<W, 256, 0, cs>>>(raw_dst.data(), kCols, raw_rows.device().data(), raw_starts.device().data(),
-                                       raw_offsets.device().data(), src);
+        BENCH_CUDA(cudaMemcpy(back.data(), target, back.size() * sizeof(T), cudaMemcpyDefault));
+        for (int j = 0; j < K; ++j)
+          for (int w = 0; w < W; ++w)
+            if (std::memcmp(back.data() + rows_k(j)(w) * kCols, src_k(j)(w), per * sizeof(T)) != 0)
+              throw std::runtime_error(std::string("staged_write: ") + who + " wrote wrong results (W=" +
+                                       std::to_string(W) + " per=" + std::to_string(per) + ", apply " +
+                                       std::to_string(j) + ", write " + std::to_string(w) + ")");
       };
-      auto cub_run = [&](void** srcs) {
-        std::size_t tb = cub_temp_bytes;
-        BENCH_CUDA(cub::DeviceMemcpy::Batched(cub_temp.data(), tb, srcs, reinterpret_cast<void**>(cub_dst.data()),
-                                              cub_sizes.data(), W, cs));
+      auto clear = [&](T* target) { BENCH_CUDA(cudaMemsetAsync(target, 0, back.size() * sizeof(T), cs)); };
+      auto check_floor = [&](floor_ring& ring, via path, const char* who) {
+        clear(raw_dst.data());
+        ferry_bench::hold_stream(cs, 20);
+        for (int j = 0; j < K; ++j)
+          floor_apply(ring, path, W, per, rows_k(j), src_k(j), raw_dst.data(), dev_contents.data(), cs);
+        verify(raw_dst.data(), who);
       };
-      auto h2d_copy = [&] {
-        BENCH_CUDA(cudaMemcpyAsync(dev_contents.data(), raw_contents.host().data(), L * sizeof(T), cudaMemcpyDefault, cs));
+      auto check_ferry = [&](auto& t, const char* who) {
+        clear(t.span().data());
+        ferry_bench::hold_stream(cs, 20);
+        for (int j = 0; j < K; ++j) {
+          for (int w = 0; w < W; ++w) t.stage_write(rows_k(j)(w), 0, std::span<const T>(src_k(j)(w), per));
+          t.apply_write(s);
+        }
+        verify(t.span().data(), who);
       };
-
-      // ---- device time (a burst of 32 behind a hold of at least 5x its host time; the warm-up
-      // rep grows the staging pools to the burst's depth; host_fraction reports whether the host
-      // still kept ahead)
-      const int burst = std::min(32, o.burst), reps = o.quick ? 3 : 11;
-      const double hold_ms = std::max(2.0, 5 * burst * std::max(h_uva, h_h2d) / 1000);
-      const auto dr_uva = device_us_checked(cs, burst, ferry_op(t_uva), hold_ms, reps);
-      const auto dr_h2d = device_us_checked(cs, burst, ferry_op(t_h2d), hold_ms, reps);
-      const auto dr_thr = device_us_checked(cs, burst, ferry_op(t_thr), hold_ms, reps);
-      const double d_uva = dr_uva.us, d_h2d = dr_h2d.us, d_thr = dr_thr.us;
-      const double host_fraction = std::max({dr_uva.host_fraction, dr_h2d.host_fraction, dr_thr.host_fraction});
-      worst_host_fraction = std::max(worst_host_fraction, host_fraction);
-      const double d_naive_uva = device_us(cs, burst, [&](std::size_t) { naive(raw_contents.device().data()); }, reps, hold_ms);
-      const double d_naive_h2d = device_us(cs, burst, [&](std::size_t) { h2d_copy(); naive(dev_contents.data()); }, reps, hold_ms);
-      const double d_cub_uva = device_us(cs, burst, [&](std::size_t) { cub_run(reinterpret_cast<void**>(cub_src_uva.data())); }, reps, hold_ms);
-      const double d_cub_h2d = device_us(cs, burst, [&](std::size_t) { h2d_copy(); cub_run(reinterpret_cast<void**>(cub_src_dev.data())); }, reps, hold_ms);
-      const double d_kernel = device_us(cs, burst, [&](std::size_t) {
-        if (inline_point) raw_launch_inline();
-        else raw_launch(raw_contents.device().data());
-      }, reps, hold_ms);
-
-      const double r_uva = h_uva / f_uva, r_h2d = h_h2d / f_h2d;
-      const double rb_uva = hb_uva / fb_uva, rb_h2d = hb_h2d / fb_h2d;
-      host_floor_ratios.push_back(std::max(r_uva, r_h2d));
-      behind_floor_ratios.push_back(std::max(rb_uva, rb_h2d));
-      uva_h2d_ratios.push_back(d_h2d / d_uva);
-      if (L * sizeof(T) >= (4u << 20)) {
-        const double f = (L * sizeof(T) / (d_uva * 1e-6) / 1e9) / zero_copy_gbps;
-        large_fraction = std::isnan(large_fraction) ? f : std::min(large_fraction, f);
-      }
-
-      ferry_bench::row r{{"W", double(W)}, {"per", double(per)},
-                         {"host uva_direct us", h_uva}, {"uva/floor", r_uva},
-                         {"host h2d_copy us", h_h2d}, {"h2d/floor", r_h2d},
-                         {"host uva target us", h_uvat}, {"launch-only floor us", f_launch},
-                         {"uva floor us", f_uva}, {"h2d floor us", f_h2d},
-                         {"uva racy floor us", fr_uva}, {"uva/racy floor", h_uva / fr_uva},
-                         {"h2d racy floor us", fr_h2d}, {"h2d/racy floor", h_h2d / fr_h2d},
-                         {"behind: host uva_direct us", hb_uva}, {"behind: uva/floor", rb_uva},
-                         {"behind: host h2d_copy us", hb_h2d}, {"behind: h2d/floor", rb_h2d},
-                         {"behind: uva floor us", fb_uva}, {"behind: h2d floor us", fb_h2d},
-                         {"behind: uva racy floor us", fbr_uva}, {"behind: uva/racy floor", hb_uva / fbr_uva},
-                         {"behind: h2d racy floor us", fbr_h2d}, {"behind: h2d/racy floor", hb_h2d / fbr_h2d},
-                         {"api calls/apply uva idle", c_uva.total}, {"api calls/apply uva behind", c_uva_behind.total},
-                         {"api calls/apply h2d idle", c_h2d.total}, {"api calls/apply h2d behind", c_h2d_behind.total},
-                         {"event calls/apply (worst of 4)", event_calls},
-                         {"api calls uva idle", c_uva.names()}, {"api calls h2d idle", c_h2d.names()},
-                         {"dev uva_direct us", d_uva}, {"dev h2d_copy us", d_h2d}, {"dev threshold us", d_thr},
-                         {"h2d/uva", d_h2d / d_uva},
-                         {"naive uva /ferry", d_naive_uva / d_uva}, {"naive h2d /ferry", d_naive_h2d / d_uva},
-                         {"cub uva /ferry", d_cub_uva / d_uva}, {"cub h2d /ferry", d_cub_h2d / d_uva},
-                         {"bare kernel dev us", d_kernel}, {"inline", inline_point ? 1.0 : 0.0},
-                         {"enqueue/hold", host_fraction}, {"allocs in host timing", host_allocs},
-                         {"floor ring growth in host timing", ring_growth},
-                         {"allocs in device timing", dr_uva.allocations + dr_h2d.allocations + dr_thr.allocations}};
-      if (auto it = torch.find({W, per}); it != torch.end()) {
-        // The target compares the PyTorch way with ferry's way of doing the same job: the
-        // block_table preset (device target, contents read in place, uva_direct). The slower
-        // h2d_copy configuration is shown beside it.
-        const double ratio = it->second.first / h_uva;
-        torch_ratios.push_back(ratio);
-        r.push_back({"torch host us", it->second.first});
-        r.push_back({"torch/ferry uva host", ratio});
-        r.push_back({"torch/ferry h2d host", it->second.first / h_h2d});
-        r.push_back({"torch dev us", it->second.second});
-      }
-      rep.add(std::move(r));
+      check_floor(ring_uva, uva_path, "floor (uva)");
+      check_floor(ring_h2d, via::h2d, "floor (h2d_copy)");
+      check_ferry(t_uva, "ferry uva_direct");
+      check_ferry(t_h2d, "ferry h2d_copy");
     }
+
+    // Host time: ferry and its floors in interleaved bursts (same burst, same drain, same
+    // machine state).
+    const auto allocs_before = allocations();
+    const std::size_t rings_before = ring_uva.active() + ring_h2d.active();
+    const auto h = host_us_interleaved(o, {ferry_op(t_uva), floor_uva, ferry_op(t_h2d), floor_h2d,
+                                           ferry_op(t_uvat), launch_only, racy_uva, racy_h2d}, drain);
+    const double h_uva = h[0], f_uva = h[1], h_h2d = h[2], f_h2d = h[3], h_uvat = h[4], f_launch = h[5];
+    const double fr_uva = h[6], fr_h2d = h[7];
+    // The GPU behind: every burst queued behind a kernel holding the stream for at least 5x
+    // the burst's host time.
+    const double behind_ms = std::max(2.0, 5 * o.burst * std::max(h_uva, h_h2d) / 1000);
+    const auto hb = host_us_interleaved(o, {ferry_op(t_uva), floor_uva, ferry_op(t_h2d), floor_h2d,
+                                            racy_uva, racy_h2d}, drain, [&] { ferry_bench::hold_stream(cs, behind_ms); });
+    const double hb_uva = hb[0], fb_uva = hb[1], hb_h2d = hb[2], fb_h2d = hb[3], fbr_uva = hb[4], fbr_h2d = hb[5];
+    const double host_allocs = static_cast<double>(allocations() - allocs_before);
+    const double ring_growth = static_cast<double>(ring_uva.active() + ring_h2d.active() - rings_before);
+
+    // Runtime API calls per apply in steady state (untimed: CUPTI callbacks cost time); behind:
+    // bursts of 64 behind a hold of at least 5x their host time.
+    const double calls_hold_ms = std::max(2.0, 5 * 64 * std::max(h_uva, h_h2d) / 1000);
+    const auto c_uva = count_calls(cs, ferry_op(t_uva), drain, false, calls_hold_ms);
+    const auto c_uva_behind = count_calls(cs, ferry_op(t_uva), drain, true, calls_hold_ms);
+    const auto c_h2d = count_calls(cs, ferry_op(t_h2d), drain, false, calls_hold_ms);
+    const auto c_h2d_behind = count_calls(cs, ferry_op(t_h2d), drain, true, calls_hold_ms);
+    const double event_calls = std::max({c_uva.starting_with("cudaEvent"), c_uva_behind.starting_with("cudaEvent"),
+                                         c_h2d.starting_with("cudaEvent"), c_h2d_behind.starting_with("cudaEvent")});
+    // NaN (not measured) sticks: std::max keeps its first argument when either is NaN.
+    worst_event_calls = std::isnan(event_calls) ? event_calls : std::max(worst_event_calls, event_calls);
+
+    // ---- baselines' inputs
+    for (int w = 0; w < W; ++w) {
+      raw_rows.host()[w] = static_cast<std::int32_t>(row_of(w));
+      raw_starts.host()[w] = 0;
+      raw_offsets.host()[w] = static_cast<std::int64_t>(w) * per;
+    }
+    raw_offsets.host()[W] = static_cast<std::int64_t>(L);
+    {
+      std::vector<void*> su(W), sd(W), dd(W);
+      std::vector<std::size_t> sz(W, per * sizeof(T));
+      for (int w = 0; w < W; ++w) {
+        su[w] = raw_contents.host().data() + static_cast<std::size_t>(w) * per;
+        sd[w] = dev_contents.data() + static_cast<std::size_t>(w) * per;
+        dd[w] = raw_dst.data() + row_of(w) * kCols;
+      }
+      BENCH_CUDA(cudaMemcpyAsync(cub_src_uva.data(), su.data(), W * sizeof(void*), cudaMemcpyDefault, cs));
+      BENCH_CUDA(cudaMemcpyAsync(cub_src_dev.data(), sd.data(), W * sizeof(void*), cudaMemcpyDefault, cs));
+      BENCH_CUDA(cudaMemcpyAsync(cub_dst.data(), dd.data(), W * sizeof(void*), cudaMemcpyDefault, cs));
+      BENCH_CUDA(cudaMemcpyAsync(cub_sizes.data(), sz.data(), W * sizeof(std::size_t), cudaMemcpyDefault, cs));
+      drain();
+    }
+    auto naive = [&](const T* src) {
+      naive_apply<<<W, 256, 0, cs>>>(raw_dst.data(), kCols, raw_rows.device().data(), raw_starts.device().data(),
+                                     raw_offsets.device().data(), src);
+    };
+    auto cub_run = [&](void** srcs) {
+      std::size_t tb = cub_temp_bytes;
+      BENCH_CUDA(cub::DeviceMemcpy::Batched(cub_temp.data(), tb, srcs, reinterpret_cast<void**>(cub_dst.data()),
+                                            cub_sizes.data(), W, cs));
+    };
+    auto h2d_copy = [&] {
+      BENCH_CUDA(cudaMemcpyAsync(dev_contents.data(), raw_contents.host().data(), L * sizeof(T), cudaMemcpyDefault, cs));
+    };
+
+    // ---- device time (a burst of 32 behind a hold of at least 5x its host time; the warm-up
+    // rep grows the staging pools to the burst's depth; host_fraction reports whether the host
+    // still kept ahead)
+    const int burst = std::min(32, o.burst), reps = o.quick ? 3 : 11;
+    const double hold_ms = std::max(2.0, 5 * burst * std::max(h_uva, h_h2d) / 1000);
+    const auto dr_uva = device_us_checked(cs, burst, ferry_op(t_uva), hold_ms, reps);
+    const auto dr_h2d = device_us_checked(cs, burst, ferry_op(t_h2d), hold_ms, reps);
+    const auto dr_thr = device_us_checked(cs, burst, ferry_op(t_thr), hold_ms, reps);
+    const double d_uva = dr_uva.us, d_h2d = dr_h2d.us, d_thr = dr_thr.us;
+    const double host_fraction = std::max({dr_uva.host_fraction, dr_h2d.host_fraction, dr_thr.host_fraction});
+    worst_host_fraction = std::max(worst_host_fraction, host_fraction);
+    const double d_naive_uva = device_us(cs, burst, [&](std::size_t) { naive(raw_contents.device().data()); }, reps, hold_ms);
+    const double d_naive_h2d = device_us(cs, burst, [&](std::size_t) { h2d_copy(); naive(dev_contents.data()); }, reps, hold_ms);
+    const double d_cub_uva = device_us(cs, burst, [&](std::size_t) { cub_run(reinterpret_cast<void**>(cub_src_uva.data())); }, reps, hold_ms);
+    const double d_cub_h2d = device_us(cs, burst, [&](std::size_t) { h2d_copy(); cub_run(reinterpret_cast<void**>(cub_src_dev.data())); }, reps, hold_ms);
+    const double d_kernel = device_us(cs, burst, [&](std::size_t) {
+      if (inline_point) raw_launch_inline();
+      else raw_launch(raw_contents.device().data());
+    }, reps, hold_ms);
+
+    const double r_uva = h_uva / f_uva, r_h2d = h_h2d / f_h2d;
+    const double rb_uva = hb_uva / fb_uva, rb_h2d = hb_h2d / fb_h2d;
+    host_floor_ratios.push_back(std::max(r_uva, r_h2d));
+    behind_floor_ratios.push_back(std::max(rb_uva, rb_h2d));
+    uva_h2d_ratios.push_back(d_h2d / d_uva);
+    if (L * sizeof(T) >= (4u << 20)) {
+      const double f = (L * sizeof(T) / (d_uva * 1e-6) / 1e9) / zero_copy_gbps;
+      large_fraction = std::isnan(large_fraction) ? f : std::min(large_fraction, f);
+    }
+
+    ferry_bench::row r{{"W", double(W)}, {"per", double(per)},
+                       {"host uva_direct us", h_uva}, {"uva/floor", r_uva},
+                       {"host h2d_copy us", h_h2d}, {"h2d/floor", r_h2d},
+                       {"host uva target us", h_uvat}, {"launch-only floor us", f_launch},
+                       {"uva floor us", f_uva}, {"h2d floor us", f_h2d},
+                       {"uva racy floor us", fr_uva}, {"uva/racy floor", h_uva / fr_uva},
+                       {"h2d racy floor us", fr_h2d}, {"h2d/racy floor", h_h2d / fr_h2d},
+                       {"behind: host uva_direct us", hb_uva}, {"behind: uva/floor", rb_uva},
+                       {"behind: host h2d_copy us", hb_h2d}, {"behind: h2d/floor", rb_h2d},
+                       {"behind: uva floor us", fb_uva}, {"behind: h2d floor us", fb_h2d},
+                       {"behind: uva racy floor us", fbr_uva}, {"behind: uva/racy floor", hb_uva / fbr_uva},
+                       {"behind: h2d racy floor us", fbr_h2d}, {"behind: h2d/racy floor", hb_h2d / fbr_h2d},
+                       {"api calls/apply uva idle", c_uva.total}, {"api calls/apply uva behind", c_uva_behind.total},
+                       {"api calls/apply h2d idle", c_h2d.total}, {"api calls/apply h2d behind", c_h2d_behind.total},
+                       {"event calls/apply (worst of 4)", event_calls},
+                       {"api calls uva idle", c_uva.names()}, {"api calls h2d idle", c_h2d.names()},
+                       {"dev uva_direct us", d_uva}, {"dev h2d_copy us", d_h2d}, {"dev threshold us", d_thr},
+                       {"h2d/uva", d_h2d / d_uva},
+                       {"naive uva /ferry", d_naive_uva / d_uva}, {"naive h2d /ferry", d_naive_h2d / d_uva},
+                       {"cub uva /ferry", d_cub_uva / d_uva}, {"cub h2d /ferry", d_cub_h2d / d_uva},
+                       {"bare kernel dev us", d_kernel}, {"inline", inline_point ? 1.0 : 0.0},
+                       {"enqueue/hold", host_fraction}, {"allocs in host timing", host_allocs},
+                       {"floor ring growth in host timing", ring_growth},
+                       {"allocs in device timing", dr_uva.allocations + dr_h2d.allocations + dr_thr.allocations}};
+    if (auto it = torch.find({W, per}); it != torch.end()) {
+      // The target compares the PyTorch way with ferry's way of doing the same job: the
+      // block_table preset (device target, contents read in place, uva_direct). The slower
+      // h2d_copy configuration is shown beside it.
+      const double ratio = it->second.first / h_uva;
+      torch_ratios.push_back(ratio);
+      r.push_back({"torch host us", it->second.first});
+      r.push_back({"torch/ferry uva host", ratio});
+      r.push_back({"torch/ferry h2d host", it->second.first / h_h2d});
+      r.push_back({"torch dev us", it->second.second});
+    }
+    rep.add(std::move(r));
   }
   std::sort(uva_h2d_ratios.begin(), uva_h2d_ratios.end());
   rep.add_target("host time / floor, worst point (uva_direct and h2d_copy)",
@@ -724,8 +744,8 @@ int main(int argc, char** argv) {
     std::cout << "WARNING: a device-time burst took the host " << worst_host_fraction
               << "x the hold to enqueue: those device times measure the host\n";
   rep.print();
-  std::cout << "PyTorch + Triton: " << torch_ratios.size() << " of 16 points measured"
-            << (torch_path.empty() ? " (pass --torch FILE, the output of anchors/peer_torch.py on this machine)" : "")
+  std::cout << "PyTorch + Triton: " << torch_ratios.size() << " of " << points.size() << " points measured"
+            << (torch_path.empty() ? " (pass --torch FILE, the output of the baseline script peer_torch.py on this machine)" : "")
             << "\n";
   rep.write_json(o.json);
   return 0;

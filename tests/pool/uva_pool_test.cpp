@@ -574,6 +574,38 @@ TEMPLATE_TEST_CASE("uva_pool steady state allocates nothing and never synchroniz
   CHECK(bad == 0);
 }
 
+#if FERRY_HAS_CUDA
+TEST_CASE("uva_pool asks the backend once per ring while the GPU keeps up", "[pool]") {
+  using B = ferry::backend::cuda;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::stream<B> s;
+  // Each call checks the slot it comes back to, whose fence the previous call recorded; with the
+  // stream drained in between (a stream's synchronize tells the reuse core nothing), that fence
+  // has passed but is above the watermark. The core asks about the newest event, so one answer
+  // covers the next slots - 1 calls' checks as well.
+  auto queries_per_call = [&](std::size_t slots) {
+    ferry::uva_pool<std::int32_t, B> pool(1024, slots);
+    for (std::size_t k = 0; k < 2 * slots; ++k) {
+      (void)pool.copy_to_uva(generation<std::int32_t>(k, 1024), s);
+      s.synchronize();
+    }
+    constexpr std::uint64_t calls = 140;
+    const auto before = ferry::backend_stats_of<B>().completion_queries;
+    for (std::uint64_t k = 0; k < calls; ++k) {
+      const auto v = pool.copy_to_uva(generation<std::int32_t>(k, 1024), s);
+      CHECK(read(v) == generation<std::int32_t>(k, 1024));
+      s.synchronize();
+    }
+    CHECK(pool.stats().inserted == 0);
+    return static_cast<double>(ferry::backend_stats_of<B>().completion_queries - before) / calls;
+  };
+  CHECK(queries_per_call(2) == 1.0);  // the slot's fence is the newest event: asked every call
+  const double deep = queries_per_call(8);
+  CHECK(deep >= 1.0 / 7 - 0.01);
+  CHECK(deep <= 1.0 / 7 + 0.01);  // asked about its own fence, each call would ask
+}
+#endif
+
 TEMPLATE_TEST_CASE("uva_pools on several threads share the reuse core", "[pool]",
                    FERRY_TEST_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);

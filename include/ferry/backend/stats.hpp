@@ -16,6 +16,9 @@ struct backend_stats {
   std::uint64_t device_allocations = 0;  ///< device allocations (plain and stream-ordered)
   std::uint64_t device_frees = 0;        ///< device frees
   std::uint64_t synchronizations = 0;  ///< host-blocking waits: stream/event sync, blocking copies
+  /// non-blocking completion queries (CUDA: cudaEventQuery, which costs about 1.3 µs on a completed
+  /// event on the H200; the host backend reads a counter instead and counts none)
+  std::uint64_t completion_queries = 0;
 };
 
 namespace detail {
@@ -25,11 +28,12 @@ struct backend_counters {
   std::atomic<std::uint64_t> device_allocations{0};
   std::atomic<std::uint64_t> device_frees{0};
   std::atomic<std::uint64_t> synchronizations{0};
+  std::atomic<std::uint64_t> completion_queries{0};
 
   backend_stats snapshot() const noexcept {
     constexpr auto r = std::memory_order_relaxed;
     return {pinned_allocations.load(r), pinned_frees.load(r), device_allocations.load(r),
-            device_frees.load(r), synchronizations.load(r)};
+            device_frees.load(r), synchronizations.load(r), completion_queries.load(r)};
   }
 };
 

@@ -42,9 +42,12 @@ struct pinned_block {
 /// Pinned staging memory for asynchronous copies and UVA reads. Blocks come in power-of-two size
 /// classes; a block is given back with the stream it was used on, and handed out again only once
 /// that stream has passed the point of use (a stamp of the reuse core, memory/detail/timeline.hpp,
-/// made at release()). Blocks are never returned to the backend except by trim() or the
-/// destructor, so after warm-up (or reserve()) staging allocates nothing. Beyond `byte_cap` reserved bytes, acquire() throws
-/// ferry::capacity_error instead of allocating — and still never hands out a block in flight.
+/// made at release()). Of the blocks known to have passed, the one given back last is handed out
+/// first: it is still in the host's caches, where a class cycled oldest first would copy every
+/// upload into cold memory. Blocks are never returned to the backend except by trim() or the
+/// destructor, so after warm-up (or reserve()) staging allocates nothing. Beyond `byte_cap`
+/// reserved bytes, acquire() throws ferry::capacity_error instead of allocating — and still never
+/// hands out a block in flight.
 /// New blocks come from the backend (CUDA: cudaHostAlloc, mapped and portable; host: aligned host
 /// memory) or, when the arena is made with one, from an upstream pinned_resource_ref (an engine's
 /// own pool: see pinned_memory_resource for what its memory must be). Thread-safe.
@@ -86,7 +89,7 @@ class pinned_arena {
     const unsigned cls = class_of(bytes);
     const std::size_t size = std::size_t{1} << cls;
     std::lock_guard lock(mutex_);
-    if (auto b = take_passed(cls); b) {
+    if (auto b = take_passed(classes_[cls]); b) {
       ++stats_.reuses;
       stats_.bytes_in_use += size;
       return b;
@@ -97,9 +100,7 @@ class pinned_arena {
                            " reserved, " + std::to_string(stats_.bytes_in_use) +
                            " in use) while staging " + std::to_string(bytes) +
                            " bytes; blocks still in flight are never reused");
-    pinned_block b{allocate_block(size), size};
-    ++stats_.allocations;
-    stats_.bytes_reserved += size;
+    pinned_block b = add_block(classes_[cls], size);
     stats_.bytes_in_use += size;
     return b;
   }
@@ -125,15 +126,12 @@ class pinned_arena {
     const unsigned cls = class_of(bytes);
     const std::size_t size = std::size_t{1} << cls;
     std::lock_guard lock(mutex_);
-    auto& list = free_[cls];
-    while (list.size() < count) {
+    auto& c = classes_[cls];
+    while (c.in_flight.size() + c.passed.size() < count) {
       if (stats_.bytes_reserved + size > cap_)
         throw capacity_error("ferry: pinned_arena::reserve exceeds the arena's byte cap of " +
                              std::to_string(cap_));
-      list.reserve(list.size() + 1);  // no throw after the allocation: it is never lost
-      list.push_back({pinned_block{allocate_block(size), size}, {}});
-      ++stats_.allocations;
-      stats_.bytes_reserved += size;
+      c.passed.push_back(add_block(c, size));  // room reserved by add_block: cannot throw
     }
   }
 
@@ -142,12 +140,17 @@ class pinned_arena {
   /// whole device.
   void trim() {
     std::lock_guard lock(mutex_);
-    for (auto& list : free_) {
-      while (!list.empty()) {
-        auto e = list.pop_front();
-        detail::shared_timeline<B>().wait(e.at);
-        stats_.bytes_reserved -= e.block.capacity;
-        free_block(e.block);
+    for (auto& c : classes_) {
+      while (!c.in_flight.empty()) {
+        detail::shared_timeline<B>().wait(c.in_flight.front().at);
+        c.passed.push_back(c.in_flight.pop_front().block);
+      }
+      while (!c.passed.empty()) {
+        const pinned_block b = c.passed.back();
+        c.passed.pop_back();
+        --c.blocks;
+        stats_.bytes_reserved -= b.capacity;
+        free_block(b);
       }
     }
   }
@@ -168,6 +171,14 @@ class pinned_arena {
     pinned_block block;
     detail::stamp at;  // where the block's last use ends
   };
+  /// The free blocks of one size class: those given back behind a stamp not yet known passed, in
+  /// the order given back, and those known passed, the one given back last on top. Both have room
+  /// for every block of the class, so giving a block back never allocates.
+  struct size_class {
+    detail::ring<entry> in_flight;
+    std::vector<pinned_block> passed;
+    std::size_t blocks = 0;  // of this class, free or handed out
+  };
 
   static unsigned class_of(std::size_t bytes) {
     const std::size_t n = bytes < min_block ? min_block : bytes;
@@ -175,14 +186,34 @@ class pinned_arena {
     return static_cast<unsigned>(std::bit_width(n - 1));
   }
 
-  // The oldest free block of the class whose stamp has passed (the core answers a scan over
-  // blocks of a stream still in flight with one backend query per stream).
-  pinned_block take_passed(unsigned cls) {
-    auto& list = free_[cls];
+  // A free block of the class whose stamp has passed: the blocks at the front of the in-flight
+  // FIFO that the core already knows passed join the passed ones (compares, no backend call), and
+  // the warmest of those is taken; only when there is none is the core asked, oldest first (it
+  // answers a scan over blocks of a stream still in flight with one backend query per stream).
+  pinned_block take_passed(size_class& c) {
     auto& core = detail::shared_timeline<B>();
-    for (std::size_t i = 0; i < list.size(); ++i)
-      if (core.passed(list[i].at)) return list.take(i).block;
+    while (!c.in_flight.empty() && core.known(c.in_flight.front().at))
+      c.passed.push_back(c.in_flight.pop_front().block);
+    if (!c.passed.empty()) {
+      const pinned_block b = c.passed.back();
+      c.passed.pop_back();
+      return b;
+    }
+    for (std::size_t i = 0; i < c.in_flight.size(); ++i)
+      if (core.passed(c.in_flight[i].at)) return c.in_flight.take(i).block;
     return {};
+  }
+
+  // A new block of `size` bytes for class `c`, counted; the class's lists get room for it first,
+  // so that nothing can throw once it is allocated.
+  pinned_block add_block(size_class& c, std::size_t size) {
+    c.in_flight.reserve(c.blocks + 1);
+    c.passed.reserve(c.blocks + 1);
+    pinned_block b{allocate_block(size), size};
+    ++c.blocks;
+    ++stats_.allocations;
+    stats_.bytes_reserved += size;
+    return b;
   }
 
   // A new block of `size` bytes (a power of two, at least min_block), zero-filled.
@@ -209,7 +240,11 @@ class pinned_arena {
   }
 
   void give_back(pinned_block b, detail::stamp at) {
-    free_[class_of(b.capacity)].push_back({b, at});
+    auto& c = classes_[class_of(b.capacity)];
+    if (at.empty())
+      c.passed.push_back(b);
+    else
+      c.in_flight.push_back({b, at});
     stats_.bytes_in_use -= b.capacity;
   }
 
@@ -217,7 +252,7 @@ class pinned_arena {
   std::size_t cap_;
   std::optional<pinned_resource_ref> upstream_;
   arena_stats stats_{};
-  std::array<detail::ring<entry>, 64> free_{};
+  std::array<size_class, 64> classes_{};
 };
 
 /// The process-wide arena of backend B: created on first use (thread-safe), never destroyed

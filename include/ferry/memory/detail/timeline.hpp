@@ -356,6 +356,7 @@ class timeline<backend::cuda> {
   }
 
   static bool query(cudaEvent_t ev) {
+    count(counters<backend::cuda>().completion_queries);
     const cudaError_t r = cudaEventQuery(ev);
     if (r == cudaErrorNotReady) return false;
     FERRY_CUDA_CHECK(r);

@@ -28,6 +28,8 @@ template <class T, class B, growth_policy Growth, class Reuse>
 class staging_core {
   static constexpr std::size_t per_chunk = elements_per_chunk<T>;
   static constexpr bool fixed = Growth::stable_addresses;
+  // How far ahead of its write pointers staging prefetches a slot's lines (8 cache lines).
+  static constexpr std::size_t prefetch_ahead = 512;
 
  public:
   using pool_type = slot_pool<B, Growth, Reuse>;
@@ -65,6 +67,10 @@ class staging_core {
     std::byte* const slot = pool_.current().block.data;
     T* const out = reinterpret_cast<T*>(slot + content_off_ + off);
     chunk_desc* const d = reinterpret_cast<chunk_desc*>(slot) + chunks_;
+    // A reused slot was last read by the GPU: its lines are fetched again for writing. Asked for
+    // a few writes ahead, those fetches overlap instead of queueing behind the stores.
+    __builtin_prefetch(reinterpret_cast<const std::byte*>(out) + prefetch_ahead, 1);
+    __builtin_prefetch(reinterpret_cast<const std::byte*>(d) + prefetch_ahead, 1);
     const std::uint64_t src = off / sizeof(T);
     tracker_.note(row, start, start + len);  // before a gather that may throw: only conservative
     if constexpr (!std::ranges::contiguous_range<R>) fill(r, out, len);  // may throw: nothing recorded
