@@ -23,7 +23,7 @@
 //    allocated up front (as deep as ferry's ring may grow), as ferry's step_batch inserts one.
 //    So its slots are as many, and as cold in the host's caches, as the steps in flight need.
 //    "4 slots, racy" rows run floors B and C over 4 fixed slots without that check, as
-//    shared/anchors/step-floor.cu measured them: once the GPU falls behind they rewrite slots
+//    docs/measurements/step-floor-2026-12-01.txt measured them: once the GPU falls behind they rewrite slots
 //    that queued steps still read (wrong results, in warm memory): a bound, not a step.
 //    Appends covered by an admission of the same step are skipped, so chunks are disjoint.
 //    The logprob matrix's rows that change (0..31) are uploaded every step, in ferry's step_batch

@@ -1,7 +1,7 @@
 // bench.h2d — SPEC §10 host-to-device uploads, ferry beside its baselines in one run:
 //  - small upload: 1024 int32 from a std::vector with ferry::async_h2d, beside a bare pinned
 //    cudaMemcpyAsync of the same 4 KiB (the floor), a raw pageable cudaMemcpyAsync, and the
-//    PyTorch ways (--torch FILE: the text output of anchors/peer_torch.py from the same machine;
+//    PyTorch ways (--torch FILE: the text output of the PyTorch baseline script peer_torch.py from the same machine;
 //    the target holds ferry against `out.copy_(pinned, non_blocking=True)`, the list path and the
 //    others are printed beside it); host time (bursts, median; ferry and its baselines in
 //    interleaved bursts) and device time (queued behind a held stream);
@@ -429,7 +429,7 @@ int main(int argc, char** argv) try {
   rep.print();
   if (torch_file.empty())
     std::cout << "note: small_upload_vs_torch_copy is missing (pass --torch FILE, the output of "
-                 "anchors/peer_torch.py on this machine)\n";
+                 "the baseline script peer_torch.py on this machine)\n";
   else if (std::isnan(torch_copy))
     std::cout << "note: small_upload_vs_torch_copy is missing (no out.copy_(pinned,nb) line in "
               << torch_file << ")\n";

@@ -19,7 +19,7 @@
 //    counted after 1000 uncounted ones, apart from any timing), idle and behind: all of them, by
 //    name, and those on events (records and queries: zero once apply kernels store their own
 //    reuse marks);
-//  - with --torch FILE (output of anchors/peer_torch.py), the PyTorch + Triton host and device
+//  - with --torch FILE (output of the PyTorch baseline script peer_torch.py), the PyTorch + Triton host and device
 //    times per apply beside ferry's.
 // Method notes: ferry's host time and its floors are measured in interleaved bursts (same burst of
 // 256, same drain, medians), so that drift of the machine falls on both alike. The floors include

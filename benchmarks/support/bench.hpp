@@ -32,8 +32,8 @@ struct options {
   int bursts = 40;   ///< --bursts N (median over N bursts)
   int burst = 256;   ///< --burst N (operations per burst)
   bool quick = false;  ///< --quick: few bursts, for smoke runs on machines without a GPU
-  std::string torch;          ///< --torch FILE: output of shared/anchors/peer_torch.py (same run)
-  std::string torch_step;     ///< --torch-step FILE: JSON of shared/baselines/decode_step_torch.py
+  std::string torch;          ///< --torch FILE: output of the PyTorch baseline script peer_torch.py (same run)
+  std::string torch_step;     ///< --torch-step FILE: JSON of the PyTorch baseline script decode_step_torch.py
   std::string libtorch_step;  ///< --libtorch-step FILE: JSON of benchmarks/decode_step/libtorch_step
 };
 

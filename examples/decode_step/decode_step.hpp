@@ -2,8 +2,8 @@
 // from ferry, as a template on the backend. Shared by the example program (decode_step.cu, which
 // checks it against a host reference and times it) and the benchmark (benchmarks/decode_step).
 //
-// The workload is the one of shared/baselines/decode_step_torch.py, the PyTorch way of the same
-// step: batch 256 running requests of a table of 1024, block size 16, up to 512 blocks per
+// The workload is SPEC §11's engine step, which the PyTorch baseline script decode_step_torch.py
+// runs too: batch 256 running requests of a table of 1024, block size 16, up to 512 blocks per
 // request. Per step:
 //   - block-table appends for the requests that cross a block boundary (every 16th request, one
 //     int32 each) and 8 newly admitted requests writing their whole block list (64 int32 each)
