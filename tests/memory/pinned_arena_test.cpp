@@ -1,6 +1,6 @@
 // Tests for include/ferry/memory/pinned_arena.hpp: reuse only behind fences, the warmest passed
-// block first, the byte cap,
-// steady state without allocation (counted by the backend), reserve, trim, thread safety.
+// block first, the byte cap, steady state without allocation (counted by the backend), reserve,
+// trim, thread safety.
 #include <support/backends.hpp>
 
 #include <catch2/catch_template_test_macros.hpp>
