@@ -14,6 +14,7 @@
 #include <mutex>
 #include <random>
 #include <source_location>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -82,6 +83,20 @@ std::uint64_t enqueued(ferry::stream_ref<B> s) {
     return ferry::detail::checked(s)->enqueued();
   else
     return 0;
+}
+
+/// Waits until `s` has run everything enqueued so far without telling ferry (CUDA: a bare
+/// cudaStreamSynchronize), as an engine's own synchronization would; the host backend's reuse core
+/// reads its queues' counters, so there it is the stream's synchronize().
+template <class B>
+void bare_synchronize(ferry::stream_ref<B> s) {
+#if FERRY_HAS_CUDA
+  if constexpr (std::is_same_v<B, ferry::backend::cuda>) {
+    if (cudaStreamSynchronize(s.get()) != cudaSuccess) throw std::runtime_error("cudaStreamSynchronize failed");
+    return;
+  }
+#endif
+  s.synchronize();
 }
 
 /// Seconds after which a gate opens itself (FERRY_GATE_WATCHDOG_S; 0, the default: never). Only

@@ -8,6 +8,7 @@
 #include <ferry/memory/detail/timeline.hpp>
 #include <ferry/memory/resource.hpp>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstddef>
@@ -89,7 +90,7 @@ class pinned_arena {
     const unsigned cls = class_of(bytes);
     const std::size_t size = std::size_t{1} << cls;
     std::lock_guard lock(mutex_);
-    if (auto b = take_passed(classes_[cls]); b) {
+    if (auto b = take_passed(classes_[cls], size); b) {
       ++stats_.reuses;
       stats_.bytes_in_use += size;
       return b;
@@ -167,6 +168,10 @@ class pinned_arena {
   }
 
  private:
+  /// The staging memory a class cycles through while the GPU keeps up, so that it stays in the
+  /// host's caches (docs/memory.md, "The pinned staging arena").
+  static constexpr std::size_t warm_bytes = std::size_t{256} << 10;
+
   struct entry {
     pinned_block block;
     detail::stamp at;  // where the block's last use ends
@@ -177,7 +182,8 @@ class pinned_arena {
   struct size_class {
     detail::ring<entry> in_flight;
     std::vector<pinned_block> passed;
-    std::size_t blocks = 0;  // of this class, free or handed out
+    std::size_t blocks = 0;   // of this class, free or handed out
+    std::size_t unasked = 0;  // given back in flight since the core was last asked about them
   };
 
   static unsigned class_of(std::size_t bytes) {
@@ -188,12 +194,22 @@ class pinned_arena {
 
   // A free block of the class whose stamp has passed: the blocks at the front of the in-flight
   // FIFO that the core already knows passed join the passed ones (compares, no backend call), and
-  // the warmest of those is taken; only when there is none is the core asked, oldest first (it
-  // answers a scan over blocks of a stream still in flight with one backend query per stream).
-  pinned_block take_passed(size_class& c) {
+  // the warmest of those is taken. Each time another warm_bytes of blocks has been given back
+  // unasked, the core is asked about the oldest (one answer, newest first, retires them all), so
+  // that the class keeps cycling through memory still in the host's caches rather than through
+  // every block it holds. With no block known passed, the core is asked oldest first (it answers
+  // a scan over blocks of a stream still in flight with one backend query per stream).
+  pinned_block take_passed(size_class& c, std::size_t size) {
     auto& core = detail::shared_timeline<B>();
-    while (!c.in_flight.empty() && core.known(c.in_flight.front().at))
-      c.passed.push_back(c.in_flight.pop_front().block);
+    const auto take_known = [&] {
+      while (!c.in_flight.empty() && core.known(c.in_flight.front().at))
+        c.passed.push_back(c.in_flight.pop_front().block);
+    };
+    take_known();
+    if (c.unasked >= std::max<std::size_t>(1, warm_bytes / size) && !c.in_flight.empty()) {
+      c.unasked = 0;
+      if (core.passed(c.in_flight.front().at)) take_known();
+    }
     if (!c.passed.empty()) {
       const pinned_block b = c.passed.back();
       c.passed.pop_back();
@@ -241,10 +257,12 @@ class pinned_arena {
 
   void give_back(pinned_block b, detail::stamp at) {
     auto& c = classes_[class_of(b.capacity)];
-    if (at.empty())
+    if (at.empty()) {
       c.passed.push_back(b);
-    else
+    } else {
       c.in_flight.push_back({b, at});
+      ++c.unasked;
+    }
     stats_.bytes_in_use -= b.capacity;
   }
 

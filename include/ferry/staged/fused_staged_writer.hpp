@@ -155,11 +155,12 @@ class fused_staged_writer {
       } else {
         if (table > table_bytes_)
           table_bytes_ = detail::grown_capacity<growth_policy>(table, table_bytes_);
-        // High-water mark: every slot's scratch grows to the largest apply seen, so a larger
-        // later apply allocates once per slot, not at every size step.
+        // High-water mark: the scratch grows to the largest apply seen, so a larger later apply
+        // allocates once per stream, not at every size step.
         if (copied > scratch_bytes_)
           scratch_bytes_ = detail::grown_capacity<growth_policy>(copied, scratch_bytes_);
       }
+      pool_.begin_apply();
       pool_.acquire_current(table_bytes_);
       if (pool_.current().block.capacity < table) pool_.finish_grow(pool_.begin_grow(table_bytes_));
       // Stream-ordered on s (never cudaMalloc, which may wait behind a held stream).

@@ -29,16 +29,17 @@ namespace ferry {
 ///  - The target: allocated on the constructor's stream, given back on it once every apply of
 ///    the tensor has passed (the destructor waits for them), as device_buffer(n, stream,
 ///    resource): that stream must outlive the tensor.
-///  - A slot's scratch: allocated on the stream of the apply that first copies through the slot
-///    (sized to the slot's content capacity, so once per slot and size). A scratch outgrown by a
-///    later apply is given back at once on that apply's stream: the slot is reused only once the
-///    reuse core has seen every earlier apply that read it pass (under reuse::caller_fenced, once
-///    the caller's rotation says so). At destruction, after waiting for every apply, each scratch
-///    is given back on the stream of the last apply that copied through it: every earlier use,
-///    on any stream, had passed before that apply took the slot, so that stream's order covers
-///    them all. The streams an owner applies on must therefore outlive it. reserve() allocates
-///    no scratch from the resource (it has no stream to allocate on in order): each slot's
-///    scratch comes from it at that slot's first copying apply.
+///  - The scratch: one per stream that applies with a copy (stream order alone keeps an apply's
+///    copy behind the last apply's read on that stream), allocated on that stream at its first
+///    copying apply, sized to the slots' content capacity (so once per stream and size). A stream
+///    that has none takes over another stream's once the reuse core has seen that scratch's last
+///    apply pass (under reuse::caller_fenced, once the caller's rotation says so). A scratch
+///    outgrown by a later apply is given back at once on that apply's stream. At destruction,
+///    after waiting for every apply, each scratch is given back on the stream of the last apply
+///    that copied through it: every earlier use, on any stream, had passed before that stream
+///    took it, so that stream's order covers them all. The streams an owner applies on must
+///    therefore outlive it. reserve() allocates no scratch from the resource (it has no stream to
+///    allocate on in order): it comes from it at each stream's first copying apply.
 ///  - The resource returning null or throwing std::bad_alloc is ferry::out_of_memory (a block that
 ///    is not device_alignment-aligned is given back, ferry::error); in an apply that happens
 ///    before the launch is enqueued, so the staged writes are kept and the apply can be retried.

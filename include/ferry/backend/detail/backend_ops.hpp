@@ -38,6 +38,12 @@ struct backend_ops<backend::host> {
     return {};
   }
 
+  /// The stream's identity: no two live streams share it, and a destroyed stream (whose key a
+  /// new one may get) has run all its work.
+  static std::uint64_t stream_key(stream_type s) {
+    return reinterpret_cast<std::uintptr_t>(checked(s));
+  }
+
   /// Blocks until all work on every stream has run (cudaDeviceSynchronize); counted.
   static void synchronize_device(int /*device*/) {
     count(counters<backend::host>().synchronizations);
@@ -147,6 +153,9 @@ struct backend_ops<backend::cuda> {
     check_stream(s, device);
     return device_scope(device);
   }
+
+  /// The stream's identity: its process-unique id (never reused by a later stream).
+  static std::uint64_t stream_key(stream_type s) { return s.id(); }
 
   /// cudaDeviceSynchronize on `device` (the caller's current device is kept); counted.
   static void synchronize_device(int device) {

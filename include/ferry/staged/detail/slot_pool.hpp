@@ -1,18 +1,23 @@
-// ferry/staged/detail/slot_pool.hpp: the rotating staging slots of staged writes, a client of the
-// reuse core (memory/detail/timeline.hpp).
+// ferry/staged/detail/slot_pool.hpp: the rotating staging slots of staged writes and their
+// device scratch, a client of the reuse core (memory/detail/timeline.hpp).
 //
-// A slot is a pinned, mapped arena block (the host writes it, the apply reads it through UVA) plus,
-// once an apply has used the H2D path, a device scratch of the block's content size. The slot
-// being staged into is "current"; an apply hands it to a stream with the stamp the core gave that
-// apply (reuse::event_fenced) and appends it to a FIFO of used slots. The next staging takes the
-// newest of the last few used slots whose stamp has passed (warm in the host's caches), else the
-// oldest that has; if none has, a fresh arena block (no blocking): a slot
-// the GPU may still read is never rewritten. Scratch travels with its slot, so the same stamp
-// guards it. Scratch comes from the owner's device resource when staging_memory names one
-// (staging_memory.hpp says on which streams it is allocated and given back), else from ferry
-// (cudaMallocAsync on the apply's stream, cudaMalloc in reserve). Fresh slots (reserve) are taken
-// before used ones. reuse::caller_fenced stamps and checks nothing and cycles through `slots`
-// slots: the slot of apply k is rewritten first by the batch of apply k + slots.
+// A slot is a pinned, mapped arena block (the host writes it, the apply reads it through UVA).
+// The slot being staged into is "current"; an apply hands it to a stream with the stamp the core
+// gave that apply (reuse::event_fenced) and appends it to a FIFO of used slots. The next staging
+// takes the newest of the last few used slots whose stamp has passed (warm in the host's caches),
+// else the oldest that has; if none has, a fresh arena block (no blocking): a slot the GPU may
+// still read is never rewritten. Fresh slots (reserve) are taken before used ones.
+// reuse::caller_fenced stamps and checks nothing and cycles through `slots` slots: the slot of
+// apply k is rewritten first by the batch of apply k + slots.
+//
+// Device scratch (the H2D path) belongs to a stream, not to a slot: an apply copies into the
+// scratch of its stream, and stream order alone keeps the next apply's copy behind the last
+// one's read, so one scratch serves every apply on a stream (one destination that stays in the
+// device's caches, one allocation). A stream without scratch takes over one whose last apply has
+// passed (caller_fenced: `slots` applies ago), else allocates its own. Scratch comes from the
+// owner's device resource when staging_memory names one (staging_memory.hpp says on which streams
+// it is allocated and given back), else from ferry (cudaMallocAsync on the apply's stream,
+// cudaMalloc in reserve).
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
@@ -27,6 +32,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <type_traits>
@@ -44,10 +50,7 @@ class slot_pool {
  public:
   struct slot {
     pinned_block block{};
-    std::byte* scratch = nullptr;
-    std::size_t scratch_bytes = 0;
     stamp used{};  // the point after the last work that read the slot
-    std::optional<stream_ref<B>> scratch_on{};  // the stream of the scratch's last apply
   };
 
   /// `slots` slots of `memory.arena` (scratch from `memory.device`, if any) for work on `device`.
@@ -61,9 +64,9 @@ class slot_pool {
   }
   slot_pool(const slot_pool&) = delete;
   slot_pool& operator=(const slot_pool&) = delete;
-  /// Waits for the stamps of every slot (destructors wait for their own fences), then gives the
-  /// blocks back to the arena and frees the scratch. reuse::caller_fenced stamps nothing: once a
-  /// slot has been handed to a stream, it waits for the whole device instead.
+  /// Waits for the stamps of every slot and scratch (destructors wait for their own fences), then
+  /// gives the blocks back to the arena and frees the scratch. reuse::caller_fenced stamps
+  /// nothing: once a slot has been handed to a stream, it waits for the whole device instead.
   ~slot_pool() {
     destructor_guard([&] {
       if constexpr (caller_fenced)
@@ -72,12 +75,16 @@ class slot_pool {
       core.wait(fill_);
       for (std::size_t i = 0; i < free_.size(); ++i) core.wait(free_[i].used);
       for (auto& r : retired_) core.wait(r.used);
+      for (auto& e : scratch_) core.wait(e.used);
+      for (auto& e : retired_scratch_) core.wait(e.used);
     });
     destructor_guard([&] {
-      while (!free_.empty()) drop(free_.pop_front());
-      if (has_) drop(std::exchange(cur_, slot{}));
-      for (auto& r : retired_) drop(r);
-      retired_.clear();
+      while (!free_.empty()) arena_->release(free_.pop_front().block);
+      if (has_) arena_->release(cur_.block);
+      for (auto& r : retired_) arena_->release(r.block);
+      for (auto& e : scratch_)
+        if (!e.pending) free_scratch(e);  // a pending one's copy may still run: it leaks
+      for (auto& e : retired_scratch_) free_scratch(e);
     });
   }
 
@@ -93,10 +100,8 @@ class slot_pool {
     if (const std::size_t k = reusable(); k < free_.size()) {
       if (free_[k].block.capacity < bytes) {
         pinned_block b = arena_->acquire(bytes);  // may throw: nothing changed
-        slot old = free_.take(k);
-        arena_->release(old.block);  // passed: reusable at once
-        old.block = b;               // the scratch (sized by content, checked at use) stays
-        cur_ = old;
+        arena_->release(free_.take(k).block);     // passed: reusable at once
+        cur_ = slot{b};
       } else {
         cur_ = free_.take(k);
       }
@@ -116,52 +121,75 @@ class slot_pool {
   }
   void finish_grow(pinned_block old) noexcept { arena_->release(old); }
 
-  /// The current slot's device scratch, grown to at least `bytes` (exactly that size under
-  /// growth::fixed, else as the GrowthPolicy grows), allocated stream-ordered on `s` (the stream
-  /// of the apply that is about to use it): cudaMalloc may wait for the device, which would block
-  /// (or deadlock) behind a stream held by a long kernel or a host function. The current slot is
-  /// not read by any work in flight (its stamp has passed, or it is fresh), so an outgrown scratch
-  /// is freed stream-ordered on `s` at once. Either way from the device resource, if any.
+  /// An apply begins. A scratch taken by an earlier apply that failed before commit or abandon
+  /// stays pending (its stream's order guards it; no other stream takes it over) but is not this
+  /// apply's to stamp.
+  void begin_apply() noexcept { current_scratch_ = no_scratch; }
+
+  /// The device scratch of the apply about to run on `s`, grown to at least `bytes` (exactly that
+  /// size under growth::fixed, else as the GrowthPolicy grows): `s`'s own, else one taken over
+  /// (its last apply has passed), else a new one. Allocated and freed stream-ordered on `s`:
+  /// cudaMalloc may wait for the device, which would block (or deadlock) behind a stream held by
+  /// a long kernel or a host function; nothing but `s`'s earlier work can still use an outgrown
+  /// scratch. Either way from the device resource, if any. Throws with nothing changed.
   std::byte* scratch(std::size_t bytes, stream_ref<B> s) {
-    if (cur_.scratch_bytes < bytes) {
+    const std::uint64_t key = ops::stream_key(s);
+    scratch_.reserve(scratch_.size() + 1);  // may throw: nothing changed
+    std::size_t k = 0;
+    while (k < scratch_.size() && scratch_[k].key != key) ++k;
+    if (k == scratch_.size()) k = takeover();
+    if (k == scratch_.size()) scratch_.push_back(scratch_entry{});  // reserved: no throw
+    scratch_entry& e = scratch_[k];
+    if (e.bytes < bytes) {
       const std::size_t want = scratch_size(bytes);
       auto* p = static_cast<std::byte*>(
           resource_ ? allocate_device(*resource_, s, want, "the staged writes' device resource")
                     : ops::alloc_device_async(want, s));  // may throw: nothing changed
-      if (cur_.scratch) {
-        std::byte* old = std::exchange(cur_.scratch, nullptr);
-        const std::size_t old_bytes = std::exchange(cur_.scratch_bytes, 0);
+      if (e.data) {
         try {
           if (resource_)
-            resource_->deallocate(s, old, old_bytes, device_alignment);
+            resource_->deallocate(s, e.data, e.bytes, device_alignment);
           else
-            ops::free_device_async(old, s);
+            ops::free_device_async(e.data, s);
         } catch (...) {
-          cur_.scratch = p;  // keep the new one; the old one leaks rather than being freed unsafely
-          cur_.scratch_bytes = want;
-          cur_.scratch_on = s;
+          e.data = p;  // keep the new one; the old one leaks rather than being freed unsafely
+          e.bytes = want;
+          e.on = s;
           throw;
         }
       }
-      cur_.scratch = p;
-      cur_.scratch_bytes = want;
+      e.data = p;
+      e.bytes = want;
     }
-    cur_.scratch_on = s;
-    return cur_.scratch;
+    e.key = key;
+    e.on = s;
+    e.pending = true;  // until commit stamps the apply: no other stream takes it over
+    current_scratch_ = k;
+    return e.data;
   }
 
-  /// The work that reads the current slot has been enqueued and is done once `done` has passed
-  /// (empty when nothing was stamped: caller_fenced): the slot joins the used FIFO.
+  /// The work that reads the current slot (and the scratch the apply took, if any) has been
+  /// enqueued and is done once `done` has passed (empty when nothing was stamped: caller_fenced):
+  /// the slot joins the used FIFO.
   void commit(stamp done) noexcept {
     if constexpr (caller_fenced) handed_ = true;
+    ++applies_;
+    if (current_scratch_ < scratch_.size()) {
+      scratch_entry& e = scratch_[std::exchange(current_scratch_, no_scratch)];
+      e.used = done;
+      e.apply = applies_;
+      e.pending = false;
+    }
     cur_.used = done;
     free_.push_back(cur_);  // capacity reserved in acquire_current: no allocation, no throw
     cur_ = slot{};
     has_ = false;
   }
   /// The work that reads the current slot was enqueued but could not be stamped: the slot is
-  /// abandoned (leaked, never rewritten under its reader).
+  /// abandoned (leaked, never rewritten under its reader); the scratch stays its stream's, whose
+  /// order still guards it, and is never taken over.
   void abandon() noexcept {
+    current_scratch_ = no_scratch;
     cur_ = slot{};
     has_ = false;
     --owned_;
@@ -171,20 +199,21 @@ class slot_pool {
   /// the destructor waits for it.
   void note_fill(stream_ref<B> s) { fill_ = shared_timeline<B>().mark(s); }
 
-  /// At least `slots` slots of at least `bytes` bytes (and `scratch_bytes` of scratch, when
-  /// non-zero and the scratch is ferry's: a resource's is allocated in order on an apply's
-  /// stream, at the slot's first copying apply), allocated now. Slots in flight that are too
-  /// small are retired behind their stamps. New slots go before the used ones, which keep their
-  /// order (and so their time to be read).
+  /// At least `slots` slots of at least `bytes` bytes, and, when `scratch_bytes` is non-zero and
+  /// the scratch is ferry's, every scratch of at least that size (one, unclaimed, if none exists
+  /// yet: the first stream to apply takes it), allocated now (a resource's is allocated in order
+  /// on an apply's stream, at that stream's first copying apply). Slots and scratch in flight
+  /// that are too small are retired behind their stamps. New slots go before the used ones, which
+  /// keep their order (and so their time to be read).
   void reserve(std::size_t bytes, std::size_t scratch_bytes) {
     const std::size_t want = scratch_size(scratch_bytes);  // may throw: no change
     free_.reserve(std::max(owned_, slots_) + 1);
-    retired_.reserve(retired_.size() + free_.size() + 1);
+    retired_.reserve(retired_.size() + free_.size());
     for (std::size_t i = 0; i < free_.size(); ++i) {
       slot& e = free_[i];
       if (e.block.capacity < bytes) {
         pinned_block b = arena_->acquire(bytes);
-        retired_.push_back(slot{e.block, nullptr, 0, e.used});
+        retired_.push_back(e);
         e.block = b;
       }
     }
@@ -194,25 +223,34 @@ class slot_pool {
       for (std::size_t i = 1; i < free_.size(); ++i) free_.push_back(free_.pop_front());
     }
     if (scratch_bytes == 0 || resource_) return;
-    for (std::size_t i = 0; i < free_.size(); ++i) {
-      slot& e = free_[i];
-      if (e.scratch_bytes >= want) continue;
-      retired_.reserve(retired_.size() + 1);
-      auto* p = static_cast<std::byte*>(ops::alloc_device(want));
-      if (e.scratch) retired_.push_back(slot{{}, e.scratch, e.scratch_bytes, e.used});
-      e.scratch = p;
-      e.scratch_bytes = want;
+    if (scratch_.empty()) {
+      scratch_.reserve(1);
+      scratch_.push_back(scratch_entry{static_cast<std::byte*>(ops::alloc_device(want)), want});
+      return;
     }
-    if (has_ && cur_.scratch_bytes < want) {
-      retired_.reserve(retired_.size() + 1);
+    retired_scratch_.reserve(retired_scratch_.size() + scratch_.size());
+    for (auto& e : scratch_) {
+      if (e.bytes >= want) continue;
       auto* p = static_cast<std::byte*>(ops::alloc_device(want));
-      if (cur_.scratch) retired_.push_back(slot{{}, cur_.scratch, cur_.scratch_bytes, stamp{}});
-      cur_.scratch = p;
-      cur_.scratch_bytes = want;
+      if (e.data && !e.pending) retired_scratch_.push_back(e);  // behind its stamp
+      e.data = p;  // a pending one's old scratch leaks: its copy may still run
+      e.bytes = want;
+      e.pending = false;
     }
   }
 
  private:
+  struct scratch_entry {
+    std::byte* data = nullptr;
+    std::size_t bytes = 0;
+    std::uint64_t key = 0;  // the stream whose applies use it (ops::stream_key); 0: none yet
+    std::optional<stream_ref<B>> on{};  // the stream of its last use (a resource frees on it)
+    stamp used{};           // the point after its last apply
+    std::uint64_t apply = 0;  // the number of its last apply (caller_fenced's rotation)
+    bool pending = false;   // handed to an apply that has not been stamped
+  };
+  static constexpr std::size_t no_scratch = static_cast<std::size_t>(-1);
+
   // The used slot to take, free_.size() for none (a fresh slot then). Only once all `slots` slots
   // exist; caller_fenced: the oldest (the rotation); else the newest of the `warm` most recently
   // used slots whose stamp has passed (its contents are still in the host's caches: a deep ring
@@ -231,6 +269,22 @@ class slot_pool {
       return k;
     }
   }
+  // A scratch no stream holds (reserve's), else one whose last apply has passed (caller_fenced:
+  // `slots` applies ago, the rotation's promise); scratch_.size() for none.
+  std::size_t takeover() {
+    for (std::size_t k = 0; k < scratch_.size(); ++k)
+      if (scratch_[k].key == 0) return k;
+    for (std::size_t k = 0; k < scratch_.size(); ++k) {
+      const scratch_entry& e = scratch_[k];
+      if (e.pending) continue;
+      if constexpr (caller_fenced) {
+        if (applies_ - e.apply >= slots_) return k;
+      } else if (shared_timeline<B>().passed(e.used)) {
+        return k;
+      }
+    }
+    return scratch_.size();
+  }
   // Scratch of `bytes`: exactly (growth::fixed) or as the GrowthPolicy grows, at least 256.
   static std::size_t scratch_size(std::size_t bytes) {
     if constexpr (exact_scratch)
@@ -238,30 +292,31 @@ class slot_pool {
     else
       return grown_capacity<Growth>(std::max<std::size_t>(bytes, 256), 0);
   }
-  // Gives a slot's memory back once every use has passed: a resource's scratch on the stream of
-  // its last use (set whenever it exists), ferry's with cudaFree.
-  void drop(const slot& s) noexcept {
-    if (s.block) arena_->release(s.block);
-    if (!s.scratch) return;
+  // Gives a scratch back once every use has passed: a resource's on the stream of its last use
+  // (set whenever it exists), ferry's with cudaFree.
+  void free_scratch(const scratch_entry& e) noexcept {
+    if (!e.data) return;
     if (resource_)
-      destructor_guard([&] {
-        resource_->deallocate(*s.scratch_on, s.scratch, s.scratch_bytes, device_alignment);
-      });
+      destructor_guard([&] { resource_->deallocate(*e.on, e.data, e.bytes, device_alignment); });
     else
-      ops::free_device(s.scratch);
+      ops::free_device(e.data);
   }
 
   std::size_t slots_;
   int device_;
   pinned_arena<B>* arena_;
   std::optional<device_resource_ref<B>> resource_;  // the scratch's, if not ferry's
-  ring<slot> free_;              // used slots, oldest first, each behind its stamp
-  std::vector<slot> retired_;    // outgrown blocks/scratch still behind a stamp (freed at the end)
-  stamp fill_{};                 // the target's zero fill
+  ring<slot> free_;                 // used slots, oldest first, each behind its stamp
+  std::vector<slot> retired_;       // outgrown blocks still behind a stamp (freed at the end)
+  std::vector<scratch_entry> scratch_;          // a scratch per stream that has applied
+  std::vector<scratch_entry> retired_scratch_;  // outgrown in reserve, behind a stamp
+  std::size_t current_scratch_ = no_scratch;    // the entry the apply in progress took
+  std::uint64_t applies_ = 0;       // applies committed
+  stamp fill_{};                    // the target's zero fill
   slot cur_{};
   bool has_ = false;
-  std::size_t owned_ = 0;        // slots in free_ plus the current one
-  bool handed_ = false;          // caller_fenced: a slot has been handed to a stream
+  std::size_t owned_ = 0;           // slots in free_ plus the current one
+  bool handed_ = false;             // caller_fenced: a slot has been handed to a stream
 };
 
 }  // namespace ferry::detail

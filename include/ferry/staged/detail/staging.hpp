@@ -143,6 +143,7 @@ class staging_core {
   /// Resolves overlaps (later write wins) into a disjoint chunk table. May throw (capacity) with
   /// the staged writes intact.
   void prepare() {
+    pool_.begin_apply();
     if (!tracker_.suspect() || chunks_ == 0) return;
     if (!resolver_.any_overlap(descs(), chunks_)) {
       tracker_.resolved();
@@ -168,8 +169,8 @@ class staging_core {
   [[nodiscard]] std::size_t content_bytes() const noexcept { return used_; }
   [[nodiscard]] const chunk_desc* chunk_table() noexcept { return descs(); }
   [[nodiscard]] const std::byte* content_data() noexcept { return contents(); }
-  /// Device scratch for the current slot's contents (H2D path), sized to the slot's content
-  /// capacity at once, so that a slot's scratch is allocated once, not at every larger apply.
+  /// Device scratch for the current slot's contents (H2D path): the scratch of `s`, sized to the
+  /// slots' content capacity at once, so that it is allocated once, not at every larger apply.
   /// Allocated stream-ordered on `s` (the apply's stream) when it must grow.
   std::byte* scratch(stream_ref<B> s) { return pool_.scratch(std::max(used_, want_bytes_), s); }
   /// The launch has been enqueued without reading the slot (the inline path: the chunk table and
