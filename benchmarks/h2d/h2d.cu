@@ -18,9 +18,10 @@
 //    pinned cudaMemcpyAsync) and 8 persistent threads copying the 256 MiB source into one
 //    chunk-sized pinned buffer (bytes / time), and, to explain the pipeline's figure, both at once
 //    (how fast they go when they share the host's memory, as the pipeline's do); each figure is
-//    the median of >= 5 timed runs after a warm-up (warm arena). A sweep of pools (chunk 8/16/32 MiB x 8/12/15 threads) is printed
-//    beside it; ferry's figure is always the default pool's, so a sweep point counts only once it
-//    is made the default.
+//    the median of >= 5 timed runs after a warm-up (warm arena). A sweep of pools (chunk
+//    8/16/32 MiB x 8/12/15 threads) is printed beside it, then the default pool once more; ferry's
+//    figure is always the default pool's first, so a sweep point counts only once it is made the
+//    default.
 // Column `ferry_x`: how many times faster ferry is than the row (time: row / ferry; bandwidth:
 // ferry / row). Targets (SPEC §10, exactly these): small upload <= 1.2x the floor and >= 2x
 // faster than out.copy_; packed <= 1.2x its floor; 256 MiB pageable >= 0.9x the limit.
