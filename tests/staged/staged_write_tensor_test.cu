@@ -309,6 +309,7 @@ TEMPLATE_TEST_CASE("the H2D scratch belongs to a stream: one per stream, taken o
                                                                 {.device = pool});
     t.reserve(16, 16 * cols);  // the slots' content capacity: no apply below outgrows it
     REQUIRE(pool.allocations == 1);  // the target
+    held.synchronize();  // the target's zero fill, enqueued on `held`, is not ordered before `second`
     model<T> ref(rows, cols);
     std::mt19937_64 rng(803);
     auto apply_rows = [&](std::size_t first_row, ferry::stream_ref<B> s) {
