@@ -17,11 +17,11 @@
 //    the two limits of SPEC §10, measured in the same run: the pinned DMA bandwidth (a 256 MiB
 //    pinned cudaMemcpyAsync) and 8 persistent threads copying the 256 MiB source into one
 //    chunk-sized pinned buffer (bytes / time), and, to explain the pipeline's figure, both at once
-//    (how fast they go when they share the host's memory, as the pipeline's do); each figure is
-//    the median of >= 5 timed runs after a warm-up (warm arena). A sweep of pools (chunk
-//    8/16/32 MiB x 8/12/15 threads) is printed beside it, then the default pool once more; ferry's
-//    figure is always the default pool's first, so a sweep point counts only once it is made the
-//    default.
+//    (how fast they go when they share the host's memory, as the pipeline's do), and a sweep of
+//    pools (chunk 8/16/32 MiB x 8/12/15 threads); all of them in the same 15 rounds, each round
+//    running every one once in a rotated order after a warm-up round (warm arena), each figure
+//    the median over the rounds. The target uses the default pool only, so a sweep point counts
+//    only once it is made the default.
 // Column `ferry_x`: how many times faster ferry is than the row (time: row / ferry; bandwidth:
 // ferry / row). Targets (SPEC §10, exactly these): small upload <= 1.2x the floor and >= 2x
 // faster than out.copy_; packed <= 1.2x its floor; 256 MiB pageable >= 0.9x the limit.
@@ -337,40 +337,21 @@ int main(int argc, char** argv) try {
            {"host_us", batch_packed}, {"ferry_x", batch_packed / ferry_packed}});
 
   // ---- 256 MiB pageable upload on an idle stream -------------------------------------------
+  // Every figure below (ferry's default pool, the plain copy, both limits, both at once and the
+  // sweep's pools) is measured in the same rounds: round r runs each once, in an order rotated
+  // every round, after one warm-up round (the arena's chunk blocks are allocated there); a
+  // figure is 256 MiB / the median time of its op plus the drain. So the target's ratio compares
+  // figures taken over the same stretch of the run, not one after another.
   constexpr std::size_t big_bytes = std::size_t{256} << 20;
-  const int reps = o.quick ? 2 : 9;  // timed runs per figure (median), after one warm-up run
   std::vector<std::uint8_t> big(big_bytes);  // value-initialized: every page touched
   for (std::size_t i = 0; i < big_bytes; i += 4096) big[i] = static_cast<std::uint8_t>(i >> 12);
   ferry::device_buffer<std::uint8_t, B> dev_big(big_bytes);
   ferry::pinned_buffer<std::uint8_t, B> pinned_big(big_bytes);
   auto& pool = ferry::default_copy_pool();
-  auto gbps = [&](auto&& op) {
-    op();  // warm-up (the arena's chunk blocks are allocated here)
-    drain();
-    std::vector<double> r;
-    for (int k = 0; k < reps; ++k) {
-      r.push_back(static_cast<double>(big_bytes) / 1e9 / seconds_of([&] {
-                    op();
-                    drain();
-                  }));
-    }
-    return ferry_bench::median(r);
-  };
-  const auto stats_before = pool.stats();
-  const double ferry_big = gbps([&] { ferry::async_h2d(big, dev_big.span(), s, arena, pool); });
-  const auto stats_after = pool.stats();
-  const double pageable_big = gbps([&] {
-    BENCH_CUDA(cudaMemcpyAsync(dev_big.data(), big.data(), big_bytes, cudaMemcpyHostToDevice, cs));
-  });
-  const double pinned_big_bw = gbps([&] {
-    BENCH_CUDA(cudaMemcpyAsync(dev_big.data(), pinned_big.host().data(), big_bytes,
-                               cudaMemcpyHostToDevice, cs));
-  });
-  // SPEC §10's host-copy limit: 8 threads copy the 256 MiB pageable source into one chunk-sized
-  // pinned buffer (the first chunk_bytes() of pinned_big); thread t copies slice t of every
-  // chunk, slices of chunk / 8 bytes; bandwidth = 256 MiB / time. The threads are started before
-  // the timing.
   const std::size_t chunk = pool.chunk_bytes();
+  // SPEC §10's host-copy limit: 8 persistent threads (started before the timing) copy the
+  // 256 MiB pageable source into one chunk-sized pinned buffer; thread t copies slice t of
+  // every chunk, slices of chunk / 8 bytes.
   constexpr std::size_t limit_threads = 8;
   host_team team(limit_threads);
   // Thread t's share of the copy into the chunk-sized pinned buffer at `dst`.
@@ -382,19 +363,48 @@ int main(int argc, char** argv) try {
     });
   };
   const auto copy_slices = slices_into(pinned_big.host().data());
-  const double host_copy_big = gbps([&] { team.run(copy_slices); });
-  const double limit = std::min(pinned_big_bw, host_copy_big);
   // Not a limit of SPEC §10, printed to explain the pipeline's figure: the same two transfers at
-  // once, as a pipeline runs them (the DMA reads host memory while the threads read and write it).
-  // The pinned DMA of 256 MiB is enqueued, the 8 threads copy the 256 MiB source into a chunk of
-  // their own meanwhile, and both are waited for: 256 MiB / the time both took.
+  // once, as a pipeline runs them (the pinned DMA of 256 MiB is enqueued, the 8 threads copy the
+  // source into a chunk of their own meanwhile, and both are waited for).
   ferry::pinned_buffer<std::uint8_t, B> team_chunk(chunk);
   const auto copy_slices_aside = slices_into(team_chunk.host().data());
-  const double both_big = gbps([&] {
-    BENCH_CUDA(cudaMemcpyAsync(dev_big.data(), pinned_big.host().data(), big_bytes,
-                               cudaMemcpyHostToDevice, cs));
-    team.run(copy_slices_aside);
-  });
+  // The sweep: other pools on the same source, arena and stream.
+  std::vector<std::unique_ptr<ferry::copy_pool>> sweep_pools;
+  if (!o.quick)
+    for (std::size_t mib : {8, 16, 32})
+      for (std::size_t threads : {8, 12, 15})
+        sweep_pools.push_back(std::make_unique<ferry::copy_pool>(threads, mib << 20));
+
+  std::vector<std::function<void()>> big_ops{
+      [&] { ferry::async_h2d(big, dev_big.span(), s, arena, pool); },
+      [&] {
+        BENCH_CUDA(cudaMemcpyAsync(dev_big.data(), big.data(), big_bytes, cudaMemcpyHostToDevice, cs));
+      },
+      [&] {
+        BENCH_CUDA(cudaMemcpyAsync(dev_big.data(), pinned_big.host().data(), big_bytes,
+                                   cudaMemcpyHostToDevice, cs));
+      },
+      [&] { team.run(copy_slices); },
+      [&] {
+        BENCH_CUDA(cudaMemcpyAsync(dev_big.data(), pinned_big.host().data(), big_bytes,
+                                   cudaMemcpyHostToDevice, cs));
+        team.run(copy_slices_aside);
+      }};
+  for (auto& p : sweep_pools) big_ops.push_back([&, q = p.get()] { ferry::async_h2d(big, dev_big.span(), s, arena, *q); });
+  std::vector<ferry_bench::timed_burst> big_bursts;
+  for (auto& op : big_ops)
+    big_bursts.push_back([&](std::size_t) { return 1e6 * seconds_of([&] { op(); drain(); }); });
+  ferry_bench::options big_o = o;
+  big_o.bursts = o.quick ? 2 : 15;  // rounds (median)
+  big_o.burst = 1;
+  const auto stats_before = pool.stats();
+  const std::vector<double> big_us = ferry_bench::interleaved_us(big_o, big_bursts, drain, 1);
+  const auto stats_after = pool.stats();
+  auto gbps = [&](std::size_t k) { return static_cast<double>(big_bytes) / 1e3 / big_us[k]; };
+  const double ferry_big = gbps(0), pageable_big = gbps(1), pinned_big_bw = gbps(2),
+               host_copy_big = gbps(3), both_big = gbps(4);
+  const double limit = std::min(pinned_big_bw, host_copy_big);
+
   const std::string big_case = "pageable 256 MiB idle stream";
   {
     std::ostringstream v;
@@ -412,34 +422,25 @@ int main(int argc, char** argv) try {
            {"variant", "pinned DMA and 8-thread memcpy at once, each of 256 MiB (not a limit: contention)"},
            {"GBps", both_big}, {"ferry_x", ferry_big / both_big}});
 
-  // The sweep: other pools, same source, arena and stream. ferry_x here is the point's bandwidth
-  // over the limit (the target's ratio), for comparison with the default's.
+  // ferry_x in the sweep is the point's bandwidth over the limit (the target's ratio), for
+  // comparison with the default's.
   const std::string sweep_case = "pageable 256 MiB pool sweep";
   rep.add({{"case", sweep_case}, {"variant", "default pool (target figure)"}, {"GBps", ferry_big},
            {"ferry_x", ferry_big / limit}});
   double best = 0;
   std::string best_name;
-  if (!o.quick) {
-    for (std::size_t mib : {8, 16, 32}) {
-      for (std::size_t threads : {8, 12, 15}) {
-        ferry::copy_pool p(threads, mib << 20);
-        const double g = gbps([&] { ferry::async_h2d(big, dev_big.span(), s, arena, p); });
-        const auto ps = p.stats();
-        std::ostringstream v;
-        v << "chunk " << mib << " MiB x " << threads << " threads (reused " << ps.reused << "/"
-          << ps.chunks << " chunks)";
-        rep.add({{"case", sweep_case}, {"variant", v.str()}, {"GBps", g}, {"ferry_x", g / limit}});
-        if (g > best) {
-          best = g;
-          best_name = v.str();
-        }
-      }
+  for (std::size_t i = 0; i < sweep_pools.size(); ++i) {
+    const ferry::copy_pool& p = *sweep_pools[i];
+    const double g = gbps(5 + i);
+    const auto ps = p.stats();
+    std::ostringstream v;
+    v << "chunk " << (p.chunk_bytes() >> 20) << " MiB x " << p.threads() << " threads (reused "
+      << ps.reused << "/" << ps.chunks << " chunks)";
+    rep.add({{"case", sweep_case}, {"variant", v.str()}, {"GBps", g}, {"ferry_x", g / limit}});
+    if (g > best) {
+      best = g;
+      best_name = v.str();
     }
-    // The default pool once more, last: its figure above is taken first of all, and the same
-    // configuration has measured higher in the sweep than there. Printed, not the target's figure.
-    const double again = gbps([&] { ferry::async_h2d(big, dev_big.span(), s, arena, pool); });
-    rep.add({{"case", sweep_case}, {"variant", "default pool, measured again after the sweep"},
-             {"GBps", again}, {"ferry_x", again / limit}});
   }
 
   // ---- targets ------------------------------------------------------------------------------
