@@ -375,19 +375,19 @@ int main(int argc, char** argv) try {
       for (std::size_t threads : {8, 12, 15})
         sweep_pools.push_back(std::make_unique<ferry::copy_pool>(threads, mib << 20));
 
+  auto pinned_dma = [&] {
+    BENCH_CUDA(cudaMemcpyAsync(dev_big.data(), pinned_big.host().data(), big_bytes,
+                               cudaMemcpyHostToDevice, cs));
+  };
   std::vector<std::function<void()>> big_ops{
       [&] { ferry::async_h2d(big, dev_big.span(), s, arena, pool); },
       [&] {
         BENCH_CUDA(cudaMemcpyAsync(dev_big.data(), big.data(), big_bytes, cudaMemcpyHostToDevice, cs));
       },
-      [&] {
-        BENCH_CUDA(cudaMemcpyAsync(dev_big.data(), pinned_big.host().data(), big_bytes,
-                                   cudaMemcpyHostToDevice, cs));
-      },
+      pinned_dma,
       [&] { team.run(copy_slices); },
       [&] {
-        BENCH_CUDA(cudaMemcpyAsync(dev_big.data(), pinned_big.host().data(), big_bytes,
-                                   cudaMemcpyHostToDevice, cs));
+        pinned_dma();
         team.run(copy_slices_aside);
       }};
   for (auto& p : sweep_pools) big_ops.push_back([&, q = p.get()] { ferry::async_h2d(big, dev_big.span(), s, arena, *q); });
