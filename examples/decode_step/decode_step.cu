@@ -248,17 +248,6 @@ int run(const options& o, const char* where) {
   return 0;
 }
 
-bool gpu_present() {
-#if defined(__CUDACC__)
-  int n = 0;
-  const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-  (void)cudaGetLastError();  // no device is not an error here
-  return ok;
-#else
-  return false;
-#endif
-}
-
 options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
@@ -284,7 +273,13 @@ int main(int argc, char** argv) {
   try {
     const options o = parse(argc, argv);
     const char* require = std::getenv("FERRY_REQUIRE_GPU");
-    const bool gpu = !o.force_host && gpu_present();
+    // The backend is chosen once, at start-up (docs/consuming.md, "Choosing the backend at run
+    // time"): run<B> is instantiated for both, and the CUDA one runs where a device is usable.
+#if defined(__CUDACC__)
+    const bool gpu = !o.force_host && ferry::cuda_device_available();
+#else
+    const bool gpu = false;  // built as C++: the CUDA backend's kernels need nvcc
+#endif
     if (!gpu && !o.force_host && require != nullptr && std::string(require) == "1") {
       std::fprintf(stderr, "decode_step: FERRY_REQUIRE_GPU=1 but no CUDA device was found\n");
       return 2;
@@ -298,7 +293,8 @@ int main(int argc, char** argv) {
                      : run<ferry::backend::cuda, ferry::launch::kernel>(o, where.c_str());
     }
 #endif
-    const char* where = gpu_present() ? "the host backend (--host)" : "the host backend (no CUDA device found)";
+    const char* where = ferry::cuda_device_available() ? (o.force_host ? "the host backend (--host)" : "the host backend (built without nvcc)")
+                                                       : "the host backend (no CUDA device found)";
     return o.graph ? run<ferry::backend::host, ferry::launch::graph>(o, where)
                    : run<ferry::backend::host, ferry::launch::kernel>(o, where);
   } catch (const std::exception& e) {

@@ -3,14 +3,39 @@
 
 // FERRY_DEFAULT_BACKEND names the backend used when a component is given none: `cuda` or `host`.
 // The ferry::ferry CMake target sets it once for the whole build (cuda when the CUDA toolkit was
-// found, host otherwise), so that every translation unit agrees.
+// found, host otherwise), so that every translation unit agrees. Without CMake, pass it on every
+// compile line (docs/consuming.md, "Without CMake").
 #ifndef FERRY_DEFAULT_BACKEND
-#error "FERRY_DEFAULT_BACKEND is not set: link the ferry::ferry CMake target, or define FERRY_DEFAULT_BACKEND to cuda or host identically for every translation unit."
+#error "FERRY_DEFAULT_BACKEND is not set: link the ferry::ferry CMake target, or define FERRY_DEFAULT_BACKEND to cuda or host identically for every translation unit (-DFERRY_DEFAULT_BACKEND=host)."
 #endif
 
-// FERRY_HAS_CUDA is 1 when the CUDA runtime headers are available (set by the ferry::ferry target).
+#define FERRY_PP_CAT_(a, b) a##b
+#define FERRY_PP_CAT(a, b) FERRY_PP_CAT_(a, b)
+
+// Which backend FERRY_DEFAULT_BACKEND names, as a number the preprocessor can compare.
+#define FERRY_BACKEND_ID_host 1
+#define FERRY_BACKEND_ID_cuda 2
+#define FERRY_DEFAULT_BACKEND_ID FERRY_PP_CAT(FERRY_BACKEND_ID_, FERRY_DEFAULT_BACKEND)
+#if FERRY_DEFAULT_BACKEND_ID != 1 && FERRY_DEFAULT_BACKEND_ID != 2
+#error "FERRY_DEFAULT_BACKEND must be cuda or host (lower case): -DFERRY_DEFAULT_BACKEND=host or -DFERRY_DEFAULT_BACKEND=cuda."
+#endif
+
+// FERRY_HAS_CUDA is 1 when the CUDA backend is built: its runtime headers are on the include path
+// and the program links the CUDA runtime (set by the ferry::ferry target). When not given, it
+// follows FERRY_DEFAULT_BACKEND: 1 for cuda, 0 for host (a host-default build that also uses
+// backend::cuda passes -DFERRY_HAS_CUDA=1).
 #ifndef FERRY_HAS_CUDA
+#if FERRY_DEFAULT_BACKEND_ID == 2
+#define FERRY_HAS_CUDA 1
+#else
 #define FERRY_HAS_CUDA 0
+#endif
+#endif
+#if FERRY_DEFAULT_BACKEND_ID == 2 && !FERRY_HAS_CUDA
+#error "FERRY_DEFAULT_BACKEND is cuda but FERRY_HAS_CUDA is 0: define FERRY_HAS_CUDA=1 (or leave it undefined) for the CUDA backend, or FERRY_DEFAULT_BACKEND=host for the host backend."
+#endif
+#if FERRY_HAS_CUDA && !__has_include(<cuda_runtime_api.h>)
+#error "FERRY_HAS_CUDA is 1 (or FERRY_DEFAULT_BACKEND is cuda) but <cuda_runtime_api.h> is not on the include path: compile with nvcc, or add -I/usr/local/cuda/include (and link -lcudart), or use FERRY_DEFAULT_BACKEND=host."
 #endif
 
 #if defined(__CUDACC__)
@@ -22,8 +47,6 @@
 // Kernels and their launch stubs live in an inline namespace named after the target
 // architectures (as CUB does), so that two shared objects built for different architectures never
 // share a kernel stub, and have hidden visibility.
-#define FERRY_PP_CAT_(a, b) a##b
-#define FERRY_PP_CAT(a, b) FERRY_PP_CAT_(a, b)
 #define FERRY_PP_NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, n, ...) n
 #define FERRY_PP_NARGS(...) FERRY_PP_NARGS_(__VA_ARGS__, 8, 7, 6, 5, 4, 3, 2, 1, 0)
 #define FERRY_PP_JOIN_1(a) a

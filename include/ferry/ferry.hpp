@@ -7,6 +7,7 @@
 #include <ferry/error.hpp>
 #include <ferry/policies.hpp>
 
+#include <ferry/backend/devices.hpp>
 #include <ferry/backend/event.hpp>
 #include <ferry/backend/stats.hpp>
 #include <ferry/backend/stream.hpp>
@@ -23,6 +24,7 @@
 #include <ferry/transfer/async_h2d_packed.hpp>
 #include <ferry/transfer/copy_pool.hpp>
 #include <ferry/transfer/cpu_gpu_buffer.hpp>
+#include <ferry/transfer/to_host.hpp>
 
 // Sync scopes: the host backend's (ferry::sync_guard needs CUPTI: <ferry/sync/sync_guard.hpp>).
 #include <ferry/sync/host_sync_guard.hpp>

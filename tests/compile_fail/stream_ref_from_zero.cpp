@@ -1,5 +1,5 @@
-// expect: use of deleted function .*stream_ref<ferry::backend::host>::stream_ref\(int\)
-// There is no implicit default stream: stream_ref from 0 is deleted; the twin names a stream.
+// expect: error: static assertion failed: ferry has no default stream: pass a ferry::stream
+// There is no implicit default stream: stream_ref from 0 is rejected with one line; the twin names a stream.
 #include <ferry/ferry.hpp>
 
 int main() {

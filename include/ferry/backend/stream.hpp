@@ -8,6 +8,7 @@
 #include <ferry/error.hpp>
 #include <ferry/policies/backend.hpp>
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -24,13 +25,31 @@
 #define FERRY_HAS_CCCL_STREAM_REF 0
 #endif
 
+/// The one diagnostic for a 0, NULL or nullptr where ferry expects a stream (compile time), and
+/// the start of the error for a null cudaStream_t (run time).
+#define FERRY_NO_DEFAULT_STREAM "ferry has no default stream: pass a ferry::stream"
+
 namespace ferry {
 
 template <class B>
 class event;
 
-/// A non-owning, trivially copyable reference to a stream of backend B. Never constructible from
-/// 0 or nullptr: there is no implicit "default stream" in ferry, the stream is always explicit.
+namespace detail {
+/// What a literal 0, NULL or nullptr is, where a function expects a stream: such an argument
+/// selects a stream_ref constructor, or an overload of each public function template that deduces
+/// its backend from the stream, whose only content is the FERRY_NO_DEFAULT_STREAM static_assert,
+/// so that the mistake reads as one line instead of a list of candidates.
+template <class Z>
+concept null_stream_argument = std::integral<std::remove_cvref_t<Z>> ||
+                               std::same_as<std::remove_cvref_t<Z>, std::nullptr_t>;
+/// What such an overload returns (deduced, so that its static_assert is the first error reported,
+/// before any use of the result).
+struct no_default_stream {};
+}  // namespace detail
+
+/// A non-owning, trivially copyable reference to a stream of backend B. Never made from 0, NULL or
+/// nullptr (a compile error: FERRY_NO_DEFAULT_STREAM) nor from a null cudaStream_t (ferry::error):
+/// there is no implicit "default stream" in ferry, the stream is always explicit.
 /// `stream_ref<>` names the default backend (FERRY_DEFAULT_BACKEND), as `stream<>` does.
 template <class B = default_backend>
 class stream_ref;
@@ -52,6 +71,10 @@ inline cudaStream_t checked(stream_ref<backend::cuda> s);
 [[noreturn]] inline void throw_empty_stream() {
   throw error("ferry: the stream is empty (a moved-from stream)");
 }
+[[noreturn]] inline FERRY_COLD void throw_null_handle() {
+  throw error("ferry: stream_ref was given a null cudaStream_t, and " FERRY_NO_DEFAULT_STREAM
+              " (or name the legacy default stream cudaStreamLegacy, or cudaStreamPerThread)");
+}
 }  // namespace detail
 
 /// The host backend's stream reference: names an in-order host work queue. Made from a
@@ -61,8 +84,11 @@ class stream_ref<backend::host> {
  public:
   /// The backend this reference belongs to.
   using backend_type = backend::host;
-  stream_ref(std::nullptr_t) = delete;
-  stream_ref(int) = delete;
+  /// Rejects 0, NULL and nullptr at compile time: ferry has no default stream.
+  template <detail::null_stream_argument Z>
+  stream_ref(Z) {
+    static_assert(detail::dependent_false<Z>, FERRY_NO_DEFAULT_STREAM);
+  }
 
   /// Blocks until all work enqueued so far has run; rethrows (once) the first error raised by
   /// that work. Every call on an empty reference (of a moved-from stream) throws ferry::error.
@@ -97,10 +123,17 @@ class stream_ref<backend::cuda> {
  public:
   /// The backend this reference belongs to.
   using backend_type = backend::cuda;
-  stream_ref(std::nullptr_t) = delete;
-  stream_ref(int) = delete;
+  /// Rejects 0, NULL and nullptr at compile time: ferry has no default stream.
+  template <detail::null_stream_argument Z>
+  stream_ref(Z) {
+    static_assert(detail::dependent_false<Z>, FERRY_NO_DEFAULT_STREAM);
+  }
   /// Refers to an existing CUDA stream (which must outlive every use through this reference).
-  explicit stream_ref(cudaStream_t s) noexcept : stream_(s) {}
+  /// A null handle (a cudaStream_t variable holding 0, the legacy default stream by accident) →
+  /// ferry::error: name that stream cudaStreamLegacy (or cudaStreamPerThread) if it is meant.
+  explicit stream_ref(cudaStream_t s) : stream_(s) {
+    if (!s) [[unlikely]] detail::throw_null_handle();
+  }
 
   /// A reference to `s` that carries its id and device, looked up now (cudaStreamGetId,
   /// cudaStreamGetDevice): for an engine's own stream, made once and reused every step. The
@@ -285,6 +318,13 @@ struct host_fn_task {
 template <class F>
 void enqueue_host(stream_ref<backend::host> s, F&& f) {
   detail::checked(s)->enqueue(std::function<void()>(static_cast<F&&>(f)));
+}
+
+/// 0, NULL or nullptr in the stream's place: ferry has no default stream (a compile error).
+template <detail::null_stream_argument Z, class F>
+auto enqueue_host(Z, F&&) {
+  static_assert(detail::dependent_false<Z>, FERRY_NO_DEFAULT_STREAM);
+  return detail::no_default_stream{};
 }
 
 #if FERRY_HAS_CUDA

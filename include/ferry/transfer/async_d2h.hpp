@@ -38,4 +38,11 @@ pinned_span<T> async_d2h(device_span<U> src, pinned_span<T> out, stream_ref<B> s
   return out.first(n);
 }
 
+/// 0, NULL or nullptr in the stream's place: ferry has no default stream (a compile error).
+template <class Src, class Out, detail::null_stream_argument Z>
+auto async_d2h(Src&&, Out&&, Z) {
+  static_assert(detail::dependent_false<Z>, FERRY_NO_DEFAULT_STREAM);
+  return detail::no_default_stream{};
+}
+
 }  // namespace ferry

@@ -210,4 +210,17 @@ auto async_h2d(Src&& src, stream_ref<B> s) {
   return async_h2d<Policies...>(static_cast<Src&&>(src), s, default_arena<B>());
 }
 
+/// 0, NULL or nullptr in the stream's place: ferry has no default stream (a compile error).
+template <class... Policies, class Src, class Out, detail::null_stream_argument Z, class... Rest>
+auto async_h2d(Src&&, Out&&, Z, Rest&&...) {
+  static_assert(detail::dependent_false<Z>, FERRY_NO_DEFAULT_STREAM);
+  return detail::no_default_stream{};
+}
+/// 0, NULL or nullptr in the stream's place: ferry has no default stream (a compile error).
+template <class... Policies, class Src, detail::null_stream_argument Z, class... Rest>
+auto async_h2d(Src&&, Z, Rest&&...) {
+  static_assert(detail::dependent_false<Z>, FERRY_NO_DEFAULT_STREAM);
+  return detail::no_default_stream{};
+}
+
 }  // namespace ferry

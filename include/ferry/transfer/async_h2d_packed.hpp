@@ -169,4 +169,11 @@ auto async_h2d_packed(device_span<T> out, stream_ref<B> s, Srcs&&... srcs) {
   return async_h2d_packed<Policies...>(out, s, default_arena<B>(), static_cast<Srcs&&>(srcs)...);
 }
 
+/// 0, NULL or nullptr in the stream's place: ferry has no default stream (a compile error).
+template <class... Policies, class Out, detail::null_stream_argument Z, class... Rest>
+auto async_h2d_packed(Out&&, Z, Rest&&...) {
+  static_assert(detail::dependent_false<Z>, FERRY_NO_DEFAULT_STREAM);
+  return detail::no_default_stream{};
+}
+
 }  // namespace ferry
