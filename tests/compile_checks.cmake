@@ -75,3 +75,11 @@ foreach(snippet IN LISTS _snippets)
   add_test(NAME "compile_twin: ${name}" COMMAND ${cmd})
   set_tests_properties("compile_twin: ${name}" PROPERTIES LABELS compile)
 endforeach()
+
+# docs/consuming.md's "Without CMake" lines, read from the page and run on a small program: g++
+# with the host backend always; nvcc and g++ with the CUDA backend where the toolkit is found.
+add_test(NAME "consumer: without CMake (docs/consuming.md)"
+         COMMAND ${CMAKE_COMMAND} -DSOURCE=${PROJECT_SOURCE_DIR}
+                 -DWORK=${CMAKE_CURRENT_BINARY_DIR}/without_cmake
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/consumer/without_cmake.cmake)
+set_tests_properties("consumer: without CMake (docs/consuming.md)" PROPERTIES LABELS "compile;consumer" TIMEOUT 900)

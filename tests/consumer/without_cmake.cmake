@@ -1,0 +1,75 @@
+# docs/consuming.md's "Without CMake" compile lines, run as written (a shell runs each, with FERRY
+# and CUDA set as the page says) on tests/consumer/without_cmake_app.cpp, copied to app.cpp and
+# app.cu: the g++ line of the host backend always, then the program runs; the nvcc line and the
+# g++ line of the CUDA backend when the toolkit is found (compiled and linked, then run: without a
+# GPU the program picks the host backend at run time). The lines are read from the page, so the
+# page and this test cannot drift; a page without them fails.
+#   cmake -DSOURCE=<ferry checkout> -DWORK=<scratch dir> -P without_cmake.cmake
+cmake_minimum_required(VERSION 3.25)
+
+file(READ ${SOURCE}/docs/consuming.md page)
+string(FIND "${page}" "\n## Without CMake" at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "docs/consuming.md has no '## Without CMake' section")
+endif()
+string(SUBSTRING "${page}" ${at} -1 section)
+string(SUBSTRING "${section}" 1 -1 section)
+string(FIND "${section}" "\n## " end)
+if(NOT end EQUAL -1)
+  string(SUBSTRING "${section}" 0 ${end} section)
+endif()
+string(REPLACE ";" "\\;" section "${section}")
+string(REPLACE "\n" ";" lines "${section}")
+set(host_line "")
+set(nvcc_line "")
+set(cuda_gxx_line "")
+foreach(line IN LISTS lines)
+  if(line MATCHES "^g\\+\\+ .*-DFERRY_DEFAULT_BACKEND=host")
+    set(host_line "${line}")
+  elseif(line MATCHES "^g\\+\\+ .*-DFERRY_DEFAULT_BACKEND=cuda")
+    set(cuda_gxx_line "${line}")
+  elseif(line MATCHES "^nvcc ")
+    set(nvcc_line "${line}")
+  endif()
+endforeach()
+foreach(v host_line nvcc_line cuda_gxx_line)
+  if("${${v}}" STREQUAL "")
+    message(FATAL_ERROR "docs/consuming.md's 'Without CMake' section lacks its ${v} (a line starting with g++ or nvcc)")
+  endif()
+endforeach()
+
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK})
+configure_file(${CMAKE_CURRENT_LIST_DIR}/without_cmake_app.cpp ${WORK}/app.cpp COPYONLY)
+configure_file(${CMAKE_CURRENT_LIST_DIR}/without_cmake_app.cpp ${WORK}/app.cu COPYONLY)
+set(ENV{FERRY} ${SOURCE})
+
+function(run_line what line)
+  file(REMOVE ${WORK}/app)
+  message(STATUS "${what}: ${line}")
+  execute_process(COMMAND sh -c "${line}" WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc
+                  OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${what}: the line from docs/consuming.md failed (${rc}):\n${line}\n${out}")
+  endif()
+  execute_process(COMMAND ${WORK}/app WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc
+                  OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "round trip equal")
+    message(FATAL_ERROR "${what}: the program built by the line failed (${rc}):\n${out}")
+  endif()
+  message(STATUS "${what}: ${out}")
+endfunction()
+
+run_line("g++, host backend" "${host_line}")
+
+find_program(nvcc_path nvcc PATHS $ENV{CUDA_HOME}/bin /usr/local/cuda/bin NO_CACHE)
+if(nvcc_path)
+  get_filename_component(bin ${nvcc_path} DIRECTORY)
+  get_filename_component(cuda_root ${bin} DIRECTORY)
+  set(ENV{CUDA} ${cuda_root})
+  set(ENV{PATH} "${bin}:$ENV{PATH}")
+  run_line("nvcc, CUDA backend" "${nvcc_line}")
+  run_line("g++, CUDA backend" "${cuda_gxx_line}")
+else()
+  message(STATUS "nvcc not found: the CUDA backend's lines were not run")
+endif()
