@@ -14,14 +14,6 @@ static void check(bool ok, const char* what) {
   if (!ok) throw std::logic_error(what);
 }
 
-template <class Tensor>
-static std::vector<std::int32_t> read_back(const Tensor& t, ferry::stream<B>& s) {
-  ferry::pinned_buffer<std::int32_t, B> out(t.size());
-  ferry::async_d2h(t.span(), out.host(), s);
-  s.synchronize();
-  return {out.host().begin(), out.host().end()};
-}
-
 int main() {
   ferry::stream<B> s;
   constexpr std::size_t rows = 8, cols = 16;
@@ -51,7 +43,7 @@ int main() {
 
   table.apply_write(s);  // one launch for all of them; the host does not wait
   check(table.pending() == 0, "apply clears the staged writes");
-  check(read_back(table, s) == expect, "the target matches the host reference");
+  check(ferry::to_host(table.span(), s) == expect, "the target matches the host reference");
 
   // Several tensors of one element type: one launch for all of them.
   ferry::staged_write_tensor<std::int32_t, B> seq_lens(1, 4);
@@ -60,8 +52,8 @@ int main() {
   seq_lens.stage_write(0, 0, {16, 17, 18, 19});
   writer.apply(s, table, seq_lens);
   expect[0] = 42;
-  check(read_back(table, s) == expect, "fused apply: table");
-  check(read_back(seq_lens, s) == std::vector<std::int32_t>{16, 17, 18, 19}, "fused: lens");
+  check(ferry::to_host(table.span(), s) == expect, "fused apply: table");
+  check(ferry::to_host(seq_lens.span(), s) == std::vector<std::int32_t>{16, 17, 18, 19}, "fused: lens");
 
   // Memory you own as the target (an engine's buffer, a torch tensor's storage): adopted as it
   // is, never zero-filled nor freed by the tensor; it must outlive the tensor.
@@ -73,7 +65,7 @@ int main() {
     lens.stage_write(1, 1, {50, 60});
     lens.apply_write(s);
   }  // waits for its apply; `owned` stays
-  check(read_back(owned, s) == std::vector<std::int32_t>{1, 2, 3, 4, 50, 60},
+  check(ferry::to_host(owned.span(), s) == std::vector<std::int32_t>{1, 2, 3, 4, 50, 60},
         "the caller's contents, with the write applied");
 
   // For CUDA graphs that read the target: fixed growth (nothing reallocates after reserve),

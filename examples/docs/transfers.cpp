@@ -1,4 +1,4 @@
-// async_h2d, async_h2d_packed, async_d2h, the copy_pool pipeline and cpu_gpu_buffer
+// async_h2d, async_h2d_packed, async_d2h and to_host, the copy_pool pipeline and cpu_gpu_buffer
 // (docs/transfers.md).
 #include <ferry/ferry.hpp>
 
@@ -16,15 +16,6 @@ static void check(bool ok, const char* what) {
   if (!ok) throw std::logic_error(what);
 }
 
-// Reads a device span back (async_d2h into pinned memory, then wait for the stream).
-template <class T>
-static std::vector<T> read_back(ferry::device_span<const T> d, ferry::stream<B>& s) {
-  ferry::pinned_buffer<T, B> out(d.size());
-  ferry::async_d2h(d, out.host(), s);
-  s.synchronize();
-  return {out.host().begin(), out.host().end()};
-}
-
 int main() {
   ferry::stream<B> s;
   ferry::device_buffer<std::int32_t, B> ids(256);
@@ -37,13 +28,24 @@ int main() {
   check(got.size() == 200, "the written prefix of out");
   std::vector<std::int32_t> sent = tokens;
   tokens.assign(200, -1);  // safe: the copy reads ferry's staging block, not the vector
-  check(read_back<std::int32_t>(got, s) == sent, "async_h2d");
+  check(ferry::to_host(got, s) == sent, "async_h2d");
 
   // Any input range; other element types only through an explicit ferry::cast<T>.
   std::list<std::int64_t> wide{1, 2, 3};
   got = ferry::async_h2d(ferry::cast<std::int32_t>(wide), ids.span(), s);
-  check(read_back<std::int32_t>(got, s) == std::vector<std::int32_t>{1, 2, 3}, "cast");
+  check(ferry::to_host(got, s) == std::vector<std::int32_t>{1, 2, 3}, "cast");
   // ferry::async_h2d(wide, ids.span(), s);  // static_assert: "... element type ..."
+
+  // Reading back on the hot path: async_d2h into pinned memory the engine keeps, and an event
+  // it waits for only when it needs the data. Off the hot path (checks like the ones here),
+  // ferry::to_host(span, stream) returns a std::vector once the copy is done: blocking, and
+  // counted as a synchronization.
+  ferry::pinned_buffer<std::int32_t, B> host_ids(256);
+  ferry::pinned_span<std::int32_t> back = ferry::async_d2h(got, host_ids.host(), s);
+  ferry::event<B> back_ready;
+  back_ready.record(s);
+  back_ready.synchronize();  // then back may be read
+  check(back.size() == 3 && back[2] == 3, "async_d2h");
 
   // Too small an out: std::out_of_range, nothing enqueued.
   bool rejected = false;
@@ -62,7 +64,7 @@ int main() {
   std::vector<std::int64_t> seed{11, 12, 13};
   auto [t, sd] = ferry::async_h2d_packed(bytes, s, temperature, seed);
   check(reinterpret_cast<std::byte*>(sd.data()) - bytes.data() == 32, "aligned parts");
-  check(read_back<float>(t, s) == temperature && read_back<std::int64_t>(sd, s) == seed, "packed");
+  check(ferry::to_host(t, s) == temperature && ferry::to_host(sd, s) == seed, "packed");
 
   // A large pageable source goes through a copy_pool: host threads copy chunks into pinned
   // staging while earlier chunks are in flight. It blocks the host for the host-copy time.
@@ -72,7 +74,7 @@ int main() {
   ferry::device_buffer<std::int32_t, B> dst(big.size());
   ferry::async_h2d(big, dst.span(), s, ferry::default_arena<B>(), pool);
   check(pool.stats().copies == 1 && pool.stats().chunks == 3, "three 1 MiB chunks");
-  check(read_back<std::int32_t>(dst.span(), s) == big, "pipelined upload");
+  check(ferry::to_host(dst.span(), s) == big, "pipelined upload");
 
   // cpu_gpu_buffer: paired pinned host and device arrays. event_fenced (the default):
   // copy_to_device copies a snapshot, so host() may be rewritten as soon as it returns.

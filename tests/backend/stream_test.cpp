@@ -2,6 +2,7 @@
 #include <support/backends.hpp>
 
 #include <catch2/catch_template_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <algorithm>
@@ -19,8 +20,9 @@
 using namespace std::chrono_literals;
 
 static_assert(std::is_trivially_copyable_v<ferry::stream_ref<ferry::backend::host>>);
-static_assert(!std::is_constructible_v<ferry::stream_ref<ferry::backend::host>, std::nullptr_t>);
-static_assert(!std::is_constructible_v<ferry::stream_ref<ferry::backend::host>, int>);
+// 0, NULL and nullptr are rejected with one static_assert, "ferry has no default stream: pass a
+// ferry::stream", by a constructor that exists only to say so (so is_constructible says true):
+// tests/compile_fail/stream_ref_from_zero.cpp, stream_ref_from_nullptr.cpp, *_stream_zero.cpp.
 static_assert(std::is_base_of_v<ferry::stream_ref<ferry::backend::host>, ferry::stream<ferry::backend::host>>);
 static_assert(!std::is_copy_constructible_v<ferry::stream<ferry::backend::host>>);
 // A host stream's queue is internal to ferry: its reference has no get() (CUDA's names the
@@ -31,11 +33,24 @@ static_assert(!has_get<ferry::stream_ref<ferry::backend::host>>);
 static_assert(!has_get<ferry::stream<ferry::backend::host>>);
 #if FERRY_HAS_CUDA
 static_assert(std::is_trivially_copyable_v<ferry::stream_ref<ferry::backend::cuda>>);
-static_assert(!std::is_constructible_v<ferry::stream_ref<ferry::backend::cuda>, std::nullptr_t>);
-static_assert(!std::is_constructible_v<ferry::stream_ref<ferry::backend::cuda>, int>);
 static_assert(std::is_constructible_v<ferry::stream_ref<ferry::backend::cuda>, cudaStream_t>);
 static_assert(has_get<ferry::stream_ref<ferry::backend::cuda>>);
 static_assert(!std::is_convertible_v<cudaStream_t, ferry::stream_ref<ferry::backend::cuda>>);
+#endif
+
+#if FERRY_HAS_CUDA
+// No GPU needed: the handle is checked before any CUDA call.
+TEST_CASE("stream_ref<cuda> from a null cudaStream_t throws: ferry has no default stream", "[stream]") {
+  cudaStream_t handle = nullptr;  // a variable holding 0 compiles; the call is rejected at run time
+  CHECK_THROWS_MATCHES(ferry::stream_ref<ferry::backend::cuda>(handle), ferry::error,
+                       Catch::Matchers::MessageMatches(Catch::Matchers::StartsWith("ferry: ") &&
+                                                       Catch::Matchers::ContainsSubstring(
+                                                           "ferry has no default stream: pass a ferry::stream")));
+  CHECK_THROWS_AS(ferry::stream_ref<ferry::backend::cuda>::identified(handle), ferry::error);
+  // The default streams by name stay accepted, without a CUDA call.
+  CHECK(ferry::stream_ref<ferry::backend::cuda>(cudaStreamLegacy).get() == cudaStreamLegacy);
+  CHECK(ferry::stream_ref<ferry::backend::cuda>(cudaStreamPerThread).get() == cudaStreamPerThread);
+}
 #endif
 
 // Waits (bounded) for a flag without any synchronizing call.
