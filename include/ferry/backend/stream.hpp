@@ -140,7 +140,7 @@ class stream_ref<backend::cuda> {
   /// legacy and per-thread default streams carry nothing: which stream they name depends on the
   /// calling thread and its current device.
   [[nodiscard]] static stream_ref identified(cudaStream_t s) {
-    if (!s) detail::throw_empty_stream();
+    if (!s) detail::throw_null_handle();
     if (s == cudaStreamLegacy || s == cudaStreamPerThread) return stream_ref(s);
     int device = 0;
     FERRY_CUDA_CHECK(cudaStreamGetDevice(s, &device));
