@@ -217,9 +217,10 @@ class uva_pool {
   /// the class comment). `src`: any sized or forward std::ranges range of the element type
   /// (dtype rule; ferry::cast<T>(range) converts explicitly); contiguous ranges are one memcpy,
   /// others are gathered. The source is consumed when the call returns. Throws
-  /// ferry::capacity_error (growth::fixed exceeded; a busy slot with max_slots reached or under
-  /// growth::fixed; the arena's cap) and std::invalid_argument (not whole rows), changing nothing
-  /// (stats().fence_hits excepted: it counts the busy slot found).
+  /// ferry::capacity_error (growth::fixed exceeded; no free slot, with max_slots reached or under
+  /// growth::fixed; a GrowthPolicy capacity whose bytes overflow size_t; the arena's cap) and
+  /// std::invalid_argument (not whole rows), changing nothing (stats().fence_hits excepted: it
+  /// counts the busy slot found).
   template <class R>
   [[nodiscard]] device_span<const T> copy_to_uva(R&& src, stream_ref<B> stream) {
     detail::check_pool_source<std::remove_reference_t<R>, T>();
