@@ -13,7 +13,9 @@
 #include <random>
 #include <vector>
 
-namespace {
+// A named namespace: a policy type of internal linkage would make nvcc warn about the visibility
+// attribute of the apply.
+namespace staged_growth_test {
 
 // Powers of two up to 4 KiB; above, 2^63 (no pinned block holds it: a capacity_error, not a wrap).
 struct huge_above_4k {
@@ -25,7 +27,9 @@ struct huge_above_4k {
   }
 };
 
-}  // namespace
+}  // namespace staged_growth_test
+
+using staged_growth_test::huge_above_4k;
 
 TEMPLATE_TEST_CASE("staged_write_tensor under a growth policy's huge answer throws capacity_error and goes on",
                    "[staged][growth]", STAGED_BACKENDS) {
