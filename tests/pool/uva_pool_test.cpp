@@ -939,3 +939,44 @@ TEMPLATE_TEST_CASE("uva_pool's capacity_error at max_slots names each held slot 
   CHECK(seen[0] == generation<std::int32_t>(0, 8));
   CHECK(seen[1] == generation<std::int32_t>(1, 8));
 }
+
+TEMPLATE_TEST_CASE("uva_pool at max_slots of two with one reader held: the message names the held slot",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using Catch::Matchers::ContainsSubstring;
+  ferry::stream<TestType> s;
+  ferry::stream<TestType> r;
+  ferry::uva_pool<std::int32_t, TestType> pool(8, 2, 2);
+  std::vector<std::int32_t> seen;
+  {
+    ferry_test::gate<TestType> g(r);
+    const auto held = pool.copy_to_uva(generation<std::int32_t>(0, 8), s);  // slot 1
+    pool_test::enqueue_reader(ferry::stream_ref<TestType>(r), held, &seen);
+    pool.record_use(r);
+    (void)pool.copy_to_uva(generation<std::int32_t>(1, 8), s);  // slot 0
+    s.synchronize();
+    // Slot 1 is held on r; slot 0 is the last call's, and is not written twice in a row.
+    const auto line = std::to_string(ferry::detail::shared_timeline<TestType>().mark(r).line);
+    const auto before = pool.stats();
+    std::string what;
+    try {
+      (void)pool.copy_to_uva(generation<std::int32_t>(2, 8), s);
+    } catch (const ferry::capacity_error& e) {
+      what = e.what();
+    }
+    INFO(what);
+    CHECK_THAT(what, ContainsSubstring("ferry: uva_pool: no slot is free") &&
+                         ContainsSubstring("slot 1 is held until stream point (line " + line + ", seq "));
+    CHECK((what.find("slot 0 was written by the call before") != std::string::npos ||
+           what.find("slot 0 is held until stream point") != std::string::npos));
+    CHECK(pool.current_slot() == 0);
+    CHECK(pool.stats().fence_hits == before.fence_hits + 1);
+    CHECK(pool.stats().calls == before.calls);
+    CHECK(read(held) == generation<std::int32_t>(0, 8));
+  }
+  r.synchronize();
+  CHECK(seen == generation<std::int32_t>(0, 8));
+  CHECK(pool.copy_to_uva(generation<std::int32_t>(3, 8), s).size() == 8);  // slot 1, free again
+  CHECK(pool.current_slot() == 1);
+  s.synchronize();
+}

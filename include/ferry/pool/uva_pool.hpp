@@ -353,22 +353,28 @@ class uva_pool {
     return true;
   }
 
-  // The message when no slot is free: each held slot, from the one coming into use round the
-  // ring, with the first stream point (the reuse core's line and seq) it still waits for.
+  // The message when no slot can be taken: each held slot, from the one coming into use round
+  // the ring, with the first stream point (the reuse core's line and seq) it still waits for;
+  // and the slot of the call before, when its readers are done (it is not taken twice in a row).
   std::string held_slots(std::size_t next) const {
     constexpr std::size_t listed = 8;
     std::string text;
     std::size_t held = 0;
     for (std::size_t k = 0; k < slots_.size(); ++k) {
       const std::size_t i = (next + k) % slots_.size();
+      bool waits = false;
       for (const auto& p : slots_[i].stamps) {
         if (core().passed(p)) continue;
+        waits = true;
         if (held++ < listed)
           text += (held > 1 ? "; slot " : "slot ") + std::to_string(i) +
                   " is held until stream point (line " + std::to_string(p.line) + ", seq " +
                   std::to_string(p.seq) + ") has passed";
         break;
       }
+      if (!waits && i == cur_)
+        text += (text.empty() ? "slot " : "; slot ") + std::to_string(i) +
+                " was written by the call before (a slot is not written twice in a row)";
     }
     if (held > listed) text += "; and " + std::to_string(held - listed) + " more slots are held";
     return text;
@@ -444,15 +450,14 @@ class uva_pool {
     std::size_t new_bytes = 0;
     if (at == none) {
       if constexpr (fixed) {
-        throw capacity_error(prefix() + "(growth::fixed, which never inserts a slot) every slot is "
-                             "still being read: " + held_slots(next) +
-                             "; use more slots, or fence the readers sooner");
+        throw capacity_error(prefix() + "(growth::fixed, which never inserts a slot) no slot is "
+                             "free: " + held_slots(next) +
+                             "; let the readers finish sooner, or use more slots");
       } else {
         if (slots_.size() >= max_slots_)
-          throw capacity_error(prefix() + "every slot is still being read and the ring already holds "
-                               "max_slots (" + std::to_string(max_slots_) + "): " + held_slots(next) +
-                               "; readers are max_slots calls behind: fence them sooner, or allow "
-                               "more slots");
+          throw capacity_error(prefix() + "no slot is free and the ring already holds max_slots (" +
+                               std::to_string(max_slots_) + "): " + held_slots(next) +
+                               "; let the readers finish sooner, or allow more slots");
         insert = true;
         new_cap = rows > initial_ ? detail::grown_capacity<growth_policy>(rows, initial_) : initial_;
         new_bytes = grown_bytes(new_cap, rows, initial_);
