@@ -210,7 +210,7 @@ TEST_CASE("devices: UVA pools and paired buffers serve their own device from any
   REQUIRE(cudaSetDevice(0) == cudaSuccess);
   for (int step = 0; step < 12; ++step) {
     const auto v = ferry_test::random_values<std::int64_t>(n - static_cast<std::size_t>(step), 40 + step);
-    pool.copy_to_device(v, out.span(), streams[1]);
+    (void)pool.copy_to_device(v, out.span(), streams[1]);
     CHECK(current_device() == 0);
     std::vector<std::int64_t> got(v.size());
     streams[1].synchronize();

@@ -8,6 +8,12 @@
 #if defined(__CUDACC__)
 #include <ferry/ferry.cuh>
 #endif
+#if __has_include(<dlpack/dlpack.h>)
+#include <ferry/interop/dlpack.hpp>
+#define FERRY_TEST_DLPACK 1
+#else
+#define FERRY_TEST_DLPACK 0
+#endif
 
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_case_info.hpp>
@@ -18,6 +24,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -82,6 +89,8 @@ constexpr row registry[] = {
     {"pool.slots_zero", "std::invalid_argument", "arena unchanged"},
     {"pool.slots_above_max", "std::invalid_argument", "arena unchanged"},
     {"pool.max_slots", "ferry::capacity_error", pool_busy_kept},
+    {"pool.growth.bytes_overflow", "ferry::capacity_error",
+     "pool rotation, stats, earlier views and arena unchanged, but fence_hits counts a busy slot"},
     {"pool.fixed.exceeded", "ferry::capacity_error", pool_kept},
     {"pool.fixed.busy", "ferry::capacity_error", pool_busy_kept},
     {"pool.request_overflow", "ferry::capacity_error", pool_kept},
@@ -92,6 +101,9 @@ constexpr row registry[] = {
     {"pool.rows.not_whole", "std::invalid_argument", pool_kept},
     {"uva_backed.publish.n_above_size", "std::out_of_range", pool_kept},
     {"uva_backed.publish_rows.n_above_rows", "std::out_of_range", pool_kept},
+    {"uva_backed.max_slots", "ferry::capacity_error", pool_busy_kept},
+    {"dlpack.byte_offset.wraps", "std::invalid_argument", "no view made, the tensor unchanged"},
+    {"dlpack.to_dlpack.too_many_elements", "std::invalid_argument", "no tensor made"},
     {"staged.ctor.bytes_overflow", "std::invalid_argument", "nothing allocated"},
     {"staged.ctor.adopted_size", "std::invalid_argument", "nothing allocated, the memory unchanged"},
     {"staged.ctor.null_arena", "std::invalid_argument", "nothing leaked"},
@@ -758,9 +770,36 @@ struct pool_scene {
   }
 };
 
+// The message of the exception `f` throws (empty when it returns).
+template <class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return {};
+}
+
 BAD_INPUT_ROW("pool.max_slots") {
   using B = TestType;
   FERRY_REQUIRE_BACKEND(B);
+  {
+    // One held reader alone never throws, even with the ring at max_slots: the ring turns round
+    // its slot.
+    pool_scene<ferry::uva_pool<i32, B>, B> sc(4, 3, 3, 270);
+    ferry::stream<B> other;
+    ferry_test::gate<B> held(other);
+    sc.put(4);
+    sc.pool.record_use(other);
+    for (int k = 0; k < 6; ++k) {
+      sc.s.synchronize();
+      sc.put(4);
+    }
+    CHECK(sc.pool.stats().inserted == 0);
+    CHECK(sc.pool.slots() == 3);
+    CHECK(std::vector<i32>(sc.views[0].data(), sc.views[0].data() + 4) == sc.values[0]);  // held
+  }
   pool_scene<ferry::uva_pool<i32, B>, B> sc(4, 1, 2, 271);
   {
     ferry_test::gate<B> held(sc.s);  // every view's reader is still queued behind it
@@ -769,11 +808,64 @@ BAD_INPUT_ROW("pool.max_slots") {
     REQUIRE(sc.pool.slots() == 2);
     sc.mark();
     const auto src = ferry_test::random_values<i32>(4, 272);
-    expect_throw([&] { sc.pool.copy_to_uva(src, sc.s); });
+    expect_throw([&] { (void)sc.pool.copy_to_uva(src, sc.s); });
     ++sc.stats_before.fence_hits;  // the busy slot it found
     sc.unchanged();
+    // The message names each held slot and the stream point it waits for.
+    const std::string what = message_of([&] { (void)sc.pool.copy_to_uva(src, sc.s); });
+    INFO(what);
+    CHECK(what.starts_with("ferry: uva_pool: "));
+    CHECK(what.find("max_slots (2)") != std::string::npos);
+    CHECK(what.find("slot 0 is held until stream point (line ") != std::string::npos);
+    CHECK(what.find("slot 1 is held until stream point (line ") != std::string::npos);
+    ++sc.stats_before.fence_hits;
   }
   sc.next_call_rotates();
+}
+
+// A legal GrowthPolicy (at least `needed`) whose answer, 2^62 elements, is 2^64 bytes of int32.
+struct huge_growth {
+  using ferry_policy_family = ferry::families::growth;
+  static constexpr bool stable_addresses = false;
+  static std::size_t capacity_for(std::size_t needed, std::size_t /*current*/) {
+    return std::max<std::size_t>(needed, std::size_t{1} << 62);
+  }
+};
+
+BAD_INPUT_ROW("pool.growth.bytes_overflow") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  using pool = ferry::uva_pool<i32, huge_growth, B>;
+  const auto src = ferry_test::random_values<i32>(100, 362);
+  {
+    // Growing the slot coming into use.
+    pool_scene<pool, B> sc(64, 2, 8, 361);
+    sc.put(64);
+    sc.s.synchronize();
+    sc.mark();
+    const auto arena_before = sc.arena.stats();
+    expect_throw([&] { (void)sc.pool.copy_to_uva(src, sc.s); });
+    sc.unchanged();
+    CHECK(same(sc.arena.stats(), arena_before));
+    CHECK(sc.pool.capacity(0) == 64);
+    CHECK(sc.pool.capacity(1) == 64);
+    sc.next_call_rotates();
+  }
+  {
+    // Inserting a slot in front of a held one.
+    pool_scene<pool, B> sc(64, 1, 8, 363);
+    {
+      ferry_test::gate<B> held(sc.s);
+      sc.put(64);
+      sc.mark();
+      const auto arena_before = sc.arena.stats();
+      expect_throw([&] { (void)sc.pool.copy_to_uva(src, sc.s); });
+      ++sc.stats_before.fence_hits;  // the busy slot it found
+      sc.unchanged();
+      CHECK(same(sc.arena.stats(), arena_before));
+    }
+    sc.next_call_rotates();
+  }
 }
 
 BAD_INPUT_ROW("pool.fixed.exceeded") {
@@ -783,7 +875,7 @@ BAD_INPUT_ROW("pool.fixed.exceeded") {
   sc.put(4);
   sc.mark();
   const auto src = ferry_test::random_values<i32>(5, 282);
-  expect_throw([&] { sc.pool.copy_to_uva(src, sc.s); });
+  expect_throw([&] { (void)sc.pool.copy_to_uva(src, sc.s); });
   sc.unchanged();
   sc.next_call_rotates();
 }
@@ -797,7 +889,7 @@ BAD_INPUT_ROW("pool.fixed.busy") {
     sc.put(4);
     sc.mark();
     const auto src = ferry_test::random_values<i32>(4, 292);
-    expect_throw([&] { sc.pool.copy_to_uva(src, sc.s); });
+    expect_throw([&] { (void)sc.pool.copy_to_uva(src, sc.s); });
     ++sc.stats_before.fence_hits;  // the busy slot it found
     sc.unchanged();
   }
@@ -811,7 +903,7 @@ BAD_INPUT_ROW("pool.request_overflow") {
   const auto first = ferry_test::random_values<i64>(4, 302);
   const auto view = sc.pool.copy_to_uva(first, sc.s);
   published_row(sc.pool, view.data(), first,
-                [&] { sc.pool.copy_to_uva(huge_range(two_61 + 1), sc.s); });
+                [&] { (void)sc.pool.copy_to_uva(huge_range(two_61 + 1), sc.s); });
 }
 
 BAD_INPUT_ROW("pool.copy_to_device.too_small") {
@@ -825,7 +917,7 @@ BAD_INPUT_ROW("pool.copy_to_device.too_small") {
   sc.mark();
   const auto tasks = tasks_of<B>(sc.s);
   const auto src = ferry_test::random_values<i32>(4, 313);
-  expect_throw([&] { sc.pool.copy_to_device(src, out.span(), sc.s); });
+  expect_throw([&] { (void)sc.pool.copy_to_device(src, out.span(), sc.s); });
   CHECK(tasks_of<B>(sc.s) == tasks);
   sc.unchanged();
   CHECK(download(ferry::device_span<const i32>(out.span()), ferry::stream_ref<B>(sc.s)) == before);
@@ -841,7 +933,7 @@ BAD_INPUT_ROW("pool.moved_from") {
   const auto tasks = tasks_of<B>(sc.s);
   const auto stats = sc.arena.stats();
   const auto src = ferry_test::random_values<i32>(4, 322);
-  expect_throw([&] { sc.pool.copy_to_uva(src, sc.s); });
+  expect_throw([&] { (void)sc.pool.copy_to_uva(src, sc.s); });
   CHECK(tasks_of<B>(sc.s) == tasks);
   CHECK(same(sc.arena.stats(), stats));
   CHECK(std::vector<i32>(sc.views[0].data(), sc.views[0].data() + 4) == sc.values[0]);
@@ -867,7 +959,7 @@ BAD_INPUT_ROW("pool.rows.not_whole") {
   const auto first = ferry_test::random_values<i32>(6, 341);
   const auto view = pool.copy_to_uva(first, s);
   const auto src = ferry_test::random_values<i32>(7, 342);
-  published_row(pool, view.data(), first, [&] { pool.copy_to_uva(src, s); });
+  published_row(pool, view.data(), first, [&] { (void)pool.copy_to_uva(src, s); });
 }
 
 BAD_INPUT_ROW("uva_backed.publish_rows.n_above_rows") {
@@ -879,7 +971,7 @@ BAD_INPUT_ROW("uva_backed.publish_rows.n_above_rows") {
   const auto first = ferry_test::random_values<i32>(12, 351);
   std::copy(first.begin(), first.end(), u.host().begin());
   const auto view = u.publish_rows(3, s);
-  published_row(u, view.data_handle(), first, [&] { u.publish_rows(4, s); });
+  published_row(u, view.data_handle(), first, [&] { (void)u.publish_rows(4, s); });
 }
 
 BAD_INPUT_ROW("uva_backed.publish.n_above_size") {
@@ -891,7 +983,7 @@ BAD_INPUT_ROW("uva_backed.publish.n_above_size") {
   const auto first = ferry_test::random_values<i32>(8, 331);
   std::copy(first.begin(), first.end(), u.host().begin());
   const auto view = u.publish(8, s);
-  published_row(u, view.data(), first, [&] { u.publish(9, s); });
+  published_row(u, view.data(), first, [&] { (void)u.publish(9, s); });
   // The next publish takes the other slot (rotation unchanged) and holds the new host state.
   s.synchronize();
   const auto second = ferry_test::random_values<i32>(8, 332);
@@ -899,6 +991,96 @@ BAD_INPUT_ROW("uva_backed.publish.n_above_size") {
   const auto next = u.publish(8, s);
   CHECK(next.data() != view.data());
   CHECK(std::vector<i32>(next.data(), next.data() + 8) == second);
+}
+
+BAD_INPUT_ROW("uva_backed.max_slots") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::stream<B> s;
+  ferry::pinned_arena<B> arena;
+  ferry::uva_backed<i32, B> u(8, 2, 2, arena);
+  std::vector<std::vector<i32>> published;
+  std::vector<ferry::device_span<const i32>> views;
+  {
+    ferry_test::gate<B> held(s);  // both snapshots' readers are queued behind it
+    for (std::uint64_t k = 0; k < 2; ++k) {
+      published.push_back(ferry_test::random_values<i32>(8, 371 + k));
+      std::copy(published.back().begin(), published.back().end(), u.host().begin());
+      views.push_back(u.publish(8, s));
+      ferry::enqueue_host(s, [] {});  // a reader of the snapshot, held by the gate
+    }
+    auto stats = u.stats();
+    expect_throw([&] { (void)u.publish(8, s); });
+    ++stats.fence_hits;  // the busy slot it found
+    CHECK(same(u.stats(), stats));
+    for (std::size_t k = 0; k < 2; ++k)
+      CHECK(std::vector<i32>(views[k].data(), views[k].data() + 8) == published[k]);
+    const std::string what = message_of([&] { (void)u.publish(8, s); });
+    INFO(what);
+    CHECK(what.starts_with("ferry: uva_backed: "));
+    CHECK(what.find("uva_pool") == std::string::npos);
+    CHECK(what.find("is held until stream point (line ") != std::string::npos);
+  }
+  s.synchronize();
+  CHECK(u.publish(8, s).data() == views[0].data());  // the rotation goes on where it was
+  s.synchronize();
+}
+
+// ---- interop ------------------------------------------------------------------------------------
+
+#if FERRY_TEST_DLPACK
+// A DLTensor of 12 int32 at `data` in the memory from_dlpack<i32, B> accepts on the device
+// current now. Never dereferenced.
+template <class B>
+DLTensor dl_tensor(void* data, std::int64_t* shape) {
+  const bool is_host = std::is_same_v<B, host>;
+  const int device = is_host ? 0 : ferry::detail::backend_ops<B>::current_device();
+  return DLTensor{data, DLDevice{is_host ? kDLCPU : kDLCUDA, device}, 2, DLDataType{kDLInt, 32, 1},
+                  shape, nullptr, 0};
+}
+#endif
+
+BAD_INPUT_ROW("dlpack.byte_offset.wraps") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+#if FERRY_TEST_DLPACK
+  alignas(16) i32 storage[12] = {};
+  std::int64_t shape[2] = {3, 4};
+  DLTensor t = dl_tensor<B>(storage, shape);
+  REQUIRE(ferry::from_dlpack<i32, B>(t).data() == storage);
+  const auto base = reinterpret_cast<std::uintptr_t>(storage);
+  for (const std::uint64_t offset : {~std::uint64_t{0} - 15, (~std::uint64_t{0} - 7 - base) & ~std::uint64_t{3}}) {
+    t.byte_offset = offset;
+    const DLTensor before = t;
+    expect_throw([&] { (void)ferry::from_dlpack<i32, B>(t); });
+    DLTensor host_tensor = t;
+    host_tensor.device = DLDevice{kDLCPU, 0};
+    expect_throw([&] { (void)ferry::from_dlpack_host<i32>(host_tensor); });
+    if constexpr (std::is_same_v<B, host>) expect_throw([&] { (void)ferry::from_dlpack_pinned<i32, B>(t); });
+    CHECK(std::memcmp(&before, &t, sizeof t) == 0);
+    CHECK(shape[0] == 3);
+    CHECK(shape[1] == 4);
+  }
+#else
+  SKIP("<dlpack/dlpack.h> not found");
+#endif
+}
+
+BAD_INPUT_ROW("dlpack.to_dlpack.too_many_elements") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+#if FERRY_TEST_DLPACK
+  std::uint8_t byte = 0;
+  constexpr std::size_t two_63 = std::size_t{1} << 63;
+  const int device = std::is_same_v<B, host> ? 0 : ferry::detail::backend_ops<B>::current_device();
+  const ferry::device_span<std::uint8_t> huge(&byte, two_63);  // never dereferenced
+  const std::int64_t split[2] = {std::int64_t{1} << 62, 2};
+  expect_throw([&] { (void)ferry::to_dlpack<B>(huge, device); });
+  expect_throw([&] { (void)ferry::to_dlpack<B>(huge, device, split); });
+  expect_throw([&] { (void)ferry::to_dlpack<B>(ferry::detail::make_pinned_span(&byte, two_63)); });
+#else
+  SKIP("<dlpack/dlpack.h> not found");
+#endif
 }
 
 // ---- staged writes ------------------------------------------------------------------------------

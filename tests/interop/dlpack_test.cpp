@@ -8,6 +8,7 @@
 
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <array>
@@ -15,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 using Catch::Matchers::ContainsSubstring;
@@ -321,3 +323,86 @@ TEST_CASE("DLPack on the CUDA backend: kDLCUDA on the current device, kDLCUDAHos
   CHECK((ferry::from_dlpack<float, B>(pinned_elsewhere)).data() == pinned.host().data());
 }
 #endif
+
+namespace {
+
+// A DLTensor of `shape` int32 elements at `data` in the memory from_dlpack<int32_t, B> accepts
+// on the device current now (kDLCPU on the host backend, kDLCUDA on CUDA). Never dereferenced.
+template <class B>
+DLTensor accepted_tensor(void* data, std::vector<std::int64_t>& shape) {
+  const bool host = std::is_same_v<B, ferry::backend::host>;
+  const int device = host ? 0 : ferry::detail::backend_ops<B>::current_device();
+  return DLTensor{data, DLDevice{host ? kDLCPU : kDLCUDA, device}, static_cast<int>(shape.size()),
+                  dl_int32, shape.data(), nullptr, 0};
+}
+
+template <class B>
+std::string rejection_on(const DLTensor& t) {
+  try {
+    (void)ferry::from_dlpack<std::int32_t, B>(t);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("from_dlpack rejects a byte_offset that wraps the address, naming it",
+                   "[interop][dlpack]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  alignas(16) std::int32_t storage[16] = {};
+  std::vector<std::int64_t> shape{3, 4};
+  DLTensor t = accepted_tensor<B>(storage, shape);
+  const auto base = reinterpret_cast<std::uintptr_t>(storage);
+  REQUIRE(ferry::from_dlpack<std::int32_t, B>(t).data() == storage);
+
+  SECTION("the first element's address wraps to before the data") {
+    t.byte_offset = ~std::uint64_t{0} - 15;  // data + byte_offset == data - 16 (aligned)
+    CHECK_THAT(rejection_on<B>(t), ContainsSubstring("ferry: from_dlpack: byte_offset " +
+                                                     std::to_string(t.byte_offset)) &&
+                                       ContainsSubstring("wraps"));
+    CHECK_THROWS_AS((ferry::from_dlpack_host<std::int32_t>(DLTensor{t.data, DLDevice{kDLCPU, 0}, t.ndim,
+                                                                   t.dtype, t.shape, nullptr, t.byte_offset})),
+                    std::invalid_argument);
+  }
+  SECTION("the last element's end wraps past the top of the address space") {
+    // data + byte_offset is the last aligned address below 2^64 - 8: the 48 bytes of the tensor
+    // run past the end.
+    t.byte_offset = (~std::uint64_t{0} - 7 - base) & ~std::uint64_t{3};
+    CHECK_THAT(rejection_on<B>(t), ContainsSubstring("byte_offset " + std::to_string(t.byte_offset)) &&
+                                       ContainsSubstring("48 bytes") && ContainsSubstring("wrap"));
+  }
+  SECTION("an offset that does not wrap is still accepted") {
+    t.byte_offset = 8;
+    CHECK(ferry::from_dlpack<std::int32_t, B>(t).data() == storage + 2);
+  }
+}
+
+TEMPLATE_TEST_CASE("to_dlpack rejects a span of 2^63 elements or more: DLPack shapes are int64",
+                   "[interop][dlpack]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  const int device = std::is_same_v<B, ferry::backend::host> ? 0 : ferry::detail::backend_ops<B>::current_device();
+  std::uint8_t byte = 0;
+  constexpr std::size_t two_63 = std::size_t{1} << 63;
+  const std::string named = "ferry: to_dlpack: a span of " + std::to_string(two_63) + " elements";
+  // Views that are never dereferenced: to_dlpack only describes them.
+  const ferry::device_span<std::uint8_t> huge(&byte, two_63);
+  CHECK_THROWS_MATCHES(ferry::to_dlpack<B>(huge, device), std::invalid_argument,
+                       Catch::Matchers::MessageMatches(ContainsSubstring(named)));
+  // A shape that holds exactly the span's elements: its row stride (2^63) overflows int64.
+  const std::array<std::int64_t, 2> split{std::int64_t{1} << 62, 2};
+  CHECK_THROWS_MATCHES(ferry::to_dlpack<B>(huge, device, split), std::invalid_argument,
+                       Catch::Matchers::MessageMatches(ContainsSubstring(named)));
+  const ferry::device_span<const float> most(nullptr, ~std::size_t{0});
+  CHECK_THROWS_AS(ferry::to_dlpack<B>(most, device), std::invalid_argument);
+  const auto pinned = ferry::detail::make_pinned_span(&byte, two_63);
+  CHECK_THROWS_MATCHES(ferry::to_dlpack<B>(pinned), std::invalid_argument,
+                       Catch::Matchers::MessageMatches(ContainsSubstring(named)));
+  // The largest span DLPack can describe: 2^63 - 1 elements, strides {1}.
+  const auto largest = ferry::to_dlpack<B>(ferry::device_span<std::uint8_t>(&byte, two_63 - 1), device);
+  CHECK(largest.get().shape[0] == INT64_MAX);
+  CHECK(largest.get().strides[0] == 1);
+}

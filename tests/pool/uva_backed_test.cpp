@@ -4,11 +4,13 @@
 #include <pool/pool_support.hpp>
 
 #include <catch2/catch_template_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <algorithm>
 #include <cstdint>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 using pool_test::generation;
@@ -141,4 +143,65 @@ TEMPLATE_TEST_CASE("uva_backed over rows publishes the first n rows as a 2-D vie
   CHECK(state.publish(2 * width, s).size() == 2 * width);
   CHECK(state.stats().grows == 0);
   s.synchronize();
+}
+
+namespace {
+
+// The message of the E that `f` throws ("(nothing thrown)" when it returns).
+template <class E, class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "(nothing thrown)";
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("uva_backed's errors name uva_backed, the object the user made", "[pool]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using Catch::Matchers::ContainsSubstring;
+  using Catch::Matchers::StartsWith;
+  ferry::stream<TestType> s;
+  SECTION("every slot held at max_slots") {
+    ferry::uva_backed<std::int32_t, TestType> state(8, 2, 2);
+    std::vector<std::int32_t> seen[2];
+    {
+      ferry_test::gate<TestType> g(s);
+      for (std::size_t k = 0; k < 2; ++k) {
+        const auto gk = generation<std::int32_t>(k, 8);
+        std::copy(gk.begin(), gk.end(), state.host().begin());
+        pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), state.publish(8, s), &seen[k]);
+      }
+      const auto what = message_of<ferry::capacity_error>([&] { (void)state.publish(8, s); });
+      CHECK_THAT(what, StartsWith("ferry: uva_backed: ") && !ContainsSubstring("uva_pool") &&
+                           ContainsSubstring("is held until stream point"));
+    }
+    s.synchronize();
+    for (std::size_t k = 0; k < 2; ++k) CHECK(seen[k] == generation<std::int32_t>(k, 8));
+  }
+  SECTION("growth::fixed with every slot held") {
+    ferry::uva_backed<std::int32_t, ferry::growth::fixed, TestType> state(8, 1);
+    {
+      ferry_test::gate<TestType> g(s);
+      (void)state.publish(8, s);
+      const auto what = message_of<ferry::capacity_error>([&] { (void)state.publish(8, s); });
+      CHECK_THAT(what, StartsWith("ferry: uva_backed") && !ContainsSubstring("uva_pool") &&
+                           ContainsSubstring("is held until stream point"));
+    }
+    s.synchronize();
+  }
+  SECTION("a publish of elements that are not whole rows") {
+    ferry::uva_backed<std::int32_t, TestType> state(ferry::row_width{3}, 4);
+    const auto what = message_of<std::invalid_argument>([&] { (void)state.publish(4, s); });
+    CHECK_THAT(what, StartsWith("ferry: uva_backed: ") && !ContainsSubstring("uva_pool"));
+  }
+  SECTION("construction") {
+    const auto what = message_of<std::invalid_argument>(
+        [&] { ferry::uva_backed<std::int32_t, TestType> state(8, 0); });
+    CHECK_THAT(what, StartsWith("ferry: uva_backed") && !ContainsSubstring("uva_pool"));
+  }
 }

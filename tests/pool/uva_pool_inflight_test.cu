@@ -3,7 +3,8 @@
 // and a checksum of every element — and must see its own generation (value = f(step, index), never
 // zero) across 32 steps whose lengths alternate among {3, 17, 1500, 4090}, for int32, int64 and
 // float, with 2 slots and 3 steps in flight. Under reuse::event_fenced the pool must insert slots
-// instead of overwriting one still read. The same test, with the same misuse under
+// instead of overwriting one still read, and turn round one reader held behind the others (using the
+// free slots, inserting none). The same test, with the same misuse under
 // reuse::caller_fenced, must observe the corruption (proof that it can see one).
 //
 // CUDA: the consumer is a kernel that spins (about 2 ms, %globaltimer) before it reads the view
@@ -199,7 +200,7 @@ TEST_CASE("the in-flight reader test observes the corruption of caller_fenced mi
       ferry_test::gate<B> g(s);
       const auto v0 = pool.copy_to_uva(src(0), s);
       pool_test::enqueue_reader(ferry::stream_ref<B>(s), v0, &seen0);  // held by the gate
-      pool.copy_to_uva(src(1), s);
+      (void)pool.copy_to_uva(src(1), s);
       const auto v2 = pool.copy_to_uva(src(2), s);  // the caller's misuse: step 0 is still read
       CHECK(v2.data() == v0.data());
     }  // the gate opens: the reader runs after the rewrite
@@ -252,7 +253,7 @@ TEST_CASE("uva_pool keeps a slow kernel's view across an empty call and the pool
     const auto v1 = pool.copy_to_uva(src, s0);
     slow_uva_reader_kernel<T><<<1, 256, 0, s0.get()>>>(v1, spin_ns, results.data());
     REQUIRE(cudaPeekAtLastError() == cudaSuccess);
-    pool.copy_to_uva(std::span<const T>{}, s0);
+    (void)pool.copy_to_uva(std::span<const T>{}, s0);
     const auto v3 = pool.copy_to_uva(nines, s1);
     CHECK(v3.data() != v1.data());
     s0.synchronize();
@@ -277,4 +278,73 @@ TEST_CASE("uva_pool keeps a slow kernel's view across an empty call and the pool
 #else
   SKIP("the CUDA in-flight readers are kernels: build this test with nvcc");
 #endif
+}
+
+TEMPLATE_TEST_CASE("uva_pool turns round one held reader's slot without inserting or rewriting it",
+                   "[pool][inflight]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using T = std::int32_t;
+  constexpr std::size_t calls = 16;
+  ferry::stream<B> s;     // the pool's calls, and a reader of each view
+  ferry::stream<B> slow;  // one reader that stays behind for every call (behind a gate)
+  ferry::uva_pool<T, B> pool(lengths[3], 4, 4);  // slots == max_slots: no room to insert
+  const auto held_src = pool_test::generation<T>(100, lengths[3]);
+  std::vector<observed> seen(calls + 1);
+#if defined(__CUDACC__) && FERRY_HAS_CUDA
+  ferry::device_buffer<unsigned long long, B> results(4 * (calls + 1));
+  ferry::pinned_buffer<unsigned long long, B> back(4 * (calls + 1));
+#endif
+  // Reads `v` on `on` (a host task, or a kernel through UVA) and records what it saw as reader k.
+  auto read_view = [&](ferry::device_span<const T> v, ferry::stream<B>& on, std::size_t k) {
+    if constexpr (std::is_same_v<B, ferry::backend::host>) {
+      ferry::enqueue_host(on, [v, out = &seen[k]] { *out = observe(v.data(), v.size()); });
+    } else {
+#if defined(__CUDACC__) && FERRY_HAS_CUDA
+      slow_uva_reader_kernel<T><<<1, 256, 0, on.get()>>>(v, 0, results.data() + 4 * k);
+      REQUIRE(cudaPeekAtLastError() == cudaSuccess);
+#else
+      (void)v, (void)on, (void)k;
+      SKIP("the CUDA in-flight readers are kernels: build this test with nvcc");
+#endif
+    }
+  };
+  std::size_t hits = 0;
+  ferry::device_span<const T> held;
+  {
+    ferry_test::gate<B> g(slow);
+    held = pool.copy_to_uva(held_src, s);  // slot 1
+    read_view(held, slow, 0);              // held by the gate past every call below
+    pool.record_use(slow);
+    for (std::size_t k = 1; k <= calls; ++k) {
+      const std::size_t prev = pool.current_slot();
+      const auto v = pool.copy_to_uva(pool_test::generation<T>(k, lengths[k % 4]), s);
+      CHECK(v.data() != held.data());
+      CHECK(pool.current_slot() == (prev == 0 ? 2 : (prev + 1) % 4));  // slot 1 passed over
+      hits += prev == 0 ? 1 : 0;
+      read_view(v, s, k);
+      s.synchronize();  // this reader is done: only the held reader keeps a slot
+    }
+    CHECK(pool.stats().inserted == 0);
+    CHECK(pool.slots() == 4);
+    CHECK(pool.stats().calls == calls + 1);
+    CHECK(pool.stats().fence_hits == hits);
+    CHECK(hits == 5);
+  }
+  slow.synchronize();
+#if defined(__CUDACC__) && FERRY_HAS_CUDA
+  if constexpr (!std::is_same_v<B, ferry::backend::host>) {
+    ferry::async_d2h(results.span(), back.host(), s);
+    s.synchronize();
+    for (std::size_t k = 0; k <= calls; ++k) {
+      const auto* r = back.host().data() + 4 * k;
+      seen[k] = observed{r[0], r[1], r[2], r[3]};
+    }
+  }
+#endif
+  CHECK(seen[0] == observe(held_src.data(), held_src.size()));
+  for (std::size_t k = 1; k <= calls; ++k) {
+    CAPTURE(k);
+    CHECK(seen[k] == expected<T>(k));
+  }
 }

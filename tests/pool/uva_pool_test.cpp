@@ -6,6 +6,8 @@
 #include <pool/pool_support.hpp>
 
 #include <catch2/catch_template_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_exception.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <algorithm>
 #include <array>
@@ -16,6 +18,7 @@
 #include <set>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -116,7 +119,7 @@ TEMPLATE_TEST_CASE("uva_pool grows one slot by powers of two and leaves the othe
   CHECK(pool.stats().inserted == 0);
 
   // Now slot 0 grows alone (1 → 8): slot 1 keeps its capacity, address and contents.
-  pool.copy_to_uva(none, s);  // rotate onto slot 1 without writing
+  (void)pool.copy_to_uva(none, s);  // rotate onto slot 1 without writing
   const auto five = generation<std::int32_t>(77, 5);
   const auto w = pool.copy_to_uva(five, s);
   REQUIRE(pool.current_slot() == 0);
@@ -137,7 +140,7 @@ TEMPLATE_TEST_CASE("uva_pool exposes exactly the new prefix after a smaller requ
   const auto a = pool.copy_to_uva(big, s);
   CHECK(pool.capacity(1) == 128);
   s.synchronize();
-  pool.copy_to_uva(generation<std::int64_t>(2, 2), s);
+  (void)pool.copy_to_uva(generation<std::int64_t>(2, 2), s);
   s.synchronize();
   const auto small = generation<std::int64_t>(3, 3);
   const auto b = pool.copy_to_uva(small, s);
@@ -175,7 +178,7 @@ TEMPLATE_TEST_CASE("uva_pool under growth::fixed throws capacity_error and chang
       // Held from here: slot 0's earlier fence lies before the gate, slot 1's next one behind it.
       ferry_test::gate<TestType> g(s);
       pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), c, &seen);  // held by the gate
-      pool.copy_to_uva(generation<std::int32_t>(5, 6), s);                  // slot 0
+      (void)pool.copy_to_uva(generation<std::int32_t>(5, 6), s);            // slot 0
       auto held = pool.stats();
       CHECK_THROWS_AS(pool.copy_to_uva(generation<std::int32_t>(6, 6), s), ferry::capacity_error);
       CHECK(pool.current_slot() == 0);
@@ -394,15 +397,15 @@ TEMPLATE_TEST_CASE("uva_pool keeps the last view fenced across an empty call, on
     const auto v1 = pool.copy_to_uva(src, s0);  // slot 1
     SECTION("read on the empty call's stream") {
       pool_test::enqueue_reader(ref(s0), v1, &seen);
-      pool.copy_to_uva(empty, s0);  // slot 0
+      (void)pool.copy_to_uva(empty, s0);  // slot 0
     }
     SECTION("read on the empty call's stream, record_use there after the empty call") {
       pool_test::enqueue_reader(ref(s0), v1, &seen);
-      pool.copy_to_uva(empty, s0);
+      (void)pool.copy_to_uva(empty, s0);
       pool.record_use(s0);
     }
     SECTION("read on a third stream after the empty call, declared with record_use") {
-      pool.copy_to_uva(empty, s0);
+      (void)pool.copy_to_uva(empty, s0);
       pool_test::enqueue_reader(ref(s2), v1, &seen);
       pool.record_use(s2);
     }
@@ -499,7 +502,7 @@ TEMPLATE_TEST_CASE("uva_pool record_use keeps a slot read on another stream from
     v1 = pool.copy_to_uva(generation<std::int64_t>(1, 20), s1);
     pool_test::enqueue_reader(ferry::stream_ref<TestType>(s2), v1, &seen);  // read on s2
     pool.record_use(s2);
-    pool.copy_to_uva(generation<std::int64_t>(2, 20), s1);
+    (void)pool.copy_to_uva(generation<std::int64_t>(2, 20), s1);
     s1.synchronize();  // s1 has passed everything: only the fence on s2 holds slot 1
     const auto v3 = pool.copy_to_uva(generation<std::int64_t>(3, 20), s1);
     CHECK(v3.data() != v1.data());
@@ -751,4 +754,229 @@ TEMPLATE_TEST_CASE("uva_pool over rows: growth::fixed, busy slots, and a zero wi
     s.synchronize();
     CHECK(seen == three);
   }
+}
+
+namespace {
+
+// A legal GrowthPolicy (its answer is at least `needed`) that answers with 2^62 elements or rows:
+// a slot of that many int32 is 2^64 bytes, which size_t cannot hold.
+struct huge_growth {
+  using ferry_policy_family = ferry::families::growth;
+  static constexpr bool stable_addresses = false;
+  static std::size_t capacity_for(std::size_t needed, std::size_t /*current*/) {
+    return std::max<std::size_t>(needed, std::size_t{1} << 62);
+  }
+};
+
+bool same_arena(const ferry::arena_stats& a, const ferry::arena_stats& b) {
+  return a.allocations == b.allocations && a.reuses == b.reuses &&
+         a.bytes_reserved == b.bytes_reserved && a.bytes_in_use == b.bytes_in_use;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("uva_pool rejects a growth policy's capacity whose bytes overflow, changing nothing",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using Catch::Matchers::ContainsSubstring;
+  ferry::stream<TestType> s;
+  ferry::pinned_arena<TestType> arena;
+  const auto first = ferry_test::random_values<std::int32_t>(64, 401);
+  const auto big = ferry_test::random_values<std::int32_t>(100, 402);
+  const auto small = ferry_test::random_values<std::int32_t>(10, 403);
+  const std::string answer = std::to_string(std::size_t{1} << 62);
+
+  SECTION("growing a slot") {
+    ferry::uva_pool<std::int32_t, huge_growth, TestType> pool(64, 2, 8, arena);
+    const auto v = pool.copy_to_uva(first, s);  // slot 1
+    s.synchronize();
+    const auto before = pool.stats();
+    const auto arena_before = arena.stats();
+    CHECK_THROWS_MATCHES(pool.copy_to_uva(big, s), ferry::capacity_error,
+                         Catch::Matchers::MessageMatches(ContainsSubstring("ferry: uva_pool: ") &&
+                                                         ContainsSubstring(answer)));
+    CHECK(pool.current_slot() == 1);
+    CHECK(pool_test::same(pool.stats(), before));
+    CHECK(pool.capacity(0) == 64);
+    CHECK(pool.capacity(1) == 64);
+    CHECK(same_arena(arena.stats(), arena_before));
+    CHECK(read(v) == first);
+    // The next call that fits uses the slot the failed call would have used.
+    const auto w = pool.copy_to_uva(small, s);
+    CHECK(pool.current_slot() == 0);
+    CHECK(read(w) == small);
+    CHECK(read(v) == first);
+  }
+  SECTION("inserting a slot in front of a busy one") {
+    ferry::uva_pool<std::int32_t, huge_growth, TestType> pool(64, 1, 8, arena);
+    std::vector<std::int32_t> seen;
+    {
+      ferry_test::gate<TestType> g(s);
+      const auto v = pool.copy_to_uva(first, s);  // slot 0, read behind the gate
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), v, &seen);
+      auto before = pool.stats();
+      const auto arena_before = arena.stats();
+      CHECK_THROWS_MATCHES(pool.copy_to_uva(big, s), ferry::capacity_error,
+                           Catch::Matchers::MessageMatches(ContainsSubstring(answer)));
+      CHECK(pool.current_slot() == 0);
+      CHECK(pool.slots() == 1);
+      ++before.fence_hits;  // the busy slot it found; nothing else changed
+      CHECK(pool_test::same(pool.stats(), before));
+      CHECK(same_arena(arena.stats(), arena_before));
+      CHECK(read(v) == first);
+    }
+    s.synchronize();
+    CHECK(seen == first);
+  }
+  SECTION("rows of a fixed width") {
+    ferry::uva_pool<std::int32_t, huge_growth, TestType> pool(ferry::row_width{3}, 4, 2, 8, arena);
+    const auto rows4 = ferry_test::random_values<std::int32_t>(12, 404);
+    const auto v = pool.copy_to_uva(rows4, s);
+    s.synchronize();
+    const auto before = pool.stats();
+    CHECK_THROWS_AS(pool.copy_to_uva(ferry_test::random_values<std::int32_t>(15, 405), s),
+                    ferry::capacity_error);
+    CHECK(pool.current_slot() == 1);
+    CHECK(pool_test::same(pool.stats(), before));
+    CHECK(pool.capacity(0) == 4);
+    CHECK(read(v) == rows4);
+  }
+  s.synchronize();
+}
+
+TEMPLATE_TEST_CASE("uva_pool with one reader held uses the free slots, never inserting while one is free",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;  // the pool's calls
+  ferry::stream<TestType> r;  // the held reader
+  const auto held_src = ferry_test::random_values<std::int32_t>(16, 501);
+  std::vector<std::int32_t> seen;
+
+  SECTION("a full ring (slots == max_slots): the held slot is passed over, never the call") {
+    ferry::uva_pool<std::int32_t, TestType> pool(16, 4, 4);
+    {
+      ferry_test::gate<TestType> g(r);
+      const auto held = pool.copy_to_uva(held_src, s);  // slot 1
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(r), held, &seen);
+      pool.record_use(r);
+      std::uint64_t hits = 0;
+      for (std::size_t k = 0; k < 12; ++k) {
+        const std::size_t prev = pool.current_slot();
+        const auto src = ferry_test::random_values<std::int32_t>(16, 510 + k);
+        const auto v = pool.copy_to_uva(src, s);
+        // The held slot 1 is skipped: after slot 0 comes slot 2.
+        const std::size_t want = prev == 0 ? 2 : (prev + 1) % 4;
+        hits += prev == 0 ? 1 : 0;
+        CHECK(pool.current_slot() == want);
+        CHECK(v.data() != held.data());
+        CHECK(read(v) == src);
+        CHECK(read(held) == held_src);
+        s.synchronize();  // the pool's own readers are done: only the reader on r holds a slot
+      }
+      CHECK(pool.slots() == 4);
+      CHECK(pool.stats().inserted == 0);
+      CHECK(pool.stats().fence_hits == hits);
+      CHECK(pool.stats().calls == 13);
+    }
+    r.synchronize();
+    CHECK(seen == held_src);
+    // The reader is done: slot 1 comes back into the rotation.
+    while (pool.current_slot() != 0) (void)pool.copy_to_uva(held_src, s);
+    (void)pool.copy_to_uva(held_src, s);
+    CHECK(pool.current_slot() == 1);
+  }
+  SECTION("two slots: one is inserted, then the ring turns round the held slot") {
+    ferry::uva_pool<std::int32_t, TestType> pool(16, 2);  // max_slots 8
+    {
+      ferry_test::gate<TestType> g(r);
+      const auto held = pool.copy_to_uva(held_src, s);  // slot 1
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(r), held, &seen);
+      pool.record_use(r);
+      for (std::size_t k = 0; k < 20; ++k) {
+        const auto src = ferry_test::random_values<std::int32_t>(16, 530 + k);
+        const auto v = pool.copy_to_uva(src, s);
+        CHECK(v.data() != held.data());
+        CHECK(read(v) == src);
+        s.synchronize();
+      }
+      // The slot of the call before is never taken again at once: one slot was inserted (the
+      // ring then holds the held slot and two that take turns), and no more.
+      CHECK(pool.slots() == 3);
+      CHECK(pool.stats().inserted == 1);
+      CHECK(read(held) == held_src);
+    }
+    r.synchronize();
+    CHECK(seen == held_src);
+  }
+}
+
+TEMPLATE_TEST_CASE("uva_pool's capacity_error at max_slots names each held slot and its stream point",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using Catch::Matchers::ContainsSubstring;
+  ferry::stream<TestType> s;
+  ferry::uva_pool<std::int32_t, TestType> pool(8, 2, 2);
+  std::vector<std::int32_t> seen[2];
+  {
+    ferry_test::gate<TestType> g(s);
+    for (std::size_t k = 0; k < 2; ++k)
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(s),
+                                pool.copy_to_uva(generation<std::int32_t>(k, 8), s), &seen[k]);
+    // The stream's line in the reuse core (a mark enqueues nothing).
+    const auto line = std::to_string(ferry::detail::shared_timeline<TestType>().mark(s).line);
+    std::string what;
+    try {
+      (void)pool.copy_to_uva(generation<std::int32_t>(2, 8), s);
+    } catch (const ferry::capacity_error& e) {
+      what = e.what();
+    }
+    INFO(what);
+    CHECK_THAT(what, ContainsSubstring("ferry: uva_pool: ") && ContainsSubstring("max_slots (2)") &&
+                         ContainsSubstring("slot 1 is held until stream point (line " + line + ", seq ") &&
+                         ContainsSubstring("slot 0 is held until stream point (line " + line + ", seq "));
+  }
+  s.synchronize();
+  CHECK(seen[0] == generation<std::int32_t>(0, 8));
+  CHECK(seen[1] == generation<std::int32_t>(1, 8));
+}
+
+TEMPLATE_TEST_CASE("uva_pool at max_slots of two with one reader held: the message names the held slot",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using Catch::Matchers::ContainsSubstring;
+  ferry::stream<TestType> s;
+  ferry::stream<TestType> r;
+  ferry::uva_pool<std::int32_t, TestType> pool(8, 2, 2);
+  std::vector<std::int32_t> seen;
+  {
+    ferry_test::gate<TestType> g(r);
+    const auto held = pool.copy_to_uva(generation<std::int32_t>(0, 8), s);  // slot 1
+    pool_test::enqueue_reader(ferry::stream_ref<TestType>(r), held, &seen);
+    pool.record_use(r);
+    (void)pool.copy_to_uva(generation<std::int32_t>(1, 8), s);  // slot 0
+    s.synchronize();
+    // Slot 1 is held on r; slot 0 is the last call's, and is not written twice in a row.
+    const auto line = std::to_string(ferry::detail::shared_timeline<TestType>().mark(r).line);
+    const auto before = pool.stats();
+    std::string what;
+    try {
+      (void)pool.copy_to_uva(generation<std::int32_t>(2, 8), s);
+    } catch (const ferry::capacity_error& e) {
+      what = e.what();
+    }
+    INFO(what);
+    CHECK_THAT(what, ContainsSubstring("ferry: uva_pool: no slot is free") &&
+                         ContainsSubstring("slot 1 is held until stream point (line " + line + ", seq "));
+    CHECK((what.find("slot 0 was written by the call before") != std::string::npos ||
+           what.find("slot 0 is held until stream point") != std::string::npos));
+    CHECK(pool.current_slot() == 0);
+    CHECK(pool.stats().fence_hits == before.fence_hits + 1);
+    CHECK(pool.stats().calls == before.calls);
+    CHECK(read(held) == generation<std::int32_t>(0, 8));
+  }
+  r.synchronize();
+  CHECK(seen == generation<std::int32_t>(0, 8));
+  CHECK(pool.copy_to_uva(generation<std::int32_t>(3, 8), s).size() == 8);  // slot 1, free again
+  CHECK(pool.current_slot() == 1);
+  s.synchronize();
 }

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -45,11 +46,12 @@ struct exporter;
 /// kDLCUDAHost (pinned; kernels reach it through UVA, on any device); host backend, kDLCPU with
 /// device id 0. The tensor must be row-major contiguous (strides null or compact; extent-1
 /// dimensions may carry any stride), of T's dtype (code, bits, lanes 1), with data + byte_offset
-/// aligned for T; it is viewed flat, byte_offset applied. Any mismatch throws
+/// aligned for T, and neither data + byte_offset nor the end of the elements may wrap round the
+/// address space; it is viewed flat, byte_offset applied. Any mismatch throws
 /// std::invalid_argument naming it, expected vs got. The span does not own the memory: the
 /// tensor's producer keeps it alive.
 template <class T, class B = default_backend>
-device_span<T> from_dlpack(const DLTensor& t, int device) {
+[[nodiscard]] device_span<T> from_dlpack(const DLTensor& t, int device) {
   const auto v =
       detail::dl::check<T>(detail::dl::describe(t, "from_dlpack"), detail::dl::device_memory<B>(device));
   return {v.data, v.size};
@@ -57,7 +59,7 @@ device_span<T> from_dlpack(const DLTensor& t, int device) {
 
 /// from_dlpack(t, device) on the device current now (the host backend's only device, 0).
 template <class T, class B = default_backend>
-device_span<T> from_dlpack(const DLTensor& t) {
+[[nodiscard]] device_span<T> from_dlpack(const DLTensor& t) {
   return from_dlpack<T, B>(t, detail::backend_ops<B>::current_device());
 }
 
@@ -65,7 +67,7 @@ device_span<T> from_dlpack(const DLTensor& t) {
 /// memory: CUDA backend, kDLCUDAHost only (kDLCPU memory is not known to be pinned: wrap memory
 /// you pinned yourself with ferry::assume_pinned); host backend, kDLCPU with device id 0.
 template <class T, class B = default_backend>
-pinned_span<T> from_dlpack_pinned(const DLTensor& t) {
+[[nodiscard]] pinned_span<T> from_dlpack_pinned(const DLTensor& t) {
   const auto v =
       detail::dl::check<T>(detail::dl::describe(t, "from_dlpack_pinned"), detail::dl::pinned_memory<B>());
   return detail::make_pinned_span(v.data, v.size);
@@ -74,7 +76,7 @@ pinned_span<T> from_dlpack_pinned(const DLTensor& t) {
 /// The elements of the DLPack tensor `t` as a host std::span<T> (kDLCPU with device id 0, or
 /// kDLCUDAHost), with from_dlpack's checks: e.g. a pageable source for ferry::async_h2d.
 template <class T>
-std::span<T> from_dlpack_host(const DLTensor& t) {
+[[nodiscard]] std::span<T> from_dlpack_host(const DLTensor& t) {
   const auto v = detail::dl::check<T>(detail::dl::describe(t, "from_dlpack_host"), detail::dl::host_memory());
   return {v.data, v.size};
 }
@@ -98,6 +100,12 @@ class dlpack_tensor {
   dlpack_tensor(T* data, std::size_t size, DLDevice device, std::span<const std::int64_t> shape)
       : state_(std::make_unique<state>()) {
     static_assert((detail::check_element<T>(), true));
+    // DLPack's shapes and strides are int64_t: a span beyond INT64_MAX elements has none.
+    constexpr auto most = static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max());
+    if (size > most)
+      throw std::invalid_argument("ferry: to_dlpack: a span of " + std::to_string(size) +
+                                  " elements has no DLPack shape: shapes and strides are int64_t "
+                                  "(at most " + std::to_string(most) + " elements)");
     const std::int64_t flat = static_cast<std::int64_t>(size);
     if (shape.empty()) shape = {&flat, 1};
     const auto ndim = shape.size();
@@ -116,10 +124,16 @@ class dlpack_tensor {
     auto& dims = state_->dims;
     dims.assign(shape.begin(), shape.end());
     dims.resize(2 * ndim);
+    // Compact row-major strides: each is the product of the extents after it, at most the element
+    // count (<= INT64_MAX) unless a zero extent makes the count 0 while the extents after it still
+    // overflow; such a shape is rejected.
     std::int64_t stride = 1;
     for (std::size_t i = ndim; i-- > 0;) {
       dims[ndim + i] = stride;
-      stride *= dims[i];
+      if (i > 0 && __builtin_mul_overflow(stride, dims[i], &stride))
+        throw std::invalid_argument("ferry: to_dlpack: the strides of shape " +
+                                    detail::dl::dims(shape.data(), static_cast<int>(ndim)) +
+                                    " overflow int64_t");
     }
     constexpr auto type = detail::dl::dtype_of<T>();
     state_->tensor = DLTensor{const_cast<std::remove_cv_t<T>*>(data),
@@ -146,9 +160,11 @@ struct exporter {
 
 /// A DLPack tensor over `s` on `device`: kDLCUDA (CUDA backend) or kDLCPU with id 0 (host
 /// backend). `shape` (row-major; empty means {s.size()}) must hold exactly s.size() elements, else
-/// std::invalid_argument. A span of const T is exported too: the consumer must not write.
+/// std::invalid_argument; so must a span of more than INT64_MAX elements, or a shape whose strides
+/// overflow int64_t (DLPack's shapes and strides are int64_t). A span of const T is exported too:
+/// the consumer must not write.
 template <class B = default_backend, class T>
-dlpack_tensor to_dlpack(device_span<T> s, int device, std::span<const std::int64_t> shape = {}) {
+[[nodiscard]] dlpack_tensor to_dlpack(device_span<T> s, int device, std::span<const std::int64_t> shape = {}) {
   constexpr bool host = std::is_same_v<B, backend::host>;
   if (host && device != 0)
     throw std::invalid_argument(
@@ -160,14 +176,14 @@ dlpack_tensor to_dlpack(device_span<T> s, int device, std::span<const std::int64
 
 /// to_dlpack(s, device, shape) on the device current now.
 template <class B = default_backend, class T>
-dlpack_tensor to_dlpack(device_span<T> s, std::span<const std::int64_t> shape = {}) {
+[[nodiscard]] dlpack_tensor to_dlpack(device_span<T> s, std::span<const std::int64_t> shape = {}) {
   return to_dlpack<B>(s, detail::backend_ops<B>::current_device(), shape);
 }
 
 /// A DLPack tensor over the pinned span `s`: kDLCUDAHost with id 0 (CUDA backend) or kDLCPU with
 /// id 0 (host backend); `shape` as for device spans.
 template <class B = default_backend, class T>
-dlpack_tensor to_dlpack(pinned_span<T> s, std::span<const std::int64_t> shape = {}) {
+[[nodiscard]] dlpack_tensor to_dlpack(pinned_span<T> s, std::span<const std::int64_t> shape = {}) {
   const DLDevice where{std::is_same_v<B, backend::host> ? kDLCPU : kDLCUDAHost, 0};
   return detail::dl::exporter::make(s.data(), s.size(), where, shape);
 }

@@ -42,20 +42,20 @@ class uva_backed {
   /// (std::invalid_argument when slots == 0 or slots > max_slots).
   explicit uva_backed(std::size_t size, std::size_t slots = 2,
                       std::size_t max_slots = pool_type::default_max_slots)
-      : pool_(size, slots, max_slots), host_(size) {}
+      : uva_backed(size, slots, max_slots, default_arena<backend_type>()) {}
   /// The same, with slot blocks from `arena` (which must outlive this object).
   uva_backed(std::size_t size, std::size_t slots, std::size_t max_slots,
              pinned_arena<backend_type>& arena)
-      : pool_(size, slots, max_slots, arena), host_(size) {}
+      : pool_(named(), row_width{}, size, slots, max_slots, arena), host_(size) {}
   /// Zero-filled host state of `rows` rows of `width.value` elements (std::invalid_argument when
   /// the width is 0, slots == 0 or slots > max_slots).
   uva_backed(row_width width, std::size_t rows, std::size_t slots = 2,
              std::size_t max_slots = pool_type::default_max_slots)
-      : pool_(width, rows, slots, max_slots), host_(rows * width.value) {}
+      : uva_backed(width, rows, slots, max_slots, default_arena<backend_type>()) {}
   /// The same, with slot blocks from `arena` (which must outlive this object).
   uva_backed(row_width width, std::size_t rows, std::size_t slots, std::size_t max_slots,
              pinned_arena<backend_type>& arena)
-      : pool_(width, rows, slots, max_slots, arena), host_(rows * width.value) {}
+      : pool_(named(), width, rows, slots, max_slots, arena), host_(rows * width.value) {}
 
   /// The host's state: ordinary memory, mutable at any time.
   [[nodiscard]] std::span<T> host() noexcept { return {host_.data(), host_.size()}; }
@@ -72,7 +72,7 @@ class uva_backed {
   /// address every time: never bake it into a CUDA graph). n > size() → std::out_of_range and
   /// nothing changes; n == 0 rotates and returns an empty view. Other errors as
   /// uva_pool::copy_to_uva.
-  device_span<const T> publish(std::size_t n, stream_ref<backend_type> stream) {
+  [[nodiscard]] device_span<const T> publish(std::size_t n, stream_ref<backend_type> stream) {
     if (n > host_.size())
       throw std::out_of_range("ferry: uva_backed::publish: n = " + std::to_string(n) +
                               " exceeds size " + std::to_string(host_.size()));
@@ -80,7 +80,7 @@ class uva_backed {
   }
   /// publish() of the first n rows, viewed as n rows of width() elements. n > rows() →
   /// std::out_of_range and nothing changes.
-  staged_view<const T> publish_rows(std::size_t n, stream_ref<backend_type> stream) {
+  [[nodiscard]] staged_view<const T> publish_rows(std::size_t n, stream_ref<backend_type> stream) {
     if (n > rows())
       throw std::out_of_range("ferry: uva_backed::publish_rows: n = " + std::to_string(n) +
                               " exceeds rows " + std::to_string(rows()));
@@ -94,6 +94,9 @@ class uva_backed {
   [[nodiscard]] pool_stats stats() const noexcept { return pool_.stats(); }
 
  private:
+  // The pool reports errors as this object's ("ferry: uva_backed: ...").
+  static typename pool_type::named named() noexcept { return {"uva_backed"}; }
+
   pool_type pool_;  // first: it checks the width and size that host_ is made with
   std::vector<T> host_;
 };

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/detail/checked.hpp>
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/detail/timeline.hpp>
@@ -26,6 +27,9 @@
 #include <vector>
 
 namespace ferry {
+
+template <class T, class... Policies>
+class uva_backed;
 
 /// Elements per row, for a ferry::uva_pool or ferry::uva_backed made over rows of a fixed width
 /// (as vLLM's `UvaBufferPool((rows, width))`): `uva_pool<float>(ferry::row_width{64}, 16)`.
@@ -60,11 +64,17 @@ struct row_width {
 /// fences on several streams). Destroying (or moving over) the pool waits for its readers: for
 /// the fences it holds, and, while the last view is not yet fenced, for the whole device (as
 /// freeing memory does; its readers' streams may be gone by then). A slot whose fences have not
-/// all passed is never rewritten: a new slot (a block from the arena) is inserted in front of it
-/// instead, without blocking, up to `max_slots`; beyond that, and always under `growth::fixed`
-/// (which promises stable addresses), the call throws ferry::capacity_error. A fence is a stamp
-/// of ferry's reuse core (one timeline per backend, shared by every component): a stamp already
-/// known passed costs one compare, and the backend is asked only when a slot comes back into use.
+/// all passed is never rewritten. When the slot coming into use is still read, the call walks on
+/// round the ring to the first slot whose fences have all passed and uses that one (its index
+/// becomes current_slot(); the held slot keeps its place and comes back into the rotation once
+/// its readers are done); the slot of the call before is not taken (two calls in a row never
+/// share a slot while the ring holds two or more). Only when no slot is free is a new slot (a
+/// block from the arena) inserted in front of the held one, without blocking, up to `max_slots`;
+/// beyond that, and always under `growth::fixed` (which promises stable addresses and never
+/// inserts), the call throws ferry::capacity_error naming each held slot and the stream point
+/// (the reuse core's line and seq) it waits for. A fence is a stamp of ferry's reuse core (one
+/// timeline per backend, shared by every component): a stamp already known passed costs one
+/// compare, and the backend is asked only when a slot comes back into use.
 ///
 /// **reuse::caller_fenced**: no fences and no checks; the caller guarantees that every reader of
 /// a slot has finished before the pool comes back to that slot (`slots` calls later), e.g. by
@@ -126,31 +136,46 @@ class uva_pool {
   /// The same, with blocks from `arena` (which must outlive the pool).
   uva_pool(row_width width, std::size_t initial_rows, std::size_t slots, std::size_t max_slots,
            pinned_arena<B>& arena)
-      : arena_(&arena), width_(width.value), initial_(initial_rows), max_slots_(max_slots) {
-    if (width_ == 0) throw std::invalid_argument("ferry: uva_pool rows need a width of at least one element");
-    if (slots == 0) throw std::invalid_argument("ferry: uva_pool needs at least one slot (slots == 0)");
+      : uva_pool(named{"uva_pool"}, width, initial_rows, slots, max_slots, arena) {}
+
+ private:
+  // The name messages give the object: "uva_pool", or "uva_backed" for the pool of a uva_backed
+  // (which makes its pool through this constructor).
+  template <class, class...>
+  friend class uva_backed;
+  struct named {
+    const char* name;
+  };
+  uva_pool(named n, row_width width, std::size_t initial_rows, std::size_t slots, std::size_t max_slots,
+           pinned_arena<B>& arena)
+      : name_(n.name), arena_(&arena), width_(width.value), initial_(initial_rows), max_slots_(max_slots) {
+    if (width_ == 0)
+      throw std::invalid_argument(prefix() + "rows need a width of at least one element (width 0)");
+    if (slots == 0) throw std::invalid_argument(prefix() + "needs at least one slot (slots == 0)");
     if (slots > max_slots)
-      throw std::invalid_argument("ferry: uva_pool slots (" + std::to_string(slots) +
-                                  ") exceeds max_slots (" + std::to_string(max_slots) + ")");
+      throw std::invalid_argument(prefix() + "slots (" + std::to_string(slots) + ") exceeds max_slots (" +
+                                  std::to_string(max_slots) + ")");
     if (initial_rows > max_request / width_)
-      throw capacity_error("ferry: uva_pool initial capacity of " + std::to_string(initial_rows) +
+      throw capacity_error(prefix() + "an initial capacity of " + std::to_string(initial_rows) +
                            (width_ == 1 ? " elements" : " rows of " + std::to_string(width_)) +
                            " is too large");
     device_ = ops::current_device();
     slots_.reserve(slots);
     try {
-      for (std::size_t i = 0; i < slots; ++i) slots_.push_back(make_slot(initial_rows));
+      for (std::size_t i = 0; i < slots; ++i) slots_.push_back(make_slot(bytes_for(initial_rows), initial_rows));
     } catch (...) {
       release_all();
       throw;
     }
   }
 
+ public:
   uva_pool(const uva_pool&) = delete;
   uva_pool& operator=(const uva_pool&) = delete;
   /// Views handed out by `o` stay valid (the slots move); `o` is left empty.
   uva_pool(uva_pool&& o) noexcept
-      : arena_(o.arena_),
+      : name_(o.name_),
+        arena_(o.arena_),
         width_(o.width_),
         slots_(std::move(o.slots_)),
         initial_(o.initial_),
@@ -166,6 +191,7 @@ class uva_pool {
   uva_pool& operator=(uva_pool&& o) noexcept {
     if (this != &o) {
       release_all();
+      name_ = o.name_;
       arena_ = o.arena_;
       width_ = o.width_;
       slots_ = std::move(o.slots_);
@@ -191,23 +217,24 @@ class uva_pool {
   /// the class comment). `src`: any sized or forward std::ranges range of the element type
   /// (dtype rule; ferry::cast<T>(range) converts explicitly); contiguous ranges are one memcpy,
   /// others are gathered. The source is consumed when the call returns. Throws
-  /// ferry::capacity_error (growth::fixed exceeded; a busy slot with max_slots reached or under
-  /// growth::fixed; the arena's cap) and std::invalid_argument (not whole rows), changing nothing
-  /// (stats().fence_hits excepted: it counts the busy slot found).
+  /// ferry::capacity_error (growth::fixed exceeded; no free slot, with max_slots reached or under
+  /// growth::fixed; a GrowthPolicy capacity whose bytes overflow size_t; the arena's cap) and
+  /// std::invalid_argument (not whole rows), changing nothing (stats().fence_hits excepted: it
+  /// counts the busy slot found).
   template <class R>
-  device_span<const T> copy_to_uva(R&& src, stream_ref<B> stream) {
+  [[nodiscard]] device_span<const T> copy_to_uva(R&& src, stream_ref<B> stream) {
     detail::check_pool_source<std::remove_reference_t<R>, T>();
     [[maybe_unused]] const auto on_device = ops::enter(stream, device_);
     return put(src, detail::count_of(src), stream);
   }
   /// copy_to_uva of a braced list: `pool.copy_to_uva({1, 2, 3}, stream)`.
-  device_span<const T> copy_to_uva(std::initializer_list<T> src, stream_ref<B> stream) {
+  [[nodiscard]] device_span<const T> copy_to_uva(std::initializer_list<T> src, stream_ref<B> stream) {
     [[maybe_unused]] const auto on_device = ops::enter(stream, device_);
     return put(src, src.size(), stream);
   }
   /// copy_to_uva(src, stream), viewed as its rows: size(src) / width() rows of width() elements.
   template <class R>
-  staged_view<const T> copy_rows_to_uva(R&& src, stream_ref<B> stream) {
+  [[nodiscard]] staged_view<const T> copy_rows_to_uva(R&& src, stream_ref<B> stream) {
     const device_span<const T> v = copy_to_uva(std::forward<R>(src), stream);
     return staged_view<const T>(v.data(), v.size() / width_, width_);
   }
@@ -217,7 +244,7 @@ class uva_pool {
   /// nothing is enqueued. The slot is fenced on `stream` behind the copy (event_fenced), so no
   /// record_use is needed for it.
   template <class R>
-  device_span<T> copy_to_device(R&& src, device_span<T> out, stream_ref<B> stream) {
+  [[nodiscard]] device_span<T> copy_to_device(R&& src, device_span<T> out, stream_ref<B> stream) {
     detail::check_pool_source<std::remove_reference_t<R>, T>();
     [[maybe_unused]] const auto on_device = ops::enter(stream, device_);
     const std::size_t n = detail::count_of(src);
@@ -272,9 +299,30 @@ class uva_pool {
   }
 
  private:
-  std::size_t bytes_for(std::size_t rows) const noexcept { return rows * width_ * sizeof(T); }
+  std::string prefix() const { return std::string("ferry: ") + name_ + ": "; }
   std::string rows_text(std::size_t rows) const {
     return std::to_string(rows) + (width_ == 1 ? " elements" : " rows");
+  }
+  // The bytes of a slot of `rows` rows: checked, since a GrowthPolicy may answer with any
+  // capacity at or above the request (ferry::capacity_error when the bytes overflow size_t).
+  std::size_t bytes_for(std::size_t rows) const {
+    std::size_t elements = 0, bytes = 0;
+    if (!detail::mul_fits(rows, width_, elements) || !detail::mul_fits(elements, sizeof(T), bytes))
+      [[unlikely]]
+      throw capacity_error(prefix() + "a slot of " + rows_text(rows) +
+                           (width_ == 1 ? "" : " of " + std::to_string(width_) + " elements") + " of " +
+                           std::to_string(sizeof(T)) + " bytes overflows size_t");
+    return bytes;
+  }
+  // bytes_for a capacity that the GrowthPolicy gave for a request of `rows`, naming both.
+  std::size_t grown_bytes(std::size_t capacity, std::size_t rows, std::size_t current) const {
+    try {
+      return bytes_for(capacity);
+    } catch (const capacity_error& e) {
+      throw capacity_error(std::string(e.what()) + " (the GrowthPolicy's capacity_for(" +
+                           std::to_string(rows) + ", " + std::to_string(current) + ") returned " +
+                           std::to_string(capacity) + ")");
+    }
   }
   static T* data_of(const detail::uva_slot& s) noexcept {
     return static_cast<T*>(ops::mapped(static_cast<void*>(s.block.data)));
@@ -283,10 +331,10 @@ class uva_pool {
   // The reuse core: slots hold its stamps, and ask it whether they have passed.
   static detail::timeline<B>& core() { return detail::shared_timeline<B>(); }
 
-  detail::uva_slot make_slot(std::size_t capacity) {
+  detail::uva_slot make_slot(std::size_t bytes, std::size_t capacity) {
     detail::uva_slot s;
     s.stamps.reserve(detail::uva_slot::reserved_stamps);
-    s.block = arena_->acquire(bytes_for(capacity));
+    s.block = arena_->acquire(bytes);
     s.capacity = capacity;
     return s;
   }
@@ -305,14 +353,41 @@ class uva_pool {
     return true;
   }
 
+  // The message when no slot can be taken: each held slot, from the one coming into use round
+  // the ring, with the first stream point (the reuse core's line and seq) it still waits for;
+  // and the slot of the call before, when its readers are done (it is not taken twice in a row).
+  std::string held_slots(std::size_t next) const {
+    constexpr std::size_t listed = 8;
+    std::string text;
+    std::size_t held = 0;
+    for (std::size_t k = 0; k < slots_.size(); ++k) {
+      const std::size_t i = (next + k) % slots_.size();
+      bool waits = false;
+      for (const auto& p : slots_[i].stamps) {
+        if (core().passed(p)) continue;
+        waits = true;
+        if (held++ < listed)
+          text += (held > 1 ? "; slot " : "slot ") + std::to_string(i) +
+                  " is held until stream point (line " + std::to_string(p.line) + ", seq " +
+                  std::to_string(p.seq) + ") has passed";
+        break;
+      }
+      if (!waits && i == cur_)
+        text += (text.empty() ? "slot " : "; slot ") + std::to_string(i) +
+                " was written by the call before (a slot is not written twice in a row)";
+    }
+    if (held > listed) text += "; and " + std::to_string(held - listed) + " more slots are held";
+    return text;
+  }
+
   // The one write path. Everything that can fail happens before the commit; the commit itself
   // cannot throw (the ring's storage is reserved before an insert, slots move without throwing).
   template <class R>
   device_span<const T> put(R& src, std::size_t n, stream_ref<B> stream) {
-    if (slots_.empty()) throw error("ferry: uva_pool used after it was moved from");
+    if (slots_.empty()) throw error(prefix() + "used after it was moved from");
     const std::size_t rows = width_ == 1 ? n : n / width_;
     if (rows * width_ != n)
-      throw std::invalid_argument("ferry: uva_pool: a source of " + std::to_string(n) +
+      throw std::invalid_argument(prefix() + "a source of " + std::to_string(n) +
                                   " elements is not whole rows of " + std::to_string(width_));
     const std::size_t next = (cur_ + 1) % slots_.size();
     if (n == 0) {  // rotates; writes and grows nothing
@@ -325,56 +400,73 @@ class uva_pool {
       return {data_of(slots_[next]), 0};
     }
     if (n > max_request)
-      throw capacity_error("ferry: uva_pool request of " + std::to_string(n) + " elements is too large");
+      throw capacity_error(prefix() + "a request of " + std::to_string(n) + " elements is too large");
 
-    if constexpr (fixed) {  // decided before anything is fenced: fixed never grows
+    // Decided before anything is fenced: fixed never grows nor inserts, so every slot keeps the
+    // capacity it was made with.
+    if constexpr (fixed) {
       if (rows > slots_[next].capacity)
-        throw capacity_error("ferry: uva_pool (growth::fixed): a request of " + rows_text(rows) +
+        throw capacity_error(prefix() + "(growth::fixed) a request of " + rows_text(rows) +
                              " exceeds the slot capacity of " + rows_text(slots_[next].capacity));
     }
 
-    // 1. Is the slot coming into use still read? (event_fenced). The previous view's slot is
-    //    fenced on this call's stream: first if it is the slot coming into use (one slot, or
-    //    empty calls in between), else after the check, so that the check asks about the older
-    //    fence only (one query when the stream is behind, not two).
+    // 1. Which slot? (event_fenced). The previous view's slot is fenced on this call's stream:
+    //    first if it is the slot coming into use (one slot, or empty calls in between), else after
+    //    the check, so that the check asks about the older fence only (one query when the stream
+    //    is behind, not two). When the slot coming into use is still read, the ring is walked on
+    //    to the first free slot, up to but not including the slot of the call before.
     //    Stamps made by a call that then throws stay (they only make reuse more conservative);
     //    `fences` counts them at the commit, `fence_hits` counts a busy slot at once.
-    bool busy = false;
+    std::size_t at = next;
     std::uint64_t recorded = 0;
     if constexpr (event_fenced) {
       if (unfenced_ == next) {
         slots_[next].add_stamp(core().mark(stream));
         ++recorded;
       }
-      busy = !slot_free(slots_[next]);
+      const bool busy = !slot_free(slots_[next]);
       if (unfenced_ != none && unfenced_ != next) {
         slots_[unfenced_].add_stamp(core().mark(stream));
         ++recorded;
       }
-      if (busy) ++stats_.fence_hits;
+      if (busy) {
+        ++stats_.fence_hits;
+        at = none;
+        for (std::size_t k = 1; k + 1 < slots_.size(); ++k) {
+          const std::size_t i = (next + k) % slots_.size();
+          if (slot_free(slots_[i])) {
+            at = i;
+            break;
+          }
+        }
+      }
     }
 
-    // 2. Decide: insert a slot, grow the slot, or write it as it is.
+    // 2. Decide: insert a slot (none is free), grow the slot, or write it as it is. A capacity
+    //    that a GrowthPolicy gives becomes bytes here, checked, before anything is allocated.
     bool insert = false;
     bool grow = false;
-    std::size_t new_cap = slots_[next].capacity;
-    if (busy) {
+    std::size_t new_cap = 0;
+    std::size_t new_bytes = 0;
+    if (at == none) {
       if constexpr (fixed) {
-        throw capacity_error(
-            "ferry: uva_pool: the next slot is still being read, and growth::fixed never inserts "
-            "a slot (stable addresses); use more slots, or fence the readers");
+        throw capacity_error(prefix() + "(growth::fixed, which never inserts a slot) no slot is "
+                             "free: " + held_slots(next) +
+                             "; let the readers finish sooner, or use more slots");
       } else {
         if (slots_.size() >= max_slots_)
-          throw capacity_error("ferry: uva_pool: the next slot is still being read and the ring "
-                               "already holds max_slots (" + std::to_string(max_slots_) +
-                               ") slots; readers are more than max_slots - 1 steps behind");
+          throw capacity_error(prefix() + "no slot is free and the ring already holds max_slots (" +
+                               std::to_string(max_slots_) + "): " + held_slots(next) +
+                               "; let the readers finish sooner, or allow more slots");
         insert = true;
         new_cap = rows > initial_ ? detail::grown_capacity<growth_policy>(rows, initial_) : initial_;
+        new_bytes = grown_bytes(new_cap, rows, initial_);
       }
-    } else if (rows > slots_[next].capacity) {
+    } else if (rows > slots_[at].capacity) {
       if constexpr (!fixed) {
         grow = true;
-        new_cap = detail::grown_capacity<growth_policy>(rows, slots_[next].capacity);
+        new_cap = detail::grown_capacity<growth_policy>(rows, slots_[at].capacity);
+        new_bytes = grown_bytes(new_cap, rows, slots_[at].capacity);
       }
     }
 
@@ -382,31 +474,30 @@ class uva_pool {
     detail::uva_slot fresh;
     if (insert) {
       slots_.reserve(slots_.size() + 1);
-      fresh = make_slot(new_cap);
-    } else if (grow && slots_[next].block.capacity < bytes_for(new_cap)) {
-      fresh.block = arena_->acquire(bytes_for(new_cap));
+      fresh = make_slot(new_bytes, new_cap);
+    } else if (grow && slots_[at].block.capacity < new_bytes) {
+      fresh.block = arena_->acquire(new_bytes);
       fresh.capacity = new_cap;
     }
-    T* const dst = fresh.block ? data_of(fresh) : data_of(slots_[next]);
+    T* const dst = fresh.block ? data_of(fresh) : data_of(slots_[at]);
     try {
       detail::fill(src, dst, n);
       // The grown-out block goes back to the arena behind a fence on this stream (its own fences
       // have all passed: a busy slot is never grown, a new one is inserted instead).
-      if (grow && fresh.block) arena_->release(slots_[next].block, stream);
+      if (grow && fresh.block) arena_->release(slots_[at].block, stream);
     } catch (...) {
       if (fresh.block) arena_->release(fresh.block);
       throw;
     }
 
     // 4. Commit (cannot throw).
-    std::size_t at = next;
     if (insert) {
       at = cur_ + 1;
       slots_.insert(slots_.begin() + static_cast<std::ptrdiff_t>(at), std::move(fresh));
       ++stats_.inserted;
     } else if (grow) {
-      if (fresh.block) slots_[next].block = fresh.block;
-      slots_[next].capacity = new_cap;
+      if (fresh.block) slots_[at].block = fresh.block;
+      slots_[at].capacity = new_cap;
       ++stats_.grows;
     }
     cur_ = at;
@@ -435,6 +526,7 @@ class uva_pool {
     unfenced_ = none;
   }
 
+  const char* name_ = "uva_pool";  // what messages call the object (see `named`)
   pinned_arena<B>* arena_;
   std::size_t width_ = 1;        // elements per row; capacities count rows
   std::vector<detail::uva_slot> slots_;

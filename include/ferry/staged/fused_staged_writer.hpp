@@ -146,7 +146,9 @@ class fused_staged_writer {
       std::size_t copied = 0;
       (count_copied(tensors, bytes, copied), ...);
       // This writer's slot: the fused chunk table (and scratch for copied contents).
-      const std::size_t table = chunks * sizeof(detail::chunk_desc);
+      const std::size_t table =
+          detail::checked_bytes<capacity_error>(chunks, sizeof(detail::chunk_desc), "a fused chunk table");
+      std::size_t table_bytes = table_bytes_, scratch_bytes = scratch_bytes_;
       if constexpr (fixed) {
         if (table > table_bytes_ || copied > scratch_bytes_)
           throw capacity_error("ferry: fused_staged_writer under growth::fixed: this apply needs " +
@@ -154,17 +156,20 @@ class fused_staged_writer {
                                " bytes of scratch, beyond what reserve() gave");
       } else {
         if (table > table_bytes_)
-          table_bytes_ = detail::grown_capacity<growth_policy>(table, table_bytes_);
+          table_bytes = detail::grown_capacity<growth_policy>(table, table_bytes_);
         // High-water mark: the scratch grows to the largest apply seen, so a larger later apply
         // allocates once per stream, not at every size step.
         if (copied > scratch_bytes_)
-          scratch_bytes_ = detail::grown_capacity<growth_policy>(copied, scratch_bytes_);
+          scratch_bytes = detail::grown_capacity<growth_policy>(copied, scratch_bytes_);
       }
       pool_.begin_apply();
-      pool_.acquire_current(table_bytes_);
-      if (pool_.current().block.capacity < table) pool_.finish_grow(pool_.begin_grow(table_bytes_));
+      pool_.acquire_current(table_bytes);
+      if (pool_.current().block.capacity < table) pool_.finish_grow(pool_.begin_grow(table_bytes));
       // Stream-ordered on s (never cudaMalloc, which may wait behind a held stream).
-      std::byte* scratch = copied ? pool_.scratch(scratch_bytes_, s) : nullptr;
+      std::byte* scratch = copied ? pool_.scratch(scratch_bytes, s) : nullptr;
+      // Kept only once they were allocated: an answer no block holds is not remembered.
+      table_bytes_ = table_bytes;
+      scratch_bytes_ = scratch_bytes;
       // Build the table; enqueue the copies.
       auto* out = reinterpret_cast<detail::chunk_desc*>(pool_.current().block.data);
       std::size_t k = 0, off = 0;

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -182,7 +183,7 @@ checked_view<T> check(const tensor& t, const accepts& a) {
         count > static_cast<std::size_t>(INT64_MAX))
       mismatch(t, "the element count of shape " + dims(t.shape, t.ndim) + " overflows");
   }
-  (void)checked_bytes(count, sizeof(T), "a tensor");
+  const std::size_t bytes = checked_bytes(count, sizeof(T), "a tensor");
 
   // Row-major compact: each stride is the product of the extents after it; a dimension of extent
   // 1 may carry any stride, and an empty tensor has no layout to check.
@@ -197,7 +198,18 @@ checked_view<T> check(const tensor& t, const accepts& a) {
   }
 
   if (t.data == nullptr && count != 0) mismatch(t, "data is null for " + std::to_string(count) + " elements");
-  const auto address = reinterpret_cast<std::uintptr_t>(t.data) + t.byte_offset;
+  // The elements lie at [data + byte_offset, data + byte_offset + bytes): neither end may wrap
+  // round the address space (a byte_offset near 2^64 would put them before the data).
+  const auto base = reinterpret_cast<std::uintptr_t>(t.data);
+  std::uintptr_t address = 0, end = 0;
+  if (t.byte_offset > std::numeric_limits<std::uintptr_t>::max() ||
+      __builtin_add_overflow(base, static_cast<std::uintptr_t>(t.byte_offset), &address))
+    mismatch(t, "byte_offset " + std::to_string(t.byte_offset) + " wraps the address: data (" +
+                    std::to_string(base) + ") + byte_offset overflows the address space");
+  if (__builtin_add_overflow(address, bytes, &end))
+    mismatch(t, "byte_offset " + std::to_string(t.byte_offset) + ": the tensor's " + std::to_string(bytes) +
+                    " bytes at data (" + std::to_string(base) +
+                    ") + byte_offset wrap past the end of the address space");
   if (address % alignof(T) != 0)
     mismatch(t, "misaligned: data + byte_offset (byte_offset " + std::to_string(t.byte_offset) +
                     ") expected aligned to alignof(element) = " + std::to_string(alignof(T)) +

@@ -127,11 +127,17 @@ class staging_core {
     }
     (void)slot_size(wd, wb);  // every size is checked before anything changes
     resolver_.reserve(wd);
+    const wanted was = keep_wanted();
     want_descs_ = wd;
     want_bytes_ = wb;
-    if (pool_.has_current() && (desc_cap_ < want_descs_ || content_cap_ < want_bytes_))
-      regrow(want_descs_, want_bytes_);
-    pool_.reserve(slot_bytes(), with_scratch ? want_bytes_ : 0);
+    try {
+      if (pool_.has_current() && (desc_cap_ < want_descs_ || content_cap_ < want_bytes_))
+        regrow(want_descs_, want_bytes_);
+      pool_.reserve(slot_bytes(), with_scratch ? want_bytes_ : 0);
+    } catch (...) {
+      restore(was);  // a capacity no block can hold (a GrowthPolicy's answer) is not kept
+      throw;
+    }
     if constexpr (fixed) {
       max_writes_ = max_writes;
       max_elements_ = max_elements;
@@ -205,6 +211,25 @@ class staging_core {
   // Makes the current slot hold `chunks` more descriptors and contents up to `end_bytes` (the
   // slow path of stage(): no slot yet, a slot to grow, or growth::fixed's limits reached).
   [[gnu::noinline]] void make_room(std::size_t chunks, std::size_t end_bytes, std::size_t len) {
+    const wanted was = keep_wanted();
+    try {
+      make_room_or_throw(chunks, end_bytes, len);
+    } catch (...) {
+      restore(was);  // a capacity no block can hold (a GrowthPolicy's answer) is not kept
+      throw;
+    }
+  }
+  // The capacities wanted for every slot, kept so that a call that throws leaves them as they were.
+  struct wanted {
+    std::size_t descs, bytes;
+  };
+  [[nodiscard]] wanted keep_wanted() const noexcept { return {want_descs_, want_bytes_}; }
+  // (The current slot keeps its own layout: a regrow that succeeded before the throw sized it.)
+  void restore(wanted w) noexcept {
+    want_descs_ = w.descs;
+    want_bytes_ = w.bytes;
+  }
+  void make_room_or_throw(std::size_t chunks, std::size_t end_bytes, std::size_t len) {
     if constexpr (fixed) {
       if (over_fixed_limits(len))
         throw capacity_error(
