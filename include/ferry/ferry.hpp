@@ -17,6 +17,7 @@
 #include <ferry/memory/resource.hpp>
 #include <ferry/memory/pinned_buffer.hpp>
 #include <ferry/memory/pinned_span.hpp>
+#include <ferry/memory/staged_view.hpp>
 
 #include <ferry/transfer/async_d2h.hpp>
 #include <ferry/transfer/async_h2d.hpp>
@@ -33,7 +34,6 @@
 #include <ferry/pool/uva_pool.hpp>
 
 #include <ferry/staged/fused_staged_writer.hpp>
-#include <ferry/staged/staged_view.hpp>
 #include <ferry/staged/staged_write_tensor.hpp>
 #include <ferry/staged/staging_memory.hpp>
 

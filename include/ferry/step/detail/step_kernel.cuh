@@ -7,9 +7,9 @@
 #if defined(__CUDACC__)
 
 #include <ferry/backend/detail/cuda_runtime.hpp>
+#include <ferry/backend/detail/kernel_mark.cuh>
 #include <ferry/config.hpp>
 #include <ferry/error.hpp>
-#include <ferry/memory/detail/kernel_mark.cuh>
 #include <ferry/staged/detail/apply_kernel.cuh>
 #include <ferry/step/detail/plan.hpp>
 

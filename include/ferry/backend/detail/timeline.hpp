@@ -1,4 +1,4 @@
-// ferry/memory/detail/timeline.hpp: the reuse core. One process-wide timeline per backend answers
+// ferry/backend/detail/timeline.hpp: the reuse core. One process-wide timeline per backend answers
 // "has the stream passed the point where this memory was used?" for every component (docs/design.md,
 // "The reuse core").
 #pragma once
