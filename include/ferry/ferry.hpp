@@ -18,6 +18,7 @@
 #include <ferry/memory/resource.hpp>
 #include <ferry/memory/pinned_buffer.hpp>
 #include <ferry/memory/pinned_span.hpp>
+#include <ferry/memory/staged_view.hpp>
 
 #include <ferry/transfer/async_d2h.hpp>
 #include <ferry/transfer/async_h2d.hpp>
@@ -35,7 +36,6 @@
 #include <ferry/pool/uva_pool.hpp>
 
 #include <ferry/staged/fused_staged_writer.hpp>
-#include <ferry/staged/staged_view.hpp>
 #include <ferry/staged/staged_write_tensor.hpp>
 #include <ferry/staged/staging_memory.hpp>
 

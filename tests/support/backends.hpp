@@ -74,15 +74,14 @@ std::vector<T> random_values(std::size_t n, std::uint64_t seed) {
   return v;
 }
 
-/// The number of tasks enqueued on a host stream so far (0 for CUDA streams: those tests prove
-/// "nothing enqueued" by unchanged contents alone). The host queue is internal to ferry, so this
-/// test helper reads it through ferry::detail.
+/// The number of operations ferry has put on streams of backend B so far (backend_stats::enqueues:
+/// copies, fills, kernel and graph launches, host functions, event records and waits), counted at
+/// the backend on both backends. It counts over every stream of B, `s` included: a test that
+/// compares two readings around calls on `s` made from its own thread proves that those calls
+/// enqueued nothing (or exactly so much) anywhere.
 template <class B>
-std::uint64_t enqueued(ferry::stream_ref<B> s) {
-  if constexpr (std::is_same_v<B, ferry::backend::host>)
-    return ferry::detail::checked(s)->enqueued();
-  else
-    return 0;
+std::uint64_t enqueued(ferry::stream_ref<B> /*s*/) {
+  return ferry::backend_stats_of<B>().enqueues;
 }
 
 /// Waits until `s` has run everything enqueued so far without telling ferry (CUDA: a bare

@@ -2,15 +2,15 @@
 // for, and that other streams can wait on.
 #pragma once
 
+#include <ferry/backend/detail/timeline.hpp>
 #include <ferry/backend/stream.hpp>
-#include <ferry/memory/detail/timeline.hpp>
 
 #include <cstdint>
 #include <memory>
 
 namespace ferry {
 
-/// Host backend: an event is a stamp of the reuse core (memory/detail/timeline.hpp): recording it
+/// Host backend: an event is a stamp of the reuse core (backend/detail/timeline.hpp): recording it
 /// is free and testing it is one atomic load. It keeps neither the queue nor its worker: destroying
 /// the stream still ends the worker, and the event then reads as ready.
 template <>
@@ -48,7 +48,7 @@ inline void stream_ref<backend::host>::wait(const event<backend::host>& e) const
 }
 
 #if FERRY_HAS_CUDA
-/// CUDA backend: a stamp of the reuse core (memory/detail/timeline.hpp). Recording marks the
+/// CUDA backend: a stamp of the reuse core (backend/detail/timeline.hpp). Recording marks the
 /// stream with one of the core's pooled events (no event is created per ferry::event); ready()
 /// answers from the core's watermark, querying an event only above it.
 template <>

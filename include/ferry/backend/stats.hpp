@@ -19,6 +19,10 @@ struct backend_stats {
   /// non-blocking completion queries (CUDA: cudaEventQuery, which costs about 1.3 µs on a completed
   /// event on the H200; the host backend reads a counter instead and counts none)
   std::uint64_t completion_queries = 0;
+  /// operations ferry put on a stream: copies, fills, kernel and graph launches, host functions,
+  /// event records and waits, stream-ordered allocations and frees (what each backend enqueues
+  /// for them: on the host backend a mark or an event record is a counter read, no task)
+  std::uint64_t enqueues = 0;
 };
 
 namespace detail {
@@ -29,11 +33,14 @@ struct backend_counters {
   std::atomic<std::uint64_t> device_frees{0};
   std::atomic<std::uint64_t> synchronizations{0};
   std::atomic<std::uint64_t> completion_queries{0};
+  // Counted on every enqueue, from any thread: its own cache line, away from the rarer counts.
+  alignas(64) std::atomic<std::uint64_t> enqueues{0};
 
   backend_stats snapshot() const noexcept {
     constexpr auto r = std::memory_order_relaxed;
     return {pinned_allocations.load(r), pinned_frees.load(r), device_allocations.load(r),
-            device_frees.load(r), synchronizations.load(r), completion_queries.load(r)};
+            device_frees.load(r),       synchronizations.load(r), completion_queries.load(r),
+            enqueues.load(r)};
   }
 };
 

@@ -341,6 +341,7 @@ void enqueue_host(stream_ref<backend::cuda> s, F&& f) {
     detail::throw_cuda(r, "cudaLaunchHostFunc", __FILE__, __LINE__);
   }
   t.release();
+  detail::count(detail::counters<backend::cuda>().enqueues);
 }
 #endif
 

@@ -3,9 +3,9 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/backend/detail/timeline.hpp>
 #include <ferry/detail/ring.hpp>
 #include <ferry/error.hpp>
-#include <ferry/memory/detail/timeline.hpp>
 #include <ferry/memory/resource.hpp>
 
 #include <algorithm>
@@ -42,7 +42,7 @@ struct pinned_block {
 
 /// Pinned staging memory for asynchronous copies and UVA reads. Blocks come in power-of-two size
 /// classes; a block is given back with the stream it was used on, and handed out again only once
-/// that stream has passed the point of use (a stamp of the reuse core, memory/detail/timeline.hpp,
+/// that stream has passed the point of use (a stamp of the reuse core, backend/detail/timeline.hpp,
 /// made at release()). Of the blocks known to have passed, the one given back last is handed out
 /// first: it is still in the host's caches, where a class cycled oldest first would copy every
 /// upload into cold memory. Blocks are never returned to the backend except by trim() or the

@@ -3,17 +3,17 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/backend/detail/timeline.hpp>
 #include <ferry/detail/checked.hpp>
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
-#include <ferry/memory/detail/timeline.hpp>
 #include <ferry/memory/device_span.hpp>
 #include <ferry/memory/pinned_arena.hpp>
+#include <ferry/memory/staged_view.hpp>
 #include <ferry/policies/detail/select.hpp>
 #include <ferry/pool/detail/source.hpp>
 #include <ferry/pool/detail/uva_slot.hpp>
 #include <ferry/pool/pool_stats.hpp>
-#include <ferry/staged/staged_view.hpp>
 
 #include <algorithm>
 #include <cstddef>

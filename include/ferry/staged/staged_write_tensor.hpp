@@ -11,6 +11,7 @@
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/memory/pinned_buffer.hpp>
 #include <ferry/memory/pinned_span.hpp>
+#include <ferry/memory/staged_view.hpp>
 #include <ferry/policies/detail/select.hpp>
 #include <ferry/policies/growth.hpp>
 #include <ferry/policies/reuse.hpp>
@@ -18,7 +19,6 @@
 #include <ferry/policies/target.hpp>
 #include <ferry/staged/detail/apply.hpp>
 #include <ferry/staged/detail/staging.hpp>
-#include <ferry/staged/staged_view.hpp>
 #include <ferry/staged/staging_memory.hpp>
 
 #include <cstddef>

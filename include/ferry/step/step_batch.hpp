@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/backend/detail/timeline.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/config.hpp>
 #include <ferry/detail/checked.hpp>
@@ -11,14 +12,13 @@
 #include <ferry/detail/source_range.hpp>
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
-#include <ferry/memory/detail/timeline.hpp>
 #include <ferry/memory/device_span.hpp>
 #include <ferry/memory/pinned_arena.hpp>
+#include <ferry/memory/staged_view.hpp>
 #include <ferry/policies/detail/select.hpp>
 #include <ferry/policies/growth.hpp>
 #include <ferry/policies/launch.hpp>
 #include <ferry/policies/reuse.hpp>
-#include <ferry/staged/staged_view.hpp>
 #include <ferry/staged/staged_write_tensor.hpp>
 #include <ferry/step/detail/plan.hpp>
 #include <ferry/step/detail/step_core.hpp>

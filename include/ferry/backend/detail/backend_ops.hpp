@@ -1,5 +1,7 @@
 // ferry/backend/detail/backend_ops.hpp: the few primitive operations every component is built
 // from, one implementation per backend. Components call only these, so a backend is added here.
+// Each operation that puts work on a stream counts it in backend_stats::enqueues (the host
+// backend's in host_queue::enqueue, which every host task goes through).
 #pragma once
 
 #include <ferry/backend/event.hpp>
@@ -214,22 +216,27 @@ struct backend_ops<backend::cuda> {
     void* p = nullptr;
     FERRY_CUDA_CHECK_ALLOC(cudaMallocAsync(&p, bytes ? bytes : 1, s.get()), "device", bytes);
     count(counters<backend::cuda>().device_allocations);
+    count(counters<backend::cuda>().enqueues);
     return p;
   }
   static void free_device_async(void* p, stream_type s) {
     count(counters<backend::cuda>().device_frees);
     FERRY_CUDA_CHECK(cudaFreeAsync(p, s.get()));
+    count(counters<backend::cuda>().enqueues);
   }
 
   static void copy_async(void* dst, const void* src, std::size_t bytes, stream_type s) {
     FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s.get()));
+    count(counters<backend::cuda>().enqueues);
   }
   static void fill_zero_async(void* dst, std::size_t bytes, stream_type s) {
     FERRY_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, s.get()));
+    count(counters<backend::cuda>().enqueues);
   }
   static void copy_blocking(void* dst, const void* src, std::size_t bytes, stream_type s) {
     count(counters<backend::cuda>().synchronizations);
     FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s.get()));
+    count(counters<backend::cuda>().enqueues);
     FERRY_CUDA_CHECK(cudaStreamSynchronize(s.get()));
   }
 };

@@ -2,8 +2,10 @@
 // errors raised inside stream work.
 #pragma once
 
+#include <ferry/backend/stats.hpp>
 #include <ferry/config.hpp>
 #include <ferry/error.hpp>
+#include <ferry/policies/backend.hpp>
 
 #if FERRY_HAS_CUDA
 #include <cuda_runtime_api.h>
@@ -76,12 +78,20 @@ struct launch_site {
 /// Launches `kernel` over `grid` blocks of `block` threads on `s`, with `args` (each converted to
 /// its parameter's type), by cudaLaunchKernel. Its error is ferry's own, so it is thrown and
 /// consumed: after a <<<>>> launch, cudaPeekAtLastError could not tell it from the caller's.
+/// Counted in backend_stats::enqueues, as every launch of ferry's (launch_graph too).
 template <class... Params>
 void launch_kernel(launch_site site, void (*kernel)(Params...), unsigned grid, unsigned block,
                    cudaStream_t s, const std::type_identity_t<Params>&... args) {
   void* values[] = {const_cast<void*>(static_cast<const void*>(&args))...};
   check_cuda(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(block), values, 0, s),
              site.name, site.at.file_name(), static_cast<int>(site.at.line()));
+  count(counters<backend::cuda>().enqueues);
+}
+
+/// Launches the instantiated graph `exec` on `s` (cudaGraphLaunch), counted as one enqueue.
+inline void launch_graph(launch_site site, cudaGraphExec_t exec, cudaStream_t s) {
+  check_cuda(cudaGraphLaunch(exec, s), site.name, site.at.file_name(), static_cast<int>(site.at.line()));
+  count(counters<backend::cuda>().enqueues);
 }
 
 /// Makes `device` the calling thread's current device for its lifetime, when it is not already,

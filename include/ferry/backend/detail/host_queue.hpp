@@ -2,7 +2,9 @@
 // its own worker thread.
 #pragma once
 
+#include <ferry/backend/stats.hpp>
 #include <ferry/error.hpp>
+#include <ferry/policies/backend.hpp>
 
 #include <atomic>
 #include <condition_variable>
@@ -78,7 +80,8 @@ class host_queue : public std::enable_shared_from_this<host_queue> {
     }
   }
 
-  /// Appends a task; returns its sequence number.
+  /// Appends a task; returns its sequence number. Every task of every host stream comes through
+  /// here, so this is where the host backend counts enqueues (backend_stats::enqueues).
   std::uint64_t enqueue(std::function<void()> task) {
     std::uint64_t seq;
     {
@@ -87,6 +90,7 @@ class host_queue : public std::enable_shared_from_this<host_queue> {
       tasks_.push_back(std::move(task));
       seq = ++enqueued_;
     }
+    count(counters<backend::host>().enqueues);
     work_cv_.notify_one();
     return seq;
   }

@@ -1,7 +1,7 @@
 // ferry/pool/detail/uva_slot.hpp: one slot of a UVA pool, and the stamps that guard it.
 #pragma once
 
-#include <ferry/memory/detail/timeline.hpp>
+#include <ferry/backend/detail/timeline.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 
 #include <cstddef>

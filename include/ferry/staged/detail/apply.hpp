@@ -3,9 +3,9 @@
 // copying them first (H2D).
 #pragma once
 
+#include <ferry/backend/detail/timeline.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/config.hpp>
-#include <ferry/memory/detail/timeline.hpp>
 #include <ferry/policies/detail/select.hpp>
 #include <ferry/policies/staging.hpp>
 #include <ferry/staged/detail/apply_host.hpp>

@@ -3,8 +3,8 @@
 // disjoint once overlaps are resolved, and in any case applied in staging order).
 #pragma once
 
+#include <ferry/backend/detail/timeline.hpp>
 #include <ferry/backend/stream.hpp>
-#include <ferry/memory/detail/timeline.hpp>
 #include <ferry/staged/detail/layout.hpp>
 
 #include <cstddef>

@@ -19,10 +19,10 @@
 #if defined(__CUDACC__)
 
 #include <ferry/backend/detail/cuda_runtime.hpp>
-#include <ferry/config.hpp>
+#include <ferry/backend/detail/kernel_mark.cuh>
 #include <ferry/backend/stream.hpp>
+#include <ferry/config.hpp>
 #include <ferry/error.hpp>
-#include <ferry/memory/detail/kernel_mark.cuh>
 #include <ferry/staged/detail/layout.hpp>
 
 #include <cuda_runtime.h>

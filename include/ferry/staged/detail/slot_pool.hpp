@@ -1,5 +1,5 @@
 // ferry/staged/detail/slot_pool.hpp: the rotating staging slots of staged writes and their
-// device scratch, a client of the reuse core (memory/detail/timeline.hpp).
+// device scratch, a client of the reuse core (backend/detail/timeline.hpp).
 //
 // A slot is a pinned, mapped arena block (the host writes it, the apply reads it through UVA).
 // The slot being staged into is "current"; an apply hands it to a stream with the stamp the core
@@ -21,9 +21,9 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
-#include <ferry/error.hpp>
+#include <ferry/backend/detail/timeline.hpp>
 #include <ferry/detail/ring.hpp>
-#include <ferry/memory/detail/timeline.hpp>
+#include <ferry/error.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/memory/resource.hpp>
 #include <ferry/policies/growth.hpp>

@@ -8,9 +8,9 @@
 // `fill`-byte value at `src`. Blocks at or beyond `work` do nothing but finish the kernel mark.
 #pragma once
 
+#include <ferry/backend/detail/timeline.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/config.hpp>
-#include <ferry/memory/detail/timeline.hpp>
 
 #include <cstddef>
 #include <cstdint>

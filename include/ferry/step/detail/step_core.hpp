@@ -8,9 +8,9 @@
 // its destination mod 16, so the kernel copies bodies with 16-byte vectors.
 #pragma once
 
+#include <ferry/backend/detail/timeline.hpp>
 #include <ferry/detail/checked.hpp>
 #include <ferry/error.hpp>
-#include <ferry/memory/detail/timeline.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/policies/growth.hpp>
 #include <ferry/staged/detail/layout.hpp>

@@ -7,9 +7,9 @@
 #if defined(__CUDACC__)
 
 #include <ferry/backend/detail/cuda_runtime.hpp>
+#include <ferry/backend/detail/kernel_mark.cuh>
 #include <ferry/config.hpp>
 #include <ferry/error.hpp>
-#include <ferry/memory/detail/kernel_mark.cuh>
 #include <ferry/staged/detail/apply_kernel.cuh>
 #include <ferry/step/detail/plan.hpp>
 
@@ -125,7 +125,7 @@ struct step_ops<backend::cuda> {
     return make_step_graph(table, blocks, device);
   }
   static void replay(stream_ref<backend::cuda> s, const step_graph& g) {
-    FERRY_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(g.exec), s.get()));
+    launch_graph("cudaGraphLaunch of a step_batch slot's graph", static_cast<cudaGraphExec_t>(g.exec), s.get());
   }
   static void destroy_graph(const step_graph& g) {
     if (g.exec) FERRY_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g.exec)));

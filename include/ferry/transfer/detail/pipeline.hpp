@@ -4,9 +4,9 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/backend/detail/timeline.hpp>
 #include <ferry/detail/math.hpp>
 #include <ferry/error.hpp>
-#include <ferry/memory/detail/timeline.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/transfer/copy_pool.hpp>
 
@@ -27,7 +27,7 @@ namespace ferry::detail {
 /// so host copying never stops at a chunk boundary. The calling thread owns every backend call:
 /// in chunk order it waits for a chunk's slices (running unstarted slices of that chunk itself
 /// meanwhile), enqueues the chunk's copy_async and marks the stream after it (the reuse core,
-/// memory/detail/timeline.hpp). It keeps `depth` chunks published ahead of the one it waits for
+/// backend/detail/timeline.hpp). It keeps `depth` chunks published ahead of the one it waits for
 /// (at least two, and at least one slice per pool thread beyond the awaited chunk), so the
 /// threads always find work.
 ///

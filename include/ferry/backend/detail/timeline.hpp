@@ -1,4 +1,4 @@
-// ferry/memory/detail/timeline.hpp: the reuse core. One process-wide timeline per backend answers
+// ferry/backend/detail/timeline.hpp: the reuse core. One process-wide timeline per backend answers
 // "has the stream passed the point where this memory was used?" for every component (docs/design.md,
 // "The reuse core").
 #pragma once
@@ -260,6 +260,7 @@ class timeline<backend::cuda> {
       if (p.empty() || passed_locked(lines_[p.line], p.seq)) return;
       if (const cudaEvent_t ev = covering(lines_[p.line], p.seq)) {
         FERRY_CUDA_CHECK(cudaStreamWaitEvent(h, ev, 0));
+        count(counters<backend::cuda>().enqueues);
         return;
       }
     }
@@ -302,6 +303,7 @@ class timeline<backend::cuda> {
       spare_.push_back({l.device, ev});
       throw_cuda(r, "cudaEventRecord(mark)", __FILE__, __LINE__);
     }
+    count(counters<backend::cuda>().enqueues);
     l.pending.push_back({++l.next, ev});
     return l.next;
   }

@@ -1,4 +1,5 @@
-// ferry/staged/staged_view.hpp: the 2-D view of a staged-write target that device code indexes.
+// ferry/memory/staged_view.hpp: the 2-D view of device-accessible rows (a staged-write target, a
+// uva_pool's rows) that device code indexes.
 #pragma once
 
 #include <ferry/config.hpp>

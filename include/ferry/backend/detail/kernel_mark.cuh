@@ -1,7 +1,7 @@
-// ferry/memory/detail/kernel_mark.cuh: the device side of timeline<cuda>::mark_with.
+// ferry/backend/detail/kernel_mark.cuh: the device side of timeline<cuda>::mark_with.
 #pragma once
 
-#include <ferry/memory/detail/timeline.hpp>
+#include <ferry/backend/detail/timeline.hpp>
 
 namespace ferry::detail {
 

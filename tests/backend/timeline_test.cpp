@@ -1,4 +1,4 @@
-// Tests for include/ferry/memory/detail/timeline.hpp, the reuse core: a property test with random
+// Tests for include/ferry/backend/detail/timeline.hpp, the reuse core: a property test with random
 // clients (arena blocks, direct stamps) on several streams whose readers are held behind gates,
 // the recycling of a destroyed stream's line, a wait that leaves the core to other threads, and
 // the events of a line that is marked but never asked about.
