@@ -64,7 +64,9 @@ namespace ferry {
 ///
 /// **Rules.** Destinations of one step are disjoint, except writes into one target: of two
 /// writes that overlap, the one staged later wins. A fill's source must not be written by the
-/// same step (it may be an element of this step's publish). Uploads and writes land in memory
+/// same step (it may be an element of this step's publish). Both are checked at setup: an add_*
+/// call whose destination (or fill source) overlaps one declared before throws
+/// std::invalid_argument naming both byte ranges. Uploads and writes land in memory
 /// the engine owns; a published view lives in the slot: **it stays valid for work enqueued on the
 /// submit's stream before the next submit** (work on another stream: record_use(stream) before
 /// the next submit). Under event_fenced a slot is rewritten only once its kernel and the readers
@@ -75,12 +77,13 @@ namespace ferry {
 /// Under caller_fenced nothing is checked: the caller makes sure a slot's step and readers are
 /// done `slots` steps later.
 ///
-/// **Capture safety.** begin(), the handles' calls, reserve() and the add_* calls touch no stream
+/// **Capture safety.** begin(), cancel(), the handles' calls, reserve() and the add_* calls touch no stream
 /// and may run while a stream captures; submit(), submit_with() and record_use() throw
 /// ferry::error on a capturing stream (the graph a replay uses is ferry's own, one per slot).
 ///
-/// Handles are small values that refer to the batch; they stay valid while it lives (moves
-/// included). Destruction waits for the batch's kernels and for the readers of the last step's
+/// Handles are small values that share the batch's state; they stay valid while it lives (moves
+/// included); once it is destroyed or assigned over, each of their calls throws ferry::error, as
+/// on an empty handle. Destruction waits for the batch's kernels and for the readers of the last step's
 /// publishes (the device, as freeing memory does: their streams may be gone). Move-only; not
 /// thread-safe.
 template <class... Policies>
@@ -495,7 +498,9 @@ class step_batch {
   /// readers on `s` it follows) for the reuse core. Never synchronizes. Throws ferry::error
   /// outside a step, on a stream of another device or one that is capturing; std::out_of_range
   /// for a fill from an element its publish does not hold this step; ferry::capacity_error when
-  /// growth::fixed is exceeded. Whatever throws leaves the step open and its data as they were.
+  /// growth::fixed is exceeded or the GrowthPolicy refuses the step's size (it throws, or answers
+  /// more than a pinned block holds). Whatever throws has enqueued nothing and leaves the step open
+  /// and its data as they were: fix it and submit again, or cancel().
   FERRY_KERNEL_VISIBILITY void submit(stream_ref<B> s) {
     submit_by(s, [&](typename core::slot& sl, const void* table, std::size_t blocks) {
       if constexpr (graphs)
