@@ -1134,7 +1134,9 @@ BAD_INPUT_ROW("growth.pow2.unrepresentable") {
 
 // ---- step_batch ---------------------------------------------------------------------------------
 
-namespace {
+// User GrowthPolicies, outside the anonymous namespace: a batch's submit carries a visibility
+// attribute, which a type of internal linkage would void (nvcc warns).
+namespace bad_input_policies {
 
 constexpr std::size_t step_threshold = std::size_t{64} << 10;
 
@@ -1155,6 +1157,13 @@ struct step_huge_above_64k {
                                    : ferry::growth::pow2::capacity_for(needed, current);
   }
 };
+
+}  // namespace bad_input_policies
+
+namespace {
+
+using bad_input_policies::step_huge_above_64k;
+using bad_input_policies::step_throws_above_64k;
 
 // A 128 KiB upload in one step under growth policy G: submit throws having enqueued nothing; the
 // step stays open with its data (a smaller span of the same upload still holds what was written)

@@ -551,7 +551,9 @@ TEMPLATE_TEST_CASE("step_batch: steady state allocates nothing, never synchroniz
 
 // ---- reliability: submit, empty and stale handles, the rules checked at setup ------------------
 
-namespace {
+// User GrowthPolicies, outside the anonymous namespace: a batch's submit carries a visibility
+// attribute, which a type of internal linkage would void (nvcc warns).
+namespace step_test_policies {
 
 constexpr std::size_t policy_threshold = std::size_t{64} << 10;
 
@@ -575,6 +577,14 @@ struct huge_above_64k {
     return ferry::growth::pow2::capacity_for(needed, current);
   }
 };
+
+}  // namespace step_test_policies
+
+namespace {
+
+using step_test_policies::huge_above_64k;
+using step_test_policies::policy_threshold;
+using step_test_policies::throws_above_64k;
 
 /// One upload of a 128 KiB step under growth policy G: submit throws capacity_error having enqueued
 /// nothing, again on a retry; the step stays open; smaller data then submit (or cancel(), then a
