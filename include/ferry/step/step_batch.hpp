@@ -435,8 +435,8 @@ class step_batch {
   /// readers of its publishes) is never rewritten: the slot after it is taken if free, else a new
   /// slot is inserted (up to max_slots; sized to the largest step so far, or to the plan under
   /// growth::fixed), else ferry::capacity_error with nothing changed.
-  /// Throws ferry::error when the step begun before was not submitted. Never blocks, never
-  /// touches a stream.
+  /// Throws ferry::error when the step begun before was neither submitted nor cancelled. Never
+  /// blocks, never touches a stream.
   void begin() {
     core& k = c();
     if (k.open_)
@@ -444,13 +444,13 @@ class step_batch {
     reserve();
     bool insert = k.slots_.empty();  // every slot abandoned (see abandon_step)
     std::size_t next = k.cur_ == none || insert ? 0 : (k.cur_ + 1) % k.slots_.size();
-    if (insert) {
-    } else if constexpr (fenced) {
+    if constexpr (fenced) {
       // While the stream keeps up, the slot of the step before the last is free again: taking it
       // keeps the host writing two slots that stay in its caches. Else the ring is walked: a busy
       // slot is stepped over once (a reader held on another stream); when the one after it is
       // busy too, the stream itself is behind: a slot is inserted.
-      if (k.before_ != none && slot_free(k.slots_[k.before_])) {
+      if (insert) {
+      } else if (k.before_ != none && slot_free(k.slots_[k.before_])) {
         next = k.before_;
       } else if (!slot_free(k.slots_[next])) {
         const std::size_t after = (next + 1) % k.slots_.size();

@@ -8,6 +8,7 @@
 // its destination mod 16, so the kernel copies bodies with 16-byte vectors.
 #pragma once
 
+#include <ferry/config.hpp>
 #include <ferry/detail/checked.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/detail/timeline.hpp>
