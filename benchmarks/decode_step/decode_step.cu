@@ -1026,6 +1026,23 @@ static int run(int argc, char** argv) {
   rep.add_target("allocations_per_step", allocations, "<=", 0);
 
   rep.print();
+  // Where floor B′'s host time goes, per regime: its ablations beside it (the rest: the slot
+  // choice, the ring's cold slots and what does not add up).
+  auto breakdown = [&](const char* regime, double row_figures::*figure) {
+    auto at = [&](const char* label) { const auto* r = find(label); return r ? r->*figure : not_measured; };
+    const double whole = at(label_floor_direct), launch = at(label_launch_only), generate = at(label_generate_only);
+    const auto precision = std::cout.precision();
+    std::cout << std::fixed << std::setprecision(2) << "floor B' " << regime << ": " << whole << " us = launch only "
+              << launch << " + data generation only " << generate << " + the rest " << whole - launch - generate
+              << "; prepared data (no scheduler) " << at(label_prepared) << "; ferry launch::kernel "
+              << at(label_step_batch_kernel) << ", launch::graph " << at(label_step_batch_graph) << ", floor G "
+              << at(label_floor_graph_one) << "\n";
+    std::cout.unsetf(std::ios::floatfield);
+    std::cout.precision(precision);
+  };
+  breakdown("in bursts", &row_figures::host);
+  breakdown("with the GPU idle", &row_figures::host_idle);
+  breakdown("on a warm ring", &row_figures::host_warm);
   for (const auto& m : missing) std::cout << "target " << m << "\n";
   for (const auto& e : explained) std::cout << "target " << e << "\n";
   for (const auto& v : vs)

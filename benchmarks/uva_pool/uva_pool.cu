@@ -242,6 +242,10 @@ int main(int argc, char** argv) try {
     add("GPU idle, ring of 2 (default)", 0, idle2_us, idle2_caller_us, 0, fence_idle_us);
     add("GPU idle, ring of 8", 0, idle8_us, idle8_caller_us, 2, fence_idle_us);
     add("GPU behind, ring of 8", calls_behind, behind_us, behind_caller_us, 4, fence_behind_us);
+    rep.add({{"case", std::string("one cudaEventRecord + one cudaEventQuery (the least a fence costs), GPU idle")},
+             {"record_query_us", fence_idle_us}});
+    rep.add({{"case", std::string("one cudaEventRecord + one cudaEventQuery (the least a fence costs), GPU behind")},
+             {"gpu_calls_behind", calls_behind}, {"record_query_us", fence_behind_us}});
     // SPEC §10: the event fence's cost above the caller-fenced call <= 1.3x one cudaEventRecord +
     // one cudaEventQuery measured in the same rounds (the least a fence can cost), idle and
     // behind; on a deep ring the whole call <= 2.5x the caller-fenced one.
