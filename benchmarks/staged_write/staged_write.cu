@@ -19,8 +19,10 @@
 //    counted after 1000 uncounted ones, apart from any timing), idle and behind: all of them, by
 //    name, and those on events (records and queries: zero once apply kernels store their own
 //    reuse marks);
-//  - with --torch FILE (output of the PyTorch baseline script peer_torch.py), the PyTorch + Triton host and device
-//    times per apply beside ferry's.
+//  - with --torch FILE (the output of the PyTorch baseline scripts peer_torch.py and
+//    staged_write_torch.py beside this file, separate processes run just before on the same
+//    machine), the PyTorch + Triton host and device times per apply beside ferry's, at every
+//    point the file has.
 // Method notes: ferry's host time and its floors are measured in interleaved bursts (same burst of
 // 256, same drain, medians), so that drift of the machine falls on both alike. The floors include
 // the host copy of the contents into pinned memory (SPEC §10: work that the operation needs is
@@ -43,10 +45,12 @@
 // host time (larger bursts of launches fill a held stream's launch queue and block the host,
 // which then sets the pace); "enqueue/hold" >= 1 would mean the host could not enqueue the burst
 // inside the hold (then the figure measures the host).
-// Targets: host <= 1.3x floor (the correct floor; worst point, idle and behind), no event call
-// per apply in steady state, >= 20x PyTorch (worst measured point), uva_direct
-// device time >= 0.95x h2d_copy at every point and >= 1.3x median, applies of >= 4 MiB at >= 90% of
-// the zero-copy read bandwidth measured in this run (a kernel reading 256 MiB of pinned memory).
+// Targets (SPEC §10): host / the correct floor over every point and both configurations, median
+// <= 1.15x and worst <= 1.3x, idle and behind; no event call per apply in steady state; >= 20x
+// PyTorch + Triton at every point (judged only when the --torch file has every point of the run);
+// uva_direct device time >= 0.95x h2d_copy at every point and >= 1.3x median; applies of >= 4 MiB
+// at >= 90% of the zero-copy read bandwidth measured in this run (a kernel reading 256 MiB of
+// pinned memory).
 // Every target is emitted; one that could not be measured in this run (no --torch FILE, no CUPTI)
 // is recorded as missing (null) and missed.
 #include <ferry/ferry.cuh>
@@ -679,8 +683,8 @@ int main(int argc, char** argv) {
 
     const double r_uva = h_uva / f_uva, r_h2d = h_h2d / f_h2d;
     const double rb_uva = hb_uva / fb_uva, rb_h2d = hb_h2d / fb_h2d;
-    host_floor_ratios.push_back(std::max(r_uva, r_h2d));
-    behind_floor_ratios.push_back(std::max(rb_uva, rb_h2d));
+    host_floor_ratios.insert(host_floor_ratios.end(), {r_uva, r_h2d});
+    behind_floor_ratios.insert(behind_floor_ratios.end(), {rb_uva, rb_h2d});
     uva_h2d_ratios.push_back(d_h2d / d_uva);
     if (L * sizeof(T) >= (4u << 20)) {
       const double f = (L * sizeof(T) / (d_uva * 1e-6) / 1e9) / zero_copy_gbps;
@@ -725,27 +729,33 @@ int main(int argc, char** argv) {
     rep.add(std::move(r));
   }
   std::sort(uva_h2d_ratios.begin(), uva_h2d_ratios.end());
-  rep.add_target("host time / floor, worst point (uva_direct and h2d_copy)",
-                 *std::max_element(host_floor_ratios.begin(), host_floor_ratios.end()), "<=", 1.3);
-  rep.add_target("host time / floor with the GPU behind, worst point (uva_direct and h2d_copy)",
-                 *std::max_element(behind_floor_ratios.begin(), behind_floor_ratios.end()), "<=", 1.3);
-  rep.add_target("event calls (records, queries) per apply in steady state, worst point", worst_event_calls,
-                 "<=", 0);
-  // Without --torch (or without its staged_write lines) the PyTorch figure was not measured in
-  // this run: recorded as missing (NaN, null in the JSON), never taken from another run.
-  rep.add_target("PyTorch+Triton host time / ferry (block_table preset) host time, worst measured point",
-                 torch_ratios.empty() ? nan_value : *std::min_element(torch_ratios.begin(), torch_ratios.end()), ">=", 20);
-  rep.add_target("device time h2d_copy / uva_direct, min over points", uva_h2d_ratios.front(), ">=", 0.95);
-  rep.add_target("device time h2d_copy / uva_direct, median", ferry_bench::median(uva_h2d_ratios), ">=", 1.3);
-  rep.add_target(">= 4 MiB uva_direct apply bandwidth / zero-copy read bandwidth, worst such apply",
-                 large_fraction, ">=", 0.9);
+  // Host time / floor over every point and both configurations (uva_direct, h2d_copy): the
+  // median and the worst of the ratios, idle and with the GPU behind (SPEC §10).
+  auto worst = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
+  rep.add_target("host_vs_floor_median", ferry_bench::median(host_floor_ratios), "<=", 1.15);
+  rep.add_target("host_vs_floor_worst", worst(host_floor_ratios), "<=", 1.3);
+  rep.add_target("host_vs_floor_median_behind", ferry_bench::median(behind_floor_ratios), "<=", 1.15);
+  rep.add_target("host_vs_floor_worst_behind", worst(behind_floor_ratios), "<=", 1.3);
+  rep.add_target("event_calls_per_apply", worst_event_calls, "<=", 0);
+  // PyTorch + Triton host time / ferry's (block_table preset), the least over the points: judged
+  // only when every point of this run has its PyTorch figure (SPEC §10: at all 16 points);
+  // otherwise missing (NaN, null in the JSON), never taken from another run.
+  const bool torch_all_points = !torch_ratios.empty() && torch_ratios.size() == points.size();
+  rep.add_target("torch_vs_ferry_min_all_points",
+                 torch_all_points ? *std::min_element(torch_ratios.begin(), torch_ratios.end()) : nan_value, ">=", 20);
+  rep.add_target("device_h2d_vs_uva_min", uva_h2d_ratios.front(), ">=", 0.95);
+  rep.add_target("device_h2d_vs_uva_median", ferry_bench::median(uva_h2d_ratios), ">=", 1.3);
+  rep.add_target("large_apply_vs_zero_copy_read", large_fraction, ">=", 0.9);
   std::cout << "zero-copy read bandwidth (the target's denominator): " << zero_copy_gbps << " GB/s\n";
   if (worst_host_fraction >= 1)
     std::cout << "WARNING: a device-time burst took the host " << worst_host_fraction
               << "x the hold to enqueue: those device times measure the host\n";
   rep.print();
-  std::cout << "PyTorch + Triton: " << torch_ratios.size() << " of " << points.size() << " points measured"
-            << (torch_path.empty() ? " (pass --torch FILE, the output of the baseline script peer_torch.py on this machine)" : "")
+  std::cout << "PyTorch + Triton (in Python, a separate process): " << torch_ratios.size() << " of " << points.size()
+            << " points measured"
+            << (torch_path.empty() ? " (pass --torch FILE, the output of peer_torch.py and staged_write_torch.py on this machine)"
+                : torch_all_points ? ""
+                                   : " (torch_vs_ferry_min_all_points needs every point: missing)")
             << "\n";
   rep.write_json(o.json);
   return 0;

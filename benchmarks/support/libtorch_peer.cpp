@@ -1,0 +1,326 @@
+// Benchmark support: libtorch in the benchmark's own process (see libtorch_peer.hpp). Compiled by
+// the host compiler against libtorch (benchmarks/CMakeLists.txt: ferry_bench_libtorch, built only
+// where CMake finds Torch's config). The decode step is libtorch_step/libtorch_step.cpp's,
+// line for line (the same Sched, fill_step, Views and Engine): that program's file comment says
+// what the step does and what care it takes; here the benchmark drives it, interleaved with
+// ferry's rows. c10::InferenceMode and the stream guard are held for an engine's lifetime, as
+// libtorch_step's main() holds them for the program's.
+#include <support/libtorch_peer.hpp>
+
+#include <torch/torch.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+#define CK(call) ck((call), #call)
+
+constexpr int kBatch = 256, kRows = 1024, kCols = 512, kBlock = 16, kAppendStride = 16;
+constexpr int kAdmitted = 8, kAdmittedBlocks = 64, kLogprobRows = 32, kLogprobCols = 6;
+constexpr int kVocab = 32000;
+constexpr int kWrites = kBatch / kAppendStride + kAdmitted * kAdmittedBlocks;  // 528
+
+// Byte layout of a pinned slot and of the device buffer (every offset a multiple of 8).
+constexpr int64_t kOffIdx = 0;                              // int64[528] flat table indices
+constexpr int64_t kOffVal = kOffIdx + 8 * kWrites;          // int32[528] block ids
+constexpr int64_t kBtBytes = kOffVal + 4 * kWrites;         // the block-table upload, 6336 B
+constexpr int64_t kOffPos = kBtBytes;                       // int64[256]
+constexpr int64_t kOffLens = kOffPos + 8 * kBatch;          // int32[256]
+constexpr int64_t kOffSamp = kOffLens + 4 * kBatch;         // packed: tokens temp top_p top_k seed
+constexpr int64_t kPart[5] = {0, 4 * kBatch, 8 * kBatch, 12 * kBatch, 16 * kBatch};
+constexpr int64_t kSampBytes = kBatch * (4 + 4 + 4 + 4 + 8);  // 6144 B
+constexpr int64_t kOffLp = kOffSamp + kSampBytes;           // int64[256 x 6]
+constexpr int64_t kSlotBytes = (kOffLp + 8 * kBatch * kLogprobCols + 255) / 256 * 256;
+static_assert(kOffPos % 8 == 0 && kOffSamp % 8 == 0 && kOffLp % 8 == 0, "aligned parts");
+
+template <class T>
+T* ptr(uint8_t* base, int64_t off) { return reinterpret_cast<T*>(base + off); }
+
+struct Sched {  // the engine's host-side truth
+  int64_t step = 0, next_block = 0;
+  int64_t pos[kBatch];
+  int32_t lens[kBatch];
+  Sched() {
+    for (int i = 0; i < kBatch; ++i) { lens[i] = i % 4096 + 1; pos[i] = lens[i] - 1; }
+  }
+};
+
+int32_t block_id(int64_t n) { return static_cast<int32_t>(n % (int64_t{1} << 30)) + 1; }
+
+void init_slot(uint8_t* s) { std::fill_n(ptr<int64_t>(s, kOffLp), kBatch * kLogprobCols, int64_t{-1}); }
+
+// Writes the next step's host data into `slot`; returns its number of block-table writes.
+int fill_step(Sched& st, uint8_t* slot) {
+  const int64_t s = st.step++;
+  const auto u = static_cast<uint64_t>(s);
+  int64_t* pos = ptr<int64_t>(slot, kOffPos);
+  int32_t* lens = ptr<int32_t>(slot, kOffLens);
+  for (int i = 0; i < kBatch; ++i) { pos[i] = ++st.pos[i]; lens[i] = ++st.lens[i]; }
+  int64_t* idx = ptr<int64_t>(slot, kOffIdx);
+  int32_t* val = ptr<int32_t>(slot, kOffVal);
+  int n = 0;
+  const uint64_t first = u * kAdmitted % kRows;  // this step admits rows first .. first+7
+  for (uint64_t r = u % kAppendStride; r < uint64_t{kBatch}; r += kAppendStride) {
+    const int32_t id = block_id(st.next_block++);
+    const uint64_t col = static_cast<uint64_t>(st.lens[r]) / kBlock % kCols;
+    if (col < uint64_t{kAdmittedBlocks} && r - first < uint64_t{kAdmitted}) continue;  // covered
+    idx[n] = static_cast<int64_t>(r * kCols + col);
+    val[n++] = id;
+  }
+  for (uint64_t k = 0; k < uint64_t{kAdmitted}; ++k)
+    for (uint64_t j = 0; j < uint64_t{kAdmittedBlocks}; ++j) {
+      idx[n] = static_cast<int64_t>((u * kAdmitted + k) % kRows * kCols + j);
+      val[n++] = block_id(st.next_block++);
+    }
+  uint8_t* sp = slot + kOffSamp;
+  for (uint64_t i = 0; i < uint64_t{kBatch}; ++i) {
+    ptr<int32_t>(sp, kPart[0])[i] = static_cast<int32_t>((i * 31 + u) % kVocab);
+    ptr<float>(sp, kPart[1])[i] = 0.5f + 0.0625f * static_cast<float>((i + u) % 8);
+    ptr<float>(sp, kPart[2])[i] = 0.96875f - 0.03125f * static_cast<float>((i + 3 * u) % 4);
+    ptr<int32_t>(sp, kPart[3])[i] = static_cast<int32_t>(20 + (i + u) % 61);
+    ptr<int64_t>(sp, kPart[4])[i] = s * 1000003 + static_cast<int64_t>(i) + 1;
+  }
+  int64_t* lp = ptr<int64_t>(slot, kOffLp);
+  for (int r = 0; r < kLogprobRows; ++r)
+    for (int c = 1; c < kLogprobCols; ++c)
+      lp[r * kLogprobCols + c] = (int64_t{r} * (kLogprobCols - 1) + c - 1 + s) % kVocab;
+  return n;
+}
+
+// Typed views of one buffer with the slot layout (a pinned slot or the device buffer).
+struct Views { at::Tensor bt, pos, lens, samp, lp, parts[5]; };
+
+at::Tensor sub(const at::Tensor& bytes, int64_t off, int64_t n, at::ScalarType t) {
+  return bytes.narrow(0, off, n * static_cast<int64_t>(c10::elementSize(t))).view(t);
+}
+
+Views make_views(const at::Tensor& b) {
+  Views v;
+  v.bt = b.narrow(0, kOffIdx, kBtBytes);
+  v.pos = sub(b, kOffPos, kBatch, torch::kInt64);
+  v.lens = sub(b, kOffLens, kBatch, torch::kInt32);
+  v.samp = b.narrow(0, kOffSamp, kSampBytes);
+  v.lp = sub(b, kOffLp, int64_t{kBatch} * kLogprobCols, torch::kInt64).view({kBatch, kLogprobCols});
+  const at::ScalarType t[5] = {torch::kInt32, torch::kFloat32, torch::kFloat32, torch::kInt32, torch::kInt64};
+  for (int i = 0; i < 5; ++i) v.parts[i] = sub(b, kOffSamp + kPart[i], kBatch, t[i]);
+  return v;
+}
+
+template <class T>
+std::string diff(const char* what, const T* got, const T* want, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!(got[i] == want[i]))
+      return std::string(what) + "[" + std::to_string(i) + "] = " + std::to_string(got[i]) +
+             ", expected " + std::to_string(want[i]);
+  return {};
+}
+
+enum class Variant { packed, five_copies, packed_nofence };
+
+class Engine {
+ public:
+  Engine(cudaStream_t stream, int slots) : stream_(stream), ring_(static_cast<size_t>(slots)) {
+    const auto u8 = torch::TensorOptions().dtype(torch::kUInt8);
+    const auto i32 = torch::TensorOptions().dtype(torch::kInt32).device(torch::kCUDA);
+    pinned_ = torch::empty({int64_t{slots} * kSlotBytes}, u8.pinned_memory(true));
+    std::memset(pinned_.data_ptr(), 0, pinned_.nbytes());
+    for (int64_t k = 0; k < slots; ++k) {
+      Slot& s = ring_[static_cast<size_t>(k)];
+      s.p = pinned_.data_ptr<uint8_t>() + k * kSlotBytes;
+      init_slot(s.p);
+      s.v = make_views(pinned_.narrow(0, k * kSlotBytes, kSlotBytes));
+      CK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+    }
+    dev_ = torch::zeros({kSlotBytes}, u8.device(torch::kCUDA));
+    dv_ = make_views(dev_);
+    for (int w = 0; w < 2; ++w) {  // w = appends covered by an admission: 528 or 527 writes
+      idx_.emplace_back();
+      idx_.back().push_back(std::optional<at::Tensor>(sub(dev_, kOffIdx, kWrites - w, torch::kInt64)));
+      vals_.push_back(sub(dev_, kOffVal, kWrites - w, torch::kInt32));
+    }
+    table_ = torch::zeros({kRows, kCols}, i32);
+    flat_ = table_.view({-1});
+    logits_ = torch::arange(kBatch, i32);
+    logits_last_ = logits_.narrow(0, kBatch - 1, 1);
+    lens_last_ = dv_.lens.narrow(0, kBatch - 1, 1);
+    init_slot(ref_slot_.data());
+    sync();
+  }
+  ~Engine() {
+    cudaStreamSynchronize(stream_);
+    for (Slot& s : ring_) cudaEventDestroy(s.done);
+  }
+
+  void step(Variant v) {
+    Slot& s = ring_[static_cast<size_t>(sched_.step % static_cast<int64_t>(ring_.size()))];
+    const bool fence = v != Variant::packed_nofence;
+    if (fence) CK(cudaEventSynchronize(s.done));  // the slot's previous copies have run
+    const auto w = static_cast<size_t>(kWrites - fill_step(sched_, s.p));
+    if (w > 1) throw std::logic_error("unexpected number of block-table writes");
+    dv_.bt.copy_(s.v.bt, /*non_blocking=*/true);
+    flat_.index_put_(idx_[w], vals_[w]);
+    dv_.pos.copy_(s.v.pos, true);
+    dv_.lens.copy_(s.v.lens, true);
+    if (v == Variant::five_copies) {
+      for (int i = 0; i < 5; ++i) dv_.parts[i].copy_(s.v.parts[i], true);
+    } else {
+      dv_.samp.copy_(s.v.samp, true);
+    }
+    dv_.lp.copy_(s.v.lp, true);
+    logits_last_.copy_(lens_last_, true);  // device to device, no host read-back
+    if (fence) CK(cudaEventRecord(s.done, stream_));
+  }
+
+  void sync() const { CK(cudaStreamSynchronize(stream_)); }
+  cudaStream_t stream() const { return stream_; }
+
+  // Replays every step so far on the host; returns the first mismatch with the device, or "".
+  std::string check() {
+    sync();
+    while (ref_.step < sched_.step) {
+      const int n = fill_step(ref_, ref_slot_.data());
+      for (int i = 0; i < n; ++i)
+        ref_table_[static_cast<size_t>(ptr<int64_t>(ref_slot_.data(), kOffIdx)[i])] =
+            ptr<int32_t>(ref_slot_.data(), kOffVal)[i];
+    }
+    const at::Tensor table = table_.to(torch::kCPU), logits = logits_.to(torch::kCPU);
+    const at::Tensor bytes = dev_.to(torch::kCPU);
+    uint8_t* d = bytes.data_ptr<uint8_t>();
+    uint8_t* r = ref_slot_.data();
+    std::vector<int32_t> want_logits(kBatch);
+    for (int i = 0; i < kBatch; ++i) want_logits[static_cast<size_t>(i)] = i;
+    want_logits.back() = ref_.lens[kBatch - 1];
+    std::string bad;
+    auto region = [&](const char* what, auto* got, auto* want, int64_t n) {
+      if (bad.empty()) bad = diff(what, got, want, n);
+    };
+    region("block table [row*512+col]", table.data_ptr<int32_t>(), ref_table_.data(), int64_t{kRows} * kCols);
+    region("positions", ptr<int64_t>(d, kOffPos), ptr<int64_t>(r, kOffPos), kBatch);
+    region("seq_lens", ptr<int32_t>(d, kOffLens), ptr<int32_t>(r, kOffLens), kBatch);
+    region("token ids", ptr<int32_t>(d, kOffSamp), ptr<int32_t>(r, kOffSamp), kBatch);
+    const int64_t rest = kOffSamp + kPart[1];  // temperature .. seed, then the logprob matrix
+    region("bytes of sampling parameters + logprob matrix", d + rest, r + rest, kSlotBytes - rest);
+    region("logits indices", logits.data_ptr<int32_t>(), want_logits.data(), kBatch);
+    return bad;
+  }
+
+ private:
+  struct Slot {
+    uint8_t* p = nullptr;        // the slot's pinned bytes, written by the host
+    Views v;                     // the copies' sources
+    cudaEvent_t done = nullptr;  // fence, recorded after the step that used the slot
+  };
+  cudaStream_t stream_;
+  std::vector<Slot> ring_;
+  Sched sched_, ref_;  // ref_: the host replay that check() compares with
+  at::Tensor pinned_, dev_, table_, flat_, logits_, logits_last_, lens_last_;
+  Views dv_;
+  std::vector<c10::List<std::optional<at::Tensor>>> idx_;
+  std::vector<at::Tensor> vals_;
+  std::vector<int32_t> ref_table_ = std::vector<int32_t>(size_t{kRows} * kCols, 0);
+  std::vector<uint8_t> ref_slot_ = std::vector<uint8_t>(static_cast<size_t>(kSlotBytes), 0);
+};
+
+}  // namespace
+
+namespace ferry_bench::libtorch_peer {
+
+const char* torch_version() noexcept { return TORCH_VERSION; }
+
+namespace {
+void require_cuda() {
+  if (!torch::cuda::is_available()) throw std::runtime_error("torch sees no CUDA device");
+}
+}  // namespace
+
+// ---- the decode step ----------------------------------------------------------------------------
+
+struct decode_step_engine::impl {
+  c10::InferenceMode inference;
+  c10::cuda::CUDAStream stream;
+  c10::cuda::CUDAStreamGuard guard;
+  Engine engine;
+  std::string bad;
+  explicit impl(int slots)
+      : stream(c10::cuda::getStreamFromPool()), guard(stream), engine(stream.stream(), slots) {}
+};
+
+decode_step_engine::decode_step_engine(int slots) : impl_(nullptr) {
+  require_cuda();
+  impl_ = new impl(slots);
+}
+
+decode_step_engine::~decode_step_engine() { delete impl_; }
+
+void decode_step_engine::step(step_variant v) {
+  impl_->engine.step(v == step_variant::packed        ? Variant::packed
+                     : v == step_variant::five_copies ? Variant::five_copies
+                                                      : Variant::packed_nofence);
+}
+
+void decode_step_engine::synchronize() { impl_->engine.sync(); }
+
+void* decode_step_engine::stream() const noexcept { return impl_->engine.stream(); }
+
+const char* decode_step_engine::check() {
+  impl_->bad = impl_->engine.check();
+  return impl_->bad.empty() ? nullptr : impl_->bad.c_str();
+}
+
+// ---- out.copy_(pinned, non_blocking=True) ---------------------------------------------------------
+
+struct pinned_copy::impl {
+  c10::InferenceMode inference;
+  c10::cuda::CUDAStream stream;
+  c10::cuda::CUDAStreamGuard guard;
+  at::Tensor pinned, out;
+  std::string bad;
+  explicit impl(std::size_t n) : stream(c10::cuda::getStreamFromPool()), guard(stream) {
+    const auto n64 = static_cast<int64_t>(n);
+    pinned = torch::empty({n64}, torch::TensorOptions().dtype(torch::kInt32).pinned_memory(true));
+    int32_t* p = pinned.data_ptr<int32_t>();
+    for (int64_t i = 0; i < n64; ++i) p[i] = static_cast<int32_t>(i * 7 + 1);
+    out = torch::zeros({n64}, torch::TensorOptions().dtype(torch::kInt32).device(torch::kCUDA));
+    CK(cudaStreamSynchronize(stream.stream()));
+  }
+};
+
+pinned_copy::pinned_copy(std::size_t n) : impl_(nullptr) {
+  require_cuda();
+  impl_ = new impl(n);
+}
+
+pinned_copy::~pinned_copy() {
+  cudaStreamSynchronize(impl_->stream.stream());
+  delete impl_;
+}
+
+void pinned_copy::copy() { impl_->out.copy_(impl_->pinned, /*non_blocking=*/true); }
+
+void pinned_copy::synchronize() { CK(cudaStreamSynchronize(impl_->stream.stream())); }
+
+void* pinned_copy::stream() const noexcept { return impl_->stream.stream(); }
+
+const char* pinned_copy::check() {
+  synchronize();
+  const at::Tensor got = impl_->out.to(torch::kCPU);
+  impl_->bad = diff("out", got.data_ptr<int32_t>(), impl_->pinned.data_ptr<int32_t>(), impl_->pinned.numel());
+  return impl_->bad.empty() ? nullptr : impl_->bad.c_str();
+}
+
+}  // namespace ferry_bench::libtorch_peer
