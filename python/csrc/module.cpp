@@ -14,6 +14,7 @@
 #endif
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -75,6 +76,18 @@ decltype(auto) dispatch(at::ScalarType dtype, const char* api, F&& f) {
 }
 
 // ---- host values ----------------------------------------------------------------------------------
+// Whether a buffer's struct format (e.g. NumPy's "<i", "l", "f") holds T.
+template <class T>
+bool format_is(const char* f) {
+  if (f == nullptr) return false;
+  if (*f == '<' || *f == '=' || *f == '@') ++f;
+  if (f[0] == '\0' || f[1] != '\0') return false;
+  if constexpr (std::is_floating_point_v<T>) return *f == 'f';
+  const bool is_long = sizeof(long) == sizeof(T) && *f == 'l';
+  if constexpr (sizeof(T) == 4) return *f == 'i' || is_long;
+  else return *f == 'q' || is_long;
+}
+
 // The elements of `obj` as T: a CPU tensor (viewed in place when its dtype is T and it is
 // contiguous, else converted; kept alive in `keep`), or any Python sequence or iterable of numbers
 // (converted into `scratch`).
@@ -88,6 +101,23 @@ std::span<const T> host_values(py::handle obj, const char* api, std::vector<T>& 
     if (t.scalar_type() != scalar_of<T>() || !t.is_contiguous()) t = t.to(scalar_of<T>()).contiguous();
     keep = t;
     return {t.data_ptr<T>(), static_cast<std::size_t>(t.numel())};
+  }
+  // A C-contiguous buffer of T (a NumPy array of the dtype): one memcpy.
+  if (PyObject_CheckBuffer(obj.ptr())) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
+      const struct release {
+        Py_buffer* v;
+        ~release() { PyBuffer_Release(v); }
+      } done{&view};
+      if (view.itemsize == static_cast<Py_ssize_t>(sizeof(T)) && format_is<T>(view.format)) {
+        scratch.resize(static_cast<std::size_t>(view.len) / sizeof(T));
+        if (!scratch.empty()) std::memcpy(scratch.data(), view.buf, static_cast<std::size_t>(view.len));
+        return {scratch.data(), scratch.size()};
+      }
+    } else {
+      PyErr_Clear();  // not C-contiguous: read element by element below
+    }
   }
   PyObject* seq = PySequence_Fast(obj.ptr(), "ferry: the values must be a sequence or an iterable of numbers");
   if (seq == nullptr) throw py::error_already_set();

@@ -153,10 +153,10 @@ def async_tensor_h2d(data, *args, dtype=None, device=None, target_device=None, p
     if isinstance(data, np.ndarray):
         data = torch.from_numpy(data)
     if dtype is None:
-        dtype = data.dtype if isinstance(data, torch.Tensor) else torch.tensor(data[:1]).dtype
+        dtype = data.dtype if isinstance(data, torch.Tensor) else torch.tensor(data[:1], device="cpu").dtype
     if dtype not in _SUPPORTED:
         # Element types ferry_vllm does not instantiate take torch's own path.
-        t = data if isinstance(data, torch.Tensor) else torch.tensor(data, dtype=dtype)
+        t = data if isinstance(data, torch.Tensor) else torch.tensor(data, dtype=dtype, device="cpu")
         return t.pin_memory().to(device=device, dtype=dtype, non_blocking=True) if CUDA else t.to(dtype)
     with _on_device(device):
         return _C.h2d(data, dtype)
@@ -273,8 +273,10 @@ class UvaBufferPool:
         return self._pool.current_slot
 
     def _source(self, x):
+        if not self._tail:
+            return x  # lists, NumPy arrays and tensors are read by the C++ side as they are
         if isinstance(x, np.ndarray):
-            return torch.from_numpy(x)
+            x = torch.from_numpy(x)
         if self._tail:
             if isinstance(x, torch.Tensor):
                 if x.dim() < 1 or list(x.shape[1:]) != self._tail:
@@ -287,7 +289,7 @@ class UvaBufferPool:
                     f"ferry: copy_to_uva: could not broadcast an empty list into rows of shape {self._tail}"
                 )
             else:
-                x = torch.tensor(x, dtype=self.dtype)
+                x = torch.tensor(x, dtype=self.dtype, device="cpu")
                 if list(x.shape[1:]) != self._tail:
                     raise ValueError(
                         f"ferry: copy_to_uva: rows of shape {list(x.shape[1:])} do not match the "
@@ -335,10 +337,14 @@ class UvaBackedTensor:
         return self.gpu
 
 
-class StagedWriteTensor:
+class StagedWriteTensor(_C.Staged):
     """A persistent device tensor (`gpu`) updated by staged row-segment writes, applied with one
     kernel launch (ferry::staged_write_tensor). stage_write checks its bounds at once (IndexError,
-    nothing recorded); within one apply, of two overlapping writes the later one wins."""
+    nothing recorded); within one apply, of two overlapping writes the later one wins.
+
+    stage_write(index, start, x), stage_write_elem(index, x) and apply_write() are ferry's own
+    (the C++ members, called without a Python frame); x is a list, tuple, range, generator, NumPy
+    array or CPU tensor."""
 
     def __init__(
         self,
@@ -360,33 +366,22 @@ class StagedWriteTensor:
         with _on_device(device):
             if not uva_instead_of_gpu:
                 self.gpu = torch.zeros(sizes, dtype=dtype, device=device if CUDA else "cpu")
-                self._t = _C.Staged(self.gpu, sizes[0], _width(sizes), False, max_concurrency)
+                _C.Staged.__init__(self, self.gpu, sizes[0], _width(sizes), False, max_concurrency)
             else:
                 # A large, rarely read tensor in pinned host memory that kernels write in place.
                 self._uva_buf = UvaBuffer(sizes, dtype)
                 self.gpu = self._uva_buf.uva
-                self._t = _C.Staged(self._uva_buf.cpu, sizes[0], _width(sizes), True, max_concurrency)
+                _C.Staged.__init__(self, self._uva_buf.cpu, sizes[0], _width(sizes), True, max_concurrency)
         # vLLM keeps a UVA pool for the contents of UVA targets (read in place, never copied to
         # the device); ferry does the same for a UVA target (its staging slots are read in place).
-        self.write_contents = self._t if uva_instead_of_gpu else None
-
-    def stage_write(self, index: int, start: int, x: Iterable[int] | Iterable[float]) -> None:
-        if isinstance(x, np.ndarray):
-            x = torch.from_numpy(x)
-        self._t.stage_write(index, start, x)
-
-    def stage_write_elem(self, index: int, x: int | float) -> None:
-        self._t.stage_write_elem(index, x)
-
-    def apply_write(self) -> None:
-        self._t.apply_write()
+        self.write_contents = self if uva_instead_of_gpu else None
 
     def clear_staged_writes(self) -> None:
-        self._t.clear()
+        self.clear()
 
     @property
     def num_staged_writes(self) -> int:
-        return self._t.pending
+        return self.pending
 
 
 class FusedStagedWriter:
@@ -408,4 +403,4 @@ class FusedStagedWriter:
     ) -> None:
         """Applies and clears the staged writes of `tensors` (output_ptrs and output_strides, vLLM's
         scratch for its kernel's table, are accepted and not needed)."""
-        self._w.apply([t._t for t in tensors])
+        self._w.apply(list(tensors))
