@@ -234,6 +234,8 @@ def test_staged_write_inputs_and_errors(gen):
         t.stage_write_elem(-1, 3)
     with pytest.raises(ValueError, match="does not fit"):
         t.stage_write_elem(0, 2**40)
+    with pytest.raises(TypeError):
+        t.stage_write(0, 0, [1.5])  # a float into an integer tensor is not truncated silently
     assert t.num_staged_writes == 4
     t.apply_write()
     sync()
@@ -250,6 +252,29 @@ def test_staged_write_inputs_and_errors(gen):
     assert t.gpu.cpu()[0, 0].item() == 0
     with pytest.raises(ValueError, match="Unsupported dtype"):
         fv.StagedWriteTensor((4, 8), torch.float16, DEVICE)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_staged_write_numpy_sources(dtype, gen):
+    t = fv.StagedWriteTensor((3, 40), dtype, DEVICE)
+    ref = torch.zeros((3, 40), dtype=dtype)
+    same = rand((40,), dtype, gen)  # the tensor's own dtype: read as one buffer
+    other_dtype = {torch.int32: torch.int64, torch.int64: torch.int32, torch.float32: torch.float64}[dtype]
+    other = rand((20,), other_dtype, gen)
+    strided = rand((30,), dtype, gen)
+    t.stage_write(0, 0, same.numpy())
+    t.stage_write(1, 5, other.numpy())  # another dtype: converted element by element
+    t.stage_write(2, 1, strided.numpy()[::2])  # not contiguous: read element by element
+    ref[0] = same
+    ref[1, 5:25] = other.to(dtype)
+    ref[2, 1:16] = strided[::2]
+    t.apply_write()
+    sync()
+    assert torch.equal(t.gpu.cpu(), ref)
+    pool = fv.UvaBufferPool(8, dtype, max_concurrency=2)
+    out = pool.copy_to_uva(same.numpy()[:13])  # grows the slot to 16
+    sync()
+    assert torch.equal(out.cpu(), same[:13])
 
 
 def test_fused_writer_applies_every_tensor(gen):
