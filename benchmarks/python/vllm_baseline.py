@@ -12,7 +12,6 @@ torch, one Triton kernel for staged writes), written anew here from their docume
   and launches one Triton program per write that copies its contents into the target row.
 """
 
-import numpy as np
 import torch
 import triton
 import triton.language as tl

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -148,6 +148,7 @@ def async_tensor_h2d(data, *args, dtype=None, device=None, target_device=None, p
             device = args[0]
             if len(args) > 1:
                 dtype = args[1]
+    del pin_memory  # accepted for vLLM's signature: ferry stages a pageable source either way
     if device is None:
         device = target_device
     if isinstance(data, np.ndarray):
