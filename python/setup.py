@@ -39,6 +39,14 @@ if backend == "cuda" and not has_cuda:
 if backend not in ("", "cuda", "host"):
     fail(f"FERRY_VLLM_BACKEND must be cuda or host, got {backend!r}")
 use_cuda = backend == "cuda" or (backend == "" and has_cuda)
+if not use_cuda:
+    why = "FERRY_VLLM_BACKEND=host" if backend == "host" else (
+        "torch has no CUDA" if torch.version.cuda is None else f"nvcc not found at {nvcc}")
+    print(
+        f"ferry-vllm: building on ferry's host backend ({why}): every tensor it hands out is a CPU "
+        "tensor; FERRY_VLLM_BACKEND=cuda requires the CUDA build",
+        file=sys.stderr,
+    )
 
 includes = [str(root / "include"), str(root / "policies"), str(HERE / "csrc")]
 cxx = ["-std=c++20", "-O2", "-fvisibility=hidden"]
