@@ -165,9 +165,12 @@ std::size_t checked_index(std::int64_t v, const char* api, const char* what) {
 // A tensor over ferry's memory at `data`, keeping `owner` alive for as long as torch holds it.
 at::Tensor view_of(void* data, std::vector<std::int64_t> sizes, at::ScalarType dtype, at::Device device,
                    std::shared_ptr<void> owner) {
-  return torch::from_blob(
-      data, sizes, [owner = std::move(owner)](void*) mutable { owner.reset(); },
-      at::TensorOptions().dtype(dtype).device(device));
+  // target_device: the device is known, so torch need not ask the driver for the pointer's.
+  return at::for_blob(data, sizes)
+      .deleter([owner = std::move(owner)](void*) mutable { owner.reset(); })
+      .options(at::TensorOptions().dtype(dtype).device(device))
+      .target_device(device)
+      .make_tensor();
 }
 
 std::vector<std::int64_t> shape(std::int64_t rows, const std::vector<std::int64_t>& tail) {
@@ -214,9 +217,13 @@ at::Tensor uva_view(const at::Tensor& t) {
     throw ferry::error("ferry: uva view: the pinned tensor's memory is not mapped for UVA");
   }
   auto keep = std::make_shared<at::Tensor>(t);
-  return torch::from_blob(
-      mapped, t.sizes(), t.strides(), [keep](void*) mutable { keep.reset(); },
-      t.options().device(memory_device()));
+  const at::Device device = memory_device();
+  return at::for_blob(mapped, t.sizes())
+      .strides(t.strides())
+      .deleter([keep](void*) mutable { keep.reset(); })
+      .options(t.options().device(device))
+      .target_device(device)
+      .make_tensor();
 #else
   return t;
 #endif
