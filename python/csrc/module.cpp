@@ -259,7 +259,7 @@ struct UvaPoolT final : UvaPool, std::enable_shared_from_this<UvaPoolT<T>> {
     at::Tensor keep;
     const auto src = host_values<T>(values, "copy_to_gpu", scratch, keep);
     const auto s = current_stream();
-    pool.copy_to_device(src, ferry::from_torch<T>(out, out.device().is_cpu() ? 0 : out.get_device()), s);
+    (void)pool.copy_to_device(src, ferry::from_torch<T>(out, out.device().is_cpu() ? 0 : out.get_device()), s);
     finish(s);
     return out;
   }
@@ -344,7 +344,7 @@ struct CpuGpuT final : CpuGpu, std::enable_shared_from_this<CpuGpuT<T>> {
   }
   void copy_to_gpu(std::int64_t elements) override {
     const auto s = current_stream();
-    buffer.copy_to_device(checked_index(elements, "CpuGpuBuffer.copy_to_gpu", "n"), s);
+    (void)buffer.copy_to_device(checked_index(elements, "CpuGpuBuffer.copy_to_gpu", "n"), s);
     finish(s);
   }
   void copy_to_cpu(std::int64_t elements) override {
