@@ -1,0 +1,525 @@
+// ferry_vllm._C: ferry's components over torch tensors, on torch's current stream. The Python
+// classes of ferry_vllm (vLLM's names and signatures) hold these objects. ferry's exceptions reach
+// Python through pybind11's translation: std::invalid_argument → ValueError, std::out_of_range →
+// IndexError, ferry::error and ferry::capacity_error (std::runtime_error) → RuntimeError.
+#include "apply.hpp"
+
+#include <ferry/interop/torch.hpp>
+
+#include <torch/extension.h>
+#if FERRY_HAS_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#endif
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace ferry_vllm {
+namespace {
+
+constexpr bool cuda_build = FERRY_HAS_CUDA != 0;
+
+// ---- streams ------------------------------------------------------------------------------------
+// CUDA: torch's current stream of the current device. Host backend: one ferry host stream, drained
+// after every call (torch's CPU tensors are read eagerly).
+#if FERRY_HAS_CUDA
+stream_t current_stream() { return ferry::from_torch(c10::cuda::getCurrentCUDAStream()); }
+void finish(stream_t) {}
+#else
+ferry::stream<B>& host_stream() {
+  static ferry::stream<B> s;
+  return s;
+}
+stream_t current_stream() { return host_stream(); }
+void finish(stream_t s) { s.synchronize(); }
+#endif
+
+// The device of the memory ferry hands out (and of every tensor made over it).
+at::Device memory_device() {
+#if FERRY_HAS_CUDA
+  return at::Device(at::kCUDA, c10::cuda::current_device());
+#else
+  return at::Device(at::kCPU);
+#endif
+}
+
+// ---- dtypes ---------------------------------------------------------------------------------------
+template <class T>
+constexpr at::ScalarType scalar_of() {
+  if constexpr (std::is_same_v<T, std::int32_t>) return at::kInt;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return at::kLong;
+  else return at::kFloat;
+}
+
+// Calls f.template operator()<T>() for the element type of `dtype` (int32, int64, float32).
+template <class F>
+decltype(auto) dispatch(at::ScalarType dtype, const char* api, F&& f) {
+  switch (dtype) {
+    case at::kInt: return f.template operator()<std::int32_t>();
+    case at::kLong: return f.template operator()<std::int64_t>();
+    case at::kFloat: return f.template operator()<float>();
+    default:
+      throw std::invalid_argument(std::string("ferry: ") + api + ": unsupported dtype " +
+                                  c10::toString(dtype) +
+                                  ": should be one of [torch.int32, torch.int64, torch.float32]");
+  }
+}
+
+// ---- host values ----------------------------------------------------------------------------------
+// Whether a buffer's struct format (e.g. NumPy's "<i", "l", "f") holds T.
+template <class T>
+bool format_is(const char* f) {
+  if (f == nullptr) return false;
+  if (*f == '<' || *f == '=' || *f == '@') ++f;
+  if (f[0] == '\0' || f[1] != '\0') return false;
+  if constexpr (std::is_floating_point_v<T>) return *f == 'f';
+  const bool is_long = sizeof(long) == sizeof(T) && *f == 'l';
+  if constexpr (sizeof(T) == 4) return *f == 'i' || is_long;
+  else return *f == 'q' || is_long;
+}
+
+// The elements of `obj` as T: a CPU tensor (viewed in place when its dtype is T and it is
+// contiguous, else converted; kept alive in `keep`), or any Python sequence or iterable of numbers
+// (converted into `scratch`).
+template <class T>
+std::span<const T> host_values(py::handle obj, const char* api, std::vector<T>& scratch, at::Tensor& keep) {
+  if (THPVariable_Check(obj.ptr())) {
+    at::Tensor t = THPVariable_Unpack(obj.ptr());
+    if (!t.is_cpu())
+      throw std::invalid_argument(std::string("ferry: ") + api + ": the source must be a CPU tensor, got " +
+                                  t.device().str());
+    if (t.scalar_type() != scalar_of<T>() || !t.is_contiguous()) t = t.to(scalar_of<T>()).contiguous();
+    keep = t;
+    return {t.data_ptr<T>(), static_cast<std::size_t>(t.numel())};
+  }
+  // A C-contiguous buffer of T (a NumPy array of the dtype): one memcpy.
+  if (PyObject_CheckBuffer(obj.ptr())) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
+      const struct release {
+        Py_buffer* v;
+        ~release() { PyBuffer_Release(v); }
+      } done{&view};
+      if (view.itemsize == static_cast<Py_ssize_t>(sizeof(T)) && format_is<T>(view.format)) {
+        scratch.resize(static_cast<std::size_t>(view.len) / sizeof(T));
+        if (!scratch.empty()) std::memcpy(scratch.data(), view.buf, static_cast<std::size_t>(view.len));
+        return {scratch.data(), scratch.size()};
+      }
+    } else {
+      PyErr_Clear();  // not C-contiguous: read element by element below
+    }
+  }
+  PyObject* seq = PySequence_Fast(obj.ptr(), "ferry: the values must be a sequence or an iterable of numbers");
+  if (seq == nullptr) throw py::error_already_set();
+  const py::object owner = py::reinterpret_steal<py::object>(seq);
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject** items = PySequence_Fast_ITEMS(seq);
+  scratch.resize(static_cast<std::size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if constexpr (std::is_floating_point_v<T>) {
+      const double v = PyFloat_AsDouble(items[i]);
+      if (v == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+      scratch[static_cast<std::size_t>(i)] = static_cast<T>(v);
+    } else {
+      const long long v = PyLong_AsLongLong(items[i]);
+      if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+      if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
+        throw std::invalid_argument(std::string("ferry: ") + api + ": value " + std::to_string(v) +
+                                    " at position " + std::to_string(i) + " does not fit in " +
+                                    c10::toString(scalar_of<T>()));
+      scratch[static_cast<std::size_t>(i)] = static_cast<T>(v);
+    }
+  }
+  return {scratch.data(), scratch.size()};
+}
+
+template <class T>
+T host_value(py::handle obj) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<T>(py::cast<double>(obj));
+  } else {
+    const auto v = py::cast<long long>(obj);
+    if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
+      throw std::invalid_argument("ferry: stage_write_elem: value " + std::to_string(v) + " does not fit in " +
+                                  c10::toString(scalar_of<T>()));
+    return static_cast<T>(v);
+  }
+}
+
+std::size_t checked_index(std::int64_t v, const char* api, const char* what) {
+  if (v < 0)
+    throw std::out_of_range(std::string("ferry: ") + api + ": negative " + what + " " + std::to_string(v));
+  return static_cast<std::size_t>(v);
+}
+
+// A tensor over ferry's memory at `data`, keeping `owner` alive for as long as torch holds it.
+at::Tensor view_of(void* data, std::vector<std::int64_t> sizes, at::ScalarType dtype, at::Device device,
+                   std::shared_ptr<void> owner) {
+  // target_device: the device is known, so torch need not ask the driver for the pointer's.
+  return at::for_blob(data, sizes)
+      .deleter([owner = std::move(owner)](void*) mutable { owner.reset(); })
+      .options(at::TensorOptions().dtype(dtype).device(device))
+      .target_device(device)
+      .make_tensor();
+}
+
+std::vector<std::int64_t> shape(std::int64_t rows, const std::vector<std::int64_t>& tail) {
+  std::vector<std::int64_t> s{rows};
+  s.insert(s.end(), tail.begin(), tail.end());
+  return s;
+}
+
+// ---- async_h2d ------------------------------------------------------------------------------------
+// A new tensor on the current device holding `values` (a CPU tensor, pinned or not, or a sequence),
+// copied by ferry::async_h2d on torch's current stream. A pageable or Python source is staged
+// through ferry's pinned arena (consumed when this returns); a pinned tensor is DMA'd in place.
+at::Tensor h2d(py::handle values, at::ScalarType dtype) {
+  return dispatch(dtype, "async_tensor_h2d", [&]<class T>() {
+    thread_local std::vector<T> scratch;
+    at::Tensor keep;
+    const auto src = host_values<T>(values, "async_tensor_h2d", scratch, keep);
+    at::Tensor out = at::empty({static_cast<std::int64_t>(src.size())},
+                               at::TensorOptions().dtype(dtype).device(memory_device()));
+    const auto s = current_stream();
+    const auto dst = ferry::from_torch<T>(out, out.device().is_cpu() ? 0 : out.get_device());
+    if constexpr (cuda_build) {
+      if (keep.defined() && keep.is_pinned()) {
+        ferry::async_h2d(ferry::from_torch_pinned<const T>(keep), dst, s);
+        finish(s);
+        return out;
+      }
+    }
+    ferry::async_h2d(src, dst, s);
+    finish(s);
+    return out;
+  });
+}
+
+// The UVA (device) view of a pinned CPU tensor's memory, same sizes and strides; the view keeps
+// the tensor alive. On the host backend, the tensor itself.
+at::Tensor uva_view(const at::Tensor& t) {
+  if (!t.is_cpu()) throw std::invalid_argument("ferry: uva view: expected a CPU tensor, got " + t.device().str());
+#if FERRY_HAS_CUDA
+  if (!t.is_pinned()) throw std::invalid_argument("ferry: uva view: the CPU tensor is not pinned");
+  void* mapped = nullptr;
+  if (cudaHostGetDevicePointer(&mapped, t.data_ptr(), 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw ferry::error("ferry: uva view: the pinned tensor's memory is not mapped for UVA");
+  }
+  auto keep = std::make_shared<at::Tensor>(t);
+  const at::Device device = memory_device();
+  return at::for_blob(mapped, t.sizes())
+      .strides(t.strides())
+      .deleter([keep](void*) mutable { keep.reset(); })
+      .options(t.options().device(device))
+      .target_device(device)
+      .make_tensor();
+#else
+  return t;
+#endif
+}
+
+// ---- UvaBufferPool --------------------------------------------------------------------------------
+struct UvaPool {
+  virtual ~UvaPool() = default;
+  virtual at::Tensor copy_to_uva(py::handle values, const std::vector<std::int64_t>& tail) = 0;
+  virtual at::Tensor copy_to_device(py::handle values, const at::Tensor& out) = 0;
+  virtual void record_use() = 0;
+  virtual std::size_t slots() const = 0;
+  virtual std::size_t current_slot() const = 0;
+  virtual std::size_t capacity(std::size_t i) const = 0;
+};
+
+template <class T>
+struct UvaPoolT final : UvaPool, std::enable_shared_from_this<UvaPoolT<T>> {
+  UvaPoolT(std::size_t rows, std::size_t width, std::size_t slots)
+      : pool(ferry::row_width{width}, rows, slots) {}
+
+  at::Tensor copy_to_uva(py::handle values, const std::vector<std::int64_t>& tail) override {
+    at::Tensor keep;
+    const auto src = host_values<T>(values, "copy_to_uva", scratch, keep);
+    const auto s = current_stream();
+    const auto v = pool.copy_to_uva(src, s);
+    finish(s);
+    const auto rows = static_cast<std::int64_t>(v.size() / pool.width());
+    return view_of(const_cast<T*>(v.data()), shape(rows, tail), scalar_of<T>(), memory_device(),
+                   this->shared_from_this());
+  }
+  at::Tensor copy_to_device(py::handle values, const at::Tensor& out) override {
+    at::Tensor keep;
+    const auto src = host_values<T>(values, "copy_to_gpu", scratch, keep);
+    const auto s = current_stream();
+    (void)pool.copy_to_device(src, ferry::from_torch<T>(out, out.device().is_cpu() ? 0 : out.get_device()), s);
+    finish(s);
+    return out;
+  }
+  void record_use() override { pool.record_use(current_stream()); }
+  std::size_t slots() const override { return pool.slots(); }
+  std::size_t current_slot() const override { return pool.current_slot(); }
+  std::size_t capacity(std::size_t i) const override { return pool.capacity(i); }
+
+  ferry::uva_pool<T> pool;
+  std::vector<T> scratch;
+};
+
+std::shared_ptr<UvaPool> make_uva_pool(std::int64_t rows, std::int64_t width, at::ScalarType dtype,
+                                       std::int64_t slots) {
+  const auto r = checked_index(rows, "UvaBufferPool", "size");
+  const auto w = checked_index(width, "UvaBufferPool", "row width");
+  if (slots <= 0)
+    throw std::invalid_argument("ferry: UvaBufferPool: max_concurrency must be at least 1, got " +
+                                std::to_string(slots));
+  return dispatch(dtype, "UvaBufferPool", [&]<class T>() -> std::shared_ptr<UvaPool> {
+    return std::make_shared<UvaPoolT<T>>(r, w, static_cast<std::size_t>(slots));
+  });
+}
+
+// ---- UvaBackedTensor ------------------------------------------------------------------------------
+struct UvaBacked {
+  virtual ~UvaBacked() = default;
+  virtual at::Tensor host(const std::vector<std::int64_t>& sizes) = 0;
+  virtual at::Tensor publish(std::int64_t rows, const std::vector<std::int64_t>& tail) = 0;
+};
+
+template <class T>
+struct UvaBackedT final : UvaBacked, std::enable_shared_from_this<UvaBackedT<T>> {
+  UvaBackedT(std::size_t rows, std::size_t width, std::size_t slots)
+      : state(ferry::row_width{width}, rows, slots) {}
+  at::Tensor host(const std::vector<std::int64_t>& sizes) override {
+    return view_of(state.host().data(), sizes, scalar_of<T>(), at::Device(at::kCPU), this->shared_from_this());
+  }
+  at::Tensor publish(std::int64_t rows, const std::vector<std::int64_t>& tail) override {
+    const auto n = checked_index(rows, "UvaBackedTensor.copy_to_uva", "n");
+    if (n > state.rows())
+      throw std::out_of_range("ferry: UvaBackedTensor.copy_to_uva: n = " + std::to_string(n) +
+                              " exceeds the " + std::to_string(state.rows()) + " rows");
+    const auto s = current_stream();
+    const auto v = state.publish(n * state.width(), s);
+    finish(s);
+    return view_of(const_cast<T*>(v.data()), shape(rows, tail), scalar_of<T>(), memory_device(),
+                   this->shared_from_this());
+  }
+  ferry::uva_backed<T> state;
+};
+
+std::shared_ptr<UvaBacked> make_uva_backed(std::int64_t rows, std::int64_t width, at::ScalarType dtype,
+                                           std::int64_t slots) {
+  const auto r = checked_index(rows, "UvaBackedTensor", "size");
+  const auto w = checked_index(width, "UvaBackedTensor", "row width");
+  if (slots <= 0)
+    throw std::invalid_argument("ferry: UvaBackedTensor: max_concurrency must be at least 1, got " +
+                                std::to_string(slots));
+  return dispatch(dtype, "UvaBackedTensor", [&]<class T>() -> std::shared_ptr<UvaBacked> {
+    return std::make_shared<UvaBackedT<T>>(r, w, static_cast<std::size_t>(slots));
+  });
+}
+
+// ---- CpuGpuBuffer ---------------------------------------------------------------------------------
+struct CpuGpu {
+  virtual ~CpuGpu() = default;
+  virtual at::Tensor cpu(const std::vector<std::int64_t>& sizes) = 0;
+  virtual at::Tensor gpu(const std::vector<std::int64_t>& sizes) = 0;
+  virtual void copy_to_gpu(std::int64_t elements) = 0;
+  virtual void copy_to_cpu(std::int64_t elements) = 0;
+};
+
+template <class T>
+struct CpuGpuT final : CpuGpu, std::enable_shared_from_this<CpuGpuT<T>> {
+  explicit CpuGpuT(std::size_t n) : buffer(n) {}
+  at::Tensor cpu(const std::vector<std::int64_t>& sizes) override {
+    return view_of(buffer.host().data(), sizes, scalar_of<T>(), at::Device(at::kCPU), this->shared_from_this());
+  }
+  at::Tensor gpu(const std::vector<std::int64_t>& sizes) override {
+    return view_of(buffer.device().data(), sizes, scalar_of<T>(), memory_device(), this->shared_from_this());
+  }
+  void copy_to_gpu(std::int64_t elements) override {
+    const auto s = current_stream();
+    (void)buffer.copy_to_device(checked_index(elements, "CpuGpuBuffer.copy_to_gpu", "n"), s);
+    finish(s);
+  }
+  void copy_to_cpu(std::int64_t elements) override {
+    const auto s = current_stream();
+    (void)buffer.copy_to_host(checked_index(elements, "CpuGpuBuffer.copy_to_cpu", "n"), s);
+    finish(s);
+  }
+  ferry::cpu_gpu_buffer<T> buffer;
+};
+
+std::shared_ptr<CpuGpu> make_cpu_gpu(std::int64_t elements, at::ScalarType dtype) {
+  const auto n = checked_index(elements, "CpuGpuBuffer", "size");
+  return dispatch(dtype, "CpuGpuBuffer", [&]<class T>() -> std::shared_ptr<CpuGpu> {
+    return std::make_shared<CpuGpuT<T>>(n);
+  });
+}
+
+// ---- StagedWriteTensor and FusedStagedWriter ------------------------------------------------------
+struct Staged {
+  virtual ~Staged() = default;
+  virtual void stage_write(std::int64_t row, std::int64_t start, py::handle values) = 0;
+  virtual void stage_write_elem(std::int64_t row, py::handle value) = 0;
+  virtual void apply_write() = 0;
+  virtual void clear() = 0;
+  virtual std::size_t pending() const = 0;
+  virtual std::size_t pending_elements() const = 0;
+  virtual at::ScalarType dtype() const = 0;
+  virtual bool uva() const = 0;
+};
+
+template <class X>
+struct StagedT final : Staged {
+  using T = typename X::value_type;
+  StagedT(at::Tensor memory_, X target_) : memory(std::move(memory_)), target(std::move(target_)) {}
+  void stage_write(std::int64_t row, std::int64_t start, py::handle values) override {
+    const auto r = checked_index(row, "stage_write", "index");
+    const auto c = checked_index(start, "stage_write", "start");
+    at::Tensor keep;
+    target.stage_write(r, c, host_values<T>(values, "stage_write", scratch, keep));
+  }
+  void stage_write_elem(std::int64_t row, py::handle value) override {
+    target.stage_write_elem(checked_index(row, "stage_write_elem", "index"), host_value<T>(value));
+  }
+  void apply_write() override {
+    const auto s = current_stream();
+    apply<T>(target, s);
+    finish(s);
+  }
+  void clear() override { target.clear(); }
+  std::size_t pending() const override { return target.pending(); }
+  std::size_t pending_elements() const override { return target.pending_elements(); }
+  at::ScalarType dtype() const override { return scalar_of<T>(); }
+  bool uva() const override { return std::is_same_v<X, uva_target<T>>; }
+
+  at::Tensor memory;  // the target's memory (a torch tensor); destroyed after `target`
+  X target;
+  std::vector<T> scratch;
+};
+
+// A staged-write tensor over `memory`: a CUDA tensor (device target) or a pinned CPU tensor (UVA
+// target), viewed as rows x cols.
+std::shared_ptr<Staged> make_staged(const at::Tensor& memory, std::int64_t rows, std::int64_t cols,
+                                    bool uva, std::int64_t slots) {
+  const auto r = checked_index(rows, "StagedWriteTensor", "rows");
+  const auto c = checked_index(cols, "StagedWriteTensor", "columns");
+  if (slots <= 0)
+    throw std::invalid_argument("ferry: StagedWriteTensor: max_concurrency must be at least 1, got " +
+                                std::to_string(slots));
+  const auto n = static_cast<std::size_t>(slots);
+  return dispatch(memory.scalar_type(), "StagedWriteTensor", [&]<class T>() -> std::shared_ptr<Staged> {
+    if (uva) {
+      if constexpr (cuda_build)
+        if (!memory.is_pinned())
+          throw std::invalid_argument("ferry: StagedWriteTensor: a UVA target must be pinned CPU memory");
+      return std::make_shared<StagedT<uva_target<T>>>(
+          memory, make_uva_target<T>(ferry::from_torch_pinned<T>(memory), r, c, n));
+    }
+    const int device = memory.is_cpu() ? 0 : memory.get_device();
+    return std::make_shared<StagedT<device_target<T>>>(
+        memory, make_device_target<T>(ferry::from_torch<T>(memory, device), r, c, n));
+  });
+}
+
+// One fused writer per element type; tensors are applied in groups of one kind (device or UVA
+// target), at most fused_group per launch.
+struct Fused {
+  explicit Fused(std::size_t slots) : slots(slots) {}
+
+  void apply(const std::vector<std::shared_ptr<Staged>>& tensors) {
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      if (!tensors[i]) throw std::invalid_argument("ferry: FusedStagedWriter.apply: tensor " + std::to_string(i) + " is None");
+      for (std::size_t j = 0; j < i; ++j)
+        if (tensors[i] == tensors[j])
+          throw std::invalid_argument("ferry: FusedStagedWriter.apply got the same tensor twice (positions " +
+                                      std::to_string(j) + " and " + std::to_string(i) + ")");
+    }
+    const auto s = current_stream();
+    run<std::int32_t>(tensors, s);
+    run<std::int64_t>(tensors, s);
+    run<float>(tensors, s);
+    finish(s);
+  }
+
+  template <class T>
+  void run(const std::vector<std::shared_ptr<Staged>>& tensors, stream_t s) {
+    std::vector<device_target<T>*> dev;
+    std::vector<uva_target<T>*> uva;
+    for (const auto& t : tensors) {
+      if (t->dtype() != scalar_of<T>() || t->pending() == 0) continue;
+      if (t->uva()) uva.push_back(&static_cast<StagedT<uva_target<T>>&>(*t).target);
+      else dev.push_back(&static_cast<StagedT<device_target<T>>&>(*t).target);
+    }
+    if (dev.empty() && uva.empty()) return;
+    auto& w = writer<T>();
+    for (std::size_t i = 0; i < dev.size(); i += fused_group)
+      apply_fused<T>(w, std::span<device_target<T>* const>(dev).subspan(i, std::min(fused_group, dev.size() - i)), s);
+    for (std::size_t i = 0; i < uva.size(); i += fused_group)
+      apply_fused<T>(w, std::span<uva_target<T>* const>(uva).subspan(i, std::min(fused_group, uva.size() - i)), s);
+  }
+
+  template <class T>
+  fused_writer<T>& writer() {
+    auto& w = std::get<std::optional<fused_writer<T>>>(writers);
+    if (!w) w.emplace(fused_group, slots);
+    return *w;
+  }
+
+  std::size_t slots;
+  std::tuple<std::optional<fused_writer<std::int32_t>>, std::optional<fused_writer<std::int64_t>>,
+             std::optional<fused_writer<float>>>
+      writers;
+};
+
+}  // namespace
+}  // namespace ferry_vllm
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace ferry_vllm;
+  m.doc() = "ferry's components over torch tensors (the core of ferry_vllm)";
+  m.attr("cuda") = py::bool_(cuda_build);
+  m.def("h2d", &h2d, py::arg("values"), py::arg("dtype"));
+  m.def("uva_view", &uva_view, py::arg("cpu"));
+
+  py::class_<UvaPool, std::shared_ptr<UvaPool>>(m, "UvaPool")
+      .def(py::init(&make_uva_pool), py::arg("rows"), py::arg("width"), py::arg("dtype"), py::arg("slots"))
+      .def("copy_to_uva", &UvaPool::copy_to_uva)
+      .def("copy_to_device", &UvaPool::copy_to_device)
+      .def("record_use", &UvaPool::record_use)
+      .def_property_readonly("slots", &UvaPool::slots)
+      .def_property_readonly("current_slot", &UvaPool::current_slot)
+      .def("capacity", &UvaPool::capacity);
+
+  py::class_<UvaBacked, std::shared_ptr<UvaBacked>>(m, "UvaBacked")
+      .def(py::init(&make_uva_backed), py::arg("rows"), py::arg("width"), py::arg("dtype"), py::arg("slots"))
+      .def("host", &UvaBacked::host)
+      .def("publish", &UvaBacked::publish);
+
+  py::class_<CpuGpu, std::shared_ptr<CpuGpu>>(m, "CpuGpu")
+      .def(py::init(&make_cpu_gpu), py::arg("elements"), py::arg("dtype"))
+      .def("cpu", &CpuGpu::cpu)
+      .def("gpu", &CpuGpu::gpu)
+      .def("copy_to_gpu", &CpuGpu::copy_to_gpu)
+      .def("copy_to_cpu", &CpuGpu::copy_to_cpu);
+
+  py::class_<Staged, std::shared_ptr<Staged>>(m, "Staged")
+      .def(py::init(&make_staged), py::arg("memory"), py::arg("rows"), py::arg("cols"), py::arg("uva"),
+           py::arg("slots"))
+      .def("stage_write", &Staged::stage_write)
+      .def("stage_write_elem", &Staged::stage_write_elem)
+      .def("apply_write", &Staged::apply_write)
+      .def("clear", &Staged::clear)
+      .def_property_readonly("pending", &Staged::pending)
+      .def_property_readonly("pending_elements", &Staged::pending_elements);
+
+  py::class_<Fused>(m, "Fused")
+      .def(py::init<std::size_t>(), py::arg("slots"))
+      .def("apply", &Fused::apply);
+}
