@@ -58,6 +58,8 @@ constexpr std::string_view pool_busy_kept =
     "pool rotation, stats and earlier views unchanged, but fence_hits counts the busy slot";
 constexpr std::string_view staged_kept = "staged writes kept, target unchanged";
 constexpr std::string_view fused_kept = "every tensor's staged writes kept, targets unchanged";
+constexpr std::string_view step_refused_kept = "nothing enqueued, out unchanged, the step open with its data";
+constexpr std::string_view step_plan_kept = "plan unchanged";
 
 constexpr row registry[] = {
     {"stream.moved_from", "ferry::error", enqueue_kept},
@@ -122,6 +124,16 @@ constexpr row registry[] = {
     {"fused.reserve.writes_overflow", "ferry::capacity_error",
      "capacity and every tensor's staged writes unchanged"},
     {"growth.pow2.unrepresentable", "ferry::capacity_error", "no state (a pure function)"},
+    {"step.submit.growth_throws", "ferry::capacity_error", step_refused_kept},
+    {"step.submit.growth_huge", "ferry::capacity_error", step_refused_kept},
+    {"step.handle.empty", "ferry::error", "nothing recorded"},
+    {"step.handle.assigned_over", "ferry::error", "the assigned batch's plan and handles unchanged"},
+    {"step.overlap.uploads", "std::invalid_argument", step_plan_kept},
+    {"step.overlap.write_targets", "std::invalid_argument", step_plan_kept},
+    {"step.overlap.fills", "std::invalid_argument", step_plan_kept},
+    {"step.overlap.fill_upload", "std::invalid_argument", step_plan_kept},
+    {"step.overlap.target_destination", "std::invalid_argument", step_plan_kept},
+    {"step.overlap.fill_source", "std::invalid_argument", step_plan_kept},
 };
 
 const std::type_info* exception_type(std::string_view name) {
@@ -1300,4 +1312,213 @@ BAD_INPUT_ROW("growth.pow2.unrepresentable") {
   expect_throw([] { (void)ferry::growth::pow2::capacity_for((std::size_t{1} << 63) + 1); });
   expect_throw([] { (void)ferry::growth::pow2::capacity_for(std::numeric_limits<std::size_t>::max()); });
   CHECK(ferry::growth::pow2::capacity_for(std::size_t{1} << 63) == (std::size_t{1} << 63));
+}
+
+// ---- step_batch ---------------------------------------------------------------------------------
+
+// User GrowthPolicies, outside the anonymous namespace: a batch's submit carries a visibility
+// attribute, which a type of internal linkage would void (nvcc warns).
+namespace bad_input_policies {
+
+constexpr std::size_t step_threshold = std::size_t{64} << 10;
+
+// Legal GrowthPolicies that refuse more than 64 KiB: by throwing, or by an answer of 2^63 bytes.
+struct step_throws_above_64k {
+  using ferry_policy_family = ferry::families::growth;
+  static constexpr bool stable_addresses = false;
+  static std::size_t capacity_for(std::size_t needed, std::size_t current) {
+    if (needed > step_threshold) throw ferry::capacity_error("ferry: the test's policy refuses " + std::to_string(needed));
+    return ferry::growth::pow2::capacity_for(needed, current);
+  }
+};
+struct step_huge_above_64k {
+  using ferry_policy_family = ferry::families::growth;
+  static constexpr bool stable_addresses = false;
+  static std::size_t capacity_for(std::size_t needed, std::size_t current) {
+    return needed > step_threshold ? std::max(needed, std::size_t{1} << 63)
+                                   : ferry::growth::pow2::capacity_for(needed, current);
+  }
+};
+
+}  // namespace bad_input_policies
+
+namespace {
+
+using bad_input_policies::step_huge_above_64k;
+using bad_input_policies::step_throws_above_64k;
+
+// A 128 KiB upload in one step under growth policy G: submit throws having enqueued nothing; the
+// step stays open with its data (a smaller span of the same upload still holds what was written)
+// and submits once it is within the policy.
+template <class B, class G>
+void step_refused_row(std::uint64_t seed) {
+  ferry::stream<B> s;
+  constexpr std::size_t big = (std::size_t{128} << 10) / sizeof(i32);
+  ferry::device_buffer<i32, B> out(big);
+  const auto before = ferry_test::random_values<i32>(big, seed);
+  upload(out.span(), before, ferry::stream_ref<B>(s));
+  ferry::step_batch<B, G> batch;
+  auto up = batch.add_upload(out.span(), 1);
+  batch.begin();
+  const auto data = ferry_test::random_values<i32>(big, seed + 1);
+  auto span = up.span(big);
+  std::copy(data.begin(), data.end(), span.begin());
+  const auto tasks = tasks_of<B>(s);
+  expect_throw([&] { batch.submit(s); });
+  CHECK(tasks_of<B>(s) == tasks);
+  CHECK(batch.in_step());
+  CHECK(download(ferry::device_span<const i32>(out.span()), ferry::stream_ref<B>(s)) == before);
+  auto kept = up.span(1000);  // the same slot memory: what was written is still there
+  CHECK(std::vector<i32>(kept.begin(), kept.end()) == std::vector<i32>(data.begin(), data.begin() + 1000));
+  batch.submit(s);
+  auto want = before;
+  std::copy(data.begin(), data.begin() + 1000, want.begin());
+  CHECK(download(ferry::device_span<const i32>(out.span()), ferry::stream_ref<B>(s)) == want);
+}
+
+// A plan over 256 elements of device memory: an upload into [0, 32), a 4 x 16 write target over
+// [32, 96), a fill of [96, 100) from element 1 of a publish, and a device value outside it. A bad
+// add_* call, then a step through the plan: the memory matches a reference, so nothing was added.
+template <class B>
+struct step_scene {
+  ferry::stream<B> s;
+  ferry::device_buffer<i32, B> mem{256}, value{1};
+  std::vector<i32> ref;
+  ferry::step_batch<B> batch;
+  typename ferry::step_batch<B>::template upload<i32> up;
+  typename ferry::step_batch<B>::template writes<i32> w;
+  typename ferry::step_batch<B>::template publish<i32> pub;
+  std::uint64_t seed;
+
+  explicit step_scene(std::uint64_t seed_) : ref(ferry_test::random_values<i32>(256, seed_)), seed(seed_) {
+    upload(mem.span(), ref, ferry::stream_ref<B>(s));
+    upload(value.span(), ferry_test::random_values<i32>(1, seed + 1), ferry::stream_ref<B>(s));
+    up = batch.add_upload(at(0, 32), 32);
+    w = batch.add_writes(ferry::staged_view<i32>(mem.span().data() + 32, 4, 16), 4, 64);
+    pub = batch.template add_publish<i32>(4);
+    batch.add_fill(at(96, 4), pub, 1);
+  }
+  ferry::device_span<i32> at(std::size_t i, std::size_t n) { return mem.span().subspan(i, n); }
+  const i32* device_value() { return value.span().data(); }
+  void bad(auto&& call) {
+    expect_throw(call);
+    step_matches();
+  }
+  void step_matches() {
+    batch.begin();
+    const auto a = ferry_test::random_values<i32>(32, seed + 2);
+    std::copy(a.begin(), a.end(), up.span(32).begin());
+    std::copy(a.begin(), a.end(), ref.begin());
+    const auto row = ferry_test::random_values<i32>(16, seed + 3);
+    w.stage_write(3, 0, row);
+    std::copy(row.begin(), row.end(), ref.begin() + 32 + 3 * 16);
+    const auto p = ferry_test::random_values<i32>(2, seed + 4);
+    std::copy(p.begin(), p.end(), pub.span(2).begin());
+    std::fill(ref.begin() + 96, ref.begin() + 100, p[1]);
+    batch.submit(s);
+    CHECK(download(ferry::device_span<const i32>(mem.span()), ferry::stream_ref<B>(s)) == ref);
+  }
+};
+
+}  // namespace
+
+BAD_INPUT_ROW("step.submit.growth_throws") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  step_refused_row<B, step_throws_above_64k>(501);
+}
+
+BAD_INPUT_ROW("step.submit.growth_huge") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  step_refused_row<B, step_huge_above_64k>(511);
+}
+
+BAD_INPUT_ROW("step.handle.empty") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  using batch_t = ferry::step_batch<B>;
+  typename batch_t::template upload<i32> u;
+  typename batch_t::template publish<i32> p;
+  typename batch_t::template writes<i32> w;
+  expect_throw([&] { (void)u.destination(); });
+  expect_throw([&] { (void)p.view(); });
+  expect_throw([&] { (void)u.span(1); });
+  expect_throw([&] { (void)p.span(1); });
+  expect_throw([&] { w.stage_write(0, 0, {i32{1}}); });
+  CHECK(w.pending() == 0);
+}
+
+BAD_INPUT_ROW("step.handle.assigned_over") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  step_scene<B> sc(521);
+  ferry::device_buffer<i32, B> other(8);
+  ferry::step_batch<B> old;
+  auto stale_up = old.add_upload(other.span(), 8);
+  auto stale_pub = old.template add_publish<i32>(8);
+  old = std::move(sc.batch);  // old's plan ends; the scene's moves in, its handles with it
+  expect_throw([&] { (void)stale_up.span(1); });
+  expect_throw([&] { (void)stale_up.destination(); });
+  expect_throw([&] { (void)stale_pub.view(); });
+  sc.batch = std::move(old);  // a move into a moved-from batch: the scene's handles stay valid
+  sc.step_matches();
+}
+
+BAD_INPUT_ROW("step.overlap.uploads") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  step_scene<B> sc(531);
+  sc.bad([&] { (void)sc.batch.add_upload(sc.at(31, 2), 2); });
+}
+
+BAD_INPUT_ROW("step.overlap.write_targets") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  step_scene<B> sc(541);
+  SECTION("the same memory") {
+    sc.bad([&] { (void)sc.batch.add_writes(ferry::staged_view<i32>(sc.mem.span().data() + 32, 4, 16)); });
+  }
+  SECTION("one row shared") {
+    sc.bad([&] { (void)sc.batch.add_writes(ferry::staged_view<i32>(sc.mem.span().data() + 80, 2, 8)); });
+  }
+}
+
+BAD_INPUT_ROW("step.overlap.fills") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  step_scene<B> sc(551);
+  sc.bad([&] { sc.batch.add_fill(sc.at(99, 1), sc.device_value()); });
+}
+
+BAD_INPUT_ROW("step.overlap.fill_upload") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  step_scene<B> sc(561);
+  SECTION("a fill over the upload") { sc.bad([&] { sc.batch.add_fill(sc.at(0, 1), sc.device_value()); }); }
+  SECTION("an upload over the fill") { sc.bad([&] { (void)sc.batch.add_upload(sc.at(90, 8), 8); }); }
+}
+
+BAD_INPUT_ROW("step.overlap.target_destination") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  step_scene<B> sc(571);
+  SECTION("a target over the upload") {
+    sc.bad([&] { (void)sc.batch.add_writes(ferry::staged_view<i32>(sc.mem.span().data() + 24, 1, 9)); });
+  }
+  SECTION("a fill over the target") { sc.bad([&] { sc.batch.add_fill(sc.at(40, 2), sc.device_value()); }); }
+}
+
+BAD_INPUT_ROW("step.overlap.fill_source") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  step_scene<B> sc(581);
+  SECTION("a source the upload writes") {
+    sc.bad([&] { sc.batch.add_fill(sc.value.span(), static_cast<const i32*>(sc.at(5, 1).data())); });
+  }
+  SECTION("an upload over a fill's source") {
+    ferry::device_buffer<i32, B> dst(4);
+    sc.batch.add_fill(dst.span(), sc.device_value());
+    sc.bad([&] { (void)sc.batch.add_upload(sc.value.span(), 1); });
+  }
 }

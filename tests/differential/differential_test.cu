@@ -1289,4 +1289,424 @@ TEMPLATE_TEST_CASE("differential: fused_staged_writer", "[differential]", DIFF_B
   });
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// step_batch: a random plan (two uploads, two publishes, two write targets of different element
+// types, a fill from a publish's element and one from a device value), then random steps on
+// random streams against a host model: random sizes (span() called twice at times: the second
+// wins), overlapping writes (the later wins), sizes beyond growth::fixed's maxima (capacity_error,
+// nothing recorded), a fill index the publish does not hold (submit throws out_of_range), steps
+// cancelled, the batch moved and assigned over (its handles stay valid; the old plan's end).
+// Under the user GrowthPolicies the steps that hold more than 64 KiB are refused at submit
+// (the policy throws, or answers 2^63 bytes): capacity_error with nothing enqueued, again on a
+// retry, the step open with its data; it is then made smaller (the upload's first elements, as
+// written) and submitted, or cancelled. Readers of the publishes on other streams call
+// record_use before the next submit (event_fenced), or are waited for by the caller
+// (caller_fenced: a slot comes back `slots` submits later). The destinations are one region
+// across streams (each submit writes all of them).
+
+}  // namespace
+
+// User GrowthPolicies, outside the anonymous namespace: a batch's submit carries a visibility
+// attribute, which a type of internal linkage would void (nvcc warns).
+namespace diff_policies {
+
+inline constexpr std::size_t step_refuse_above = std::size_t{64} << 10;  // a power of two
+
+/// A legal GrowthPolicy that throws ferry::capacity_error for more than 64 KiB.
+struct step_throwing_policy {
+  using ferry_policy_family = ferry::families::growth;
+  static constexpr bool stable_addresses = false;
+  static std::size_t capacity_for(std::size_t needed, std::size_t current) {
+    if (needed > step_refuse_above)
+      throw ferry::capacity_error("ferry: the differential policy refuses " + std::to_string(needed));
+    return ferry::growth::pow2::capacity_for(needed, current);
+  }
+};
+/// A legal GrowthPolicy whose answer above 64 KiB is 2^63 bytes (no pinned block holds it).
+struct step_huge_policy {
+  using ferry_policy_family = ferry::families::growth;
+  static constexpr bool stable_addresses = false;
+  static std::size_t capacity_for(std::size_t needed, std::size_t current) {
+    return needed > step_refuse_above ? std::max(needed, std::size_t{1} << 63)
+                                      : ferry::growth::pow2::capacity_for(needed, current);
+  }
+};
+
+}  // namespace diff_policies
+
+namespace {
+
+using diff_policies::step_huge_policy;
+using diff_policies::step_refuse_above;
+using diff_policies::step_throwing_policy;
+
+template <class Growth, class Reuse, class Launch>
+struct step_combo {
+  using growth = Growth;
+  using reuse = Reuse;
+  using launch = Launch;
+};
+
+template <class B, class C>
+void step_episode(bench<B>& b, std::uint64_t ops) {
+  using batch_t = ferry::step_batch<typename C::growth, typename C::reuse, typename C::launch, B>;
+  using i32 = std::int32_t;
+  using i64 = std::int64_t;
+  using u8 = std::uint8_t;
+  constexpr bool fixed = std::is_same_v<typename C::growth, ferry::growth::fixed>;
+  constexpr bool refuses = std::is_same_v<typename C::growth, step_throwing_policy> ||
+                           std::is_same_v<typename C::growth, step_huge_policy>;
+  constexpr bool fenced = std::is_same_v<typename C::reuse, ferry::reuse::event_fenced>;
+  // Limits of a normal step (their contents stay under 32 KiB; the growth::fixed maxima), and of
+  // the upload's destination, which a big step fills beyond 64 KiB.
+  constexpr std::size_t n32 = 2000, n64 = 1000, np32 = 1000, npd = 200, big32 = 20000;
+  constexpr std::size_t fill_index = 3;
+  const std::size_t rows32 = 1 + b.below(12), cols32 = 1 + b.below(64);
+  const std::size_t rows8 = 1 + b.below(6), cols8 = 1 + b.below(200);
+  const std::size_t max_w = 1 + b.below(12), max_e32 = 1 + b.below(rows32 * cols32),
+                    max_e8 = 1 + b.below(rows8 * cols8);
+  const std::size_t fill_n1 = b.below(40), fill_n2 = b.below(3000);
+  const std::size_t slots = (fenced ? 2 : 1) + b.below(3);
+  const std::size_t max_slots = slots + (fixed && b.chance(30) ? 0 : b.below(6));
+  ferry::pinned_arena<B> arena;
+
+  // destinations and their models (random at first)
+  auto filled = [&](auto& buf, std::size_t lane_i) {
+    using E = typename std::remove_reference_t<decltype(buf)>::value_type;
+    auto v = b.template fresh<E>(buf.size());
+    if (!v.empty()) ferry::async_h2d(v, buf.span(), b.lane[lane_i]);
+    return v;
+  };
+  ferry::device_buffer<i32, B> d32(big32);
+  ferry::device_buffer<i64, B> d64(n64 + b.below(50));
+  ferry::device_buffer<i32, B> t32(rows32 * cols32);
+  ferry::device_buffer<u8, B> t8(rows8 * cols8);
+  ferry::device_buffer<i32, B> f1(fill_n1);
+  ferry::device_buffer<i64, B> f2(fill_n2), value(1);
+  diff::region_order<B> order;  // every destination (and the fill's device value)
+  const std::size_t l0 = b.any_lane();
+  order.write(b.lane, l0);
+  auto m32 = filled(d32, l0);
+  auto m64 = filled(d64, l0);
+  auto mt32 = filled(t32, l0);
+  auto mt8 = filled(t8, l0);
+  auto mf1 = filled(f1, l0);
+  auto mf2 = filled(f2, l0);
+
+  auto batch = std::make_unique<batch_t>(slots, max_slots, arena);
+  auto hint = [&](std::size_t n) { return fixed || b.chance(30) ? n : b.below(4); };
+  auto u32 = batch->add_upload(d32.span(), fixed ? n32 : hint(n32));
+  auto u64 = batch->add_upload(d64.span(), hint(n64));
+  auto p32 = batch->template add_publish<i32>(hint(np32));
+  auto pd = batch->template add_publish<double>(hint(npd));
+  auto w32 = batch->add_writes(ferry::staged_view<i32>(t32.span().data(), rows32, cols32), fixed ? max_w : hint(max_w),
+                               fixed ? max_e32 : hint(max_e32));
+  auto w8 = batch->add_writes(ferry::staged_view<u8>(t8.span().data(), rows8, cols8), fixed ? max_w : hint(max_w),
+                              fixed ? max_e8 : hint(max_e8));
+  batch->add_fill(f1.span(), p32, fill_index);
+  batch->add_fill(f2.span(), value.span().data());
+  // Destinations that overlap the plan's are rejected, and nothing is added (the steps show it).
+  b.template expect_throw<std::invalid_argument>([&] { (void)batch->add_upload(d32.span().subspan(b.below(big32), 1), 1); },
+                                                 "an upload over an upload");
+  b.template expect_throw<std::invalid_argument>(
+      [&] { (void)batch->add_writes(ferry::staged_view<i32>(t32.span().data() + b.below(rows32 * cols32), 1, 1)); },
+      "a write target over a write target");
+  if (fill_n2 != 0)
+    b.template expect_throw<std::invalid_argument>([&] { batch->add_fill(f2.span().subspan(b.below(fill_n2), 1), value.span().data()); },
+                                                   "a fill over a fill");
+  b.template expect_throw<std::invalid_argument>([&] { batch->add_fill(d64.span().first(1), value.span().data()); },
+                                                 "a fill over an upload");
+  if (fill_n1 != 0)
+    b.template expect_throw<std::invalid_argument>([&] { batch->add_fill(f1.span().first(1), d32.span().data()); },
+                                                   "a fill from an upload's destination");
+
+  std::set<std::size_t> pending;  // event_fenced: streams reading the last step's publishes
+  std::deque<std::vector<std::pair<std::size_t, std::uint64_t>>> in_flight;  // caller_fenced: per submit
+  std::uint64_t steps = 0, refused = 0, cancelled = 0, retried = 0;
+
+  auto caller_duty = [&] {  // caller_fenced: a slot's step and readers are done `slots` submits later
+    if constexpr (!fenced) {
+      while (in_flight.size() > slots - 1) {
+        for (auto [x, e] : in_flight.front())
+          if (!b.lane.done(x, e)) b.sync(x);
+        in_flight.pop_front();
+      }
+    }
+  };
+  auto begin = [&] {
+    caller_duty();
+    try {
+      batch->begin();
+    } catch (const ferry::capacity_error& e) {  // legitimate only while slots are still read
+      if (!fenced) throw;
+      b.sync_all();
+      pending.clear();
+      batch->begin();  // every stream idle: it must succeed
+    }
+  };
+  auto expect_counts = [&](std::size_t writes32, std::size_t elems32) {
+    if (w32.pending() != writes32 || w32.pending_elements() != elems32)
+      b.mismatch("writes pending " + std::to_string(w32.pending()) + " / " + std::to_string(w32.pending_elements()) +
+                 ", model " + std::to_string(writes32) + " / " + std::to_string(elems32));
+  };
+
+  struct write8 {
+    std::size_t row, start;
+    std::vector<u8> v;
+  };
+  struct write32 {
+    std::size_t row, start;
+    std::vector<i32> v;
+  };
+
+  // One step: begin, random data, submit (refused and fixed where the policy says so); or cancel.
+  auto step = [&](bool cancel_it) {
+    begin();
+    std::optional<std::vector<i32>> s32;
+    std::optional<std::vector<i64>> s64;
+    std::vector<i32> sp32;
+    std::vector<double> spd;
+    bool p32_set = false, pd_set = false;
+    std::vector<write32> ws32;
+    std::vector<write8> ws8;
+    std::size_t e32 = 0;
+    bool big = false;
+    // the uploads (a big one at times; twice at times: the second call wins)
+    for (int k = 0, calls = 1 + (b.chance(15) ? 1 : 0); k < calls; ++k) {
+      if (!b.chance(80)) continue;
+      big = k == 0 && b.chance(8);
+      const std::size_t n = big ? step_refuse_above / sizeof(i32) + 1 + b.below(big32 - step_refuse_above / sizeof(i32))
+                                : b.size_upto(n32);
+      auto v = b.template fresh<i32>(n);
+      try {
+        auto out = u32.span(n);
+        std::copy(v.begin(), v.end(), out.begin());
+        s32 = std::move(v);
+      } catch (const ferry::capacity_error&) {
+        if (!(fixed && n > n32)) b.mismatch("upload::span threw capacity_error within the plan");
+        big = false;
+      }
+      if (fixed && n > n32 && s32 && s32->size() == n) b.mismatch("upload::span beyond max_n under growth::fixed");
+    }
+    if (b.chance(80)) {
+      auto v = b.template fresh<i64>(b.size_upto(n64));
+      std::copy(v.begin(), v.end(), u64.span(v.size()).begin());
+      s64 = std::move(v);
+    }
+    if (b.overflow_ops && b.chance(3))  // beyond the destination: out_of_range, nothing recorded
+      b.template expect_throw<std::out_of_range>([&] { (void)u64.span(d64.size() + 1 + b.below(3)); }, "upload beyond its destination");
+    // the publishes (the fill reads element fill_index of p32: sometimes it does not hold it)
+    for (int k = 0, calls = 1 + (b.chance(15) ? 1 : 0); k < calls; ++k) {
+      const std::size_t n = b.chance(90) ? fill_index + 1 + b.below(np32 - fill_index) : b.below(fill_index + 1);
+      auto v = b.template fresh<i32>(n);
+      std::copy(v.begin(), v.end(), p32.span(n).begin());
+      sp32 = std::move(v);
+      p32_set = true;
+    }
+    if (b.chance(70)) {
+      const std::size_t n = b.size_upto(npd);
+      spd = b.template fresh<double>(n);
+      std::copy(spd.begin(), spd.end(), pd.span(n).begin());
+      pd_set = true;
+    }
+    if (fixed && b.chance(5))
+      b.template expect_throw<ferry::capacity_error>([&] { (void)pd.span(npd + 1); }, "publish::span beyond max_n");
+    // the writes: a few hot rows, overlapping (the later wins)
+    const std::size_t writes = b.below(max_w + 3);
+    for (std::size_t k = 0; k < writes; ++k) {
+      const bool into32 = b.chance(60);
+      const std::size_t rows = into32 ? rows32 : rows8, cols = into32 ? cols32 : cols8;
+      const std::size_t row = b.chance(50) ? 0 : b.below(rows), start = b.below(cols + 1);
+      const std::size_t len = b.size_upto(cols - start);
+      if (into32) {
+        auto v = b.template fresh<i32>(len);
+        const bool over = fixed && len != 0 && (ws32.size() + 1 > max_w || e32 + len > max_e32);
+        try {
+          if (len == 1 && start == 0 && b.chance(30)) w32.stage_write_elem(row, v[0]);
+          else w32.stage_write(row, start, v);
+          if (over) b.mismatch("a write beyond growth::fixed's maxima did not throw");
+          if (len != 0) {
+            e32 += len;
+            ws32.push_back({row, start, std::move(v)});
+          }
+        } catch (const ferry::capacity_error&) {
+          if (!over) b.mismatch("stage_write threw capacity_error within the plan");
+        }
+        expect_counts(ws32.size(), e32);
+      } else {
+        auto v = b.template fresh<u8>(len);
+        std::size_t e8 = 0;
+        for (const auto& w : ws8) e8 += w.v.size();
+        const bool over = fixed && len != 0 && (ws8.size() + 1 > max_w || e8 + len > max_e8);
+        try {
+          std::list<u8> src(v.begin(), v.end());  // a range that is not contiguous
+          w8.stage_write(row, start, src);
+          if (over) b.mismatch("a write beyond growth::fixed's maxima did not throw");
+          if (len != 0) ws8.push_back({row, start, std::move(v)});
+        } catch (const ferry::capacity_error&) {
+          if (!over) b.mismatch("stage_write threw capacity_error within the plan");
+        }
+      }
+    }
+    if (b.chance(4))
+      b.template expect_throw<std::out_of_range>([&] { w32.stage_write(rows32, 0, std::vector<i32>{}); }, "stage_write past the rows");
+    expect_counts(ws32.size(), e32);
+    if (cancel_it) {
+      ++cancelled;
+      batch->cancel();
+      expect_counts(0, 0);
+      if (!p32.view().empty()) b.mismatch("a publish's view after cancel() is not empty");
+      if (batch->in_step()) b.mismatch("in_step() after cancel()");
+      return;
+    }
+
+    const std::size_t l = b.any_lane();
+    order.write(b.lane, l);
+    const auto val = b.template fresh<i64>(1);
+    ferry::async_h2d(val, value.span(), b.lane[l]);
+    if constexpr (fenced) {  // readers of the last step's publishes on other streams
+      for (std::size_t x : pending)
+        if (x != l) batch->record_use(b.lane[x]);
+    }
+    auto submit = [&] {
+      const auto tasks = ferry_test::enqueued<B>(b.lane[l]);
+      try {
+        batch->submit(b.lane[l]);
+        return true;
+      } catch (const std::exception& e) {
+        if (ferry_test::enqueued<B>(b.lane[l]) != tasks) b.mismatch("a submit that threw enqueued work");
+        if (!batch->in_step()) b.mismatch("a submit that threw closed the step");
+        const bool index = !p32_set || sp32.size() <= fill_index;
+        if (dynamic_cast<const std::out_of_range*>(&e) != nullptr && index) return false;
+        if (dynamic_cast<const ferry::capacity_error*>(&e) != nullptr && refuses && big) return false;
+        throw;
+      }
+    };
+    for (int attempt = 0; !submit(); ++attempt) {
+      if (attempt == 3) {
+        b.mismatch("a submit refused after its step was fixed");
+        batch->cancel();
+        return;
+      }
+      if (!p32_set || sp32.size() <= fill_index) {  // the fill's element: the publish made longer
+        sp32 = b.template fresh<i32>(fill_index + 1 + b.below(8));
+        std::copy(sp32.begin(), sp32.end(), p32.span(sp32.size()).begin());
+        p32_set = true;
+        continue;
+      }
+      ++refused;
+      if (attempt == 0 && b.chance(50)) {  // a retry as it is: refused again
+        ++retried;
+        continue;
+      }
+      if (b.chance(30)) {  // dropped: nothing of it happens
+        ++cancelled;
+        batch->cancel();
+        expect_counts(0, 0);
+        return;
+      }
+      // made smaller: the upload's first elements, as written before the refusal
+      const std::size_t n = b.below(n32 + 1);
+      auto kept = u32.span(n);
+      if (!std::equal(kept.begin(), kept.end(), s32->begin())) b.mismatch("a refused step lost the upload's data");
+      s32->resize(n);
+      big = false;
+    }
+    if (refuses && big) b.mismatch("a step of more than 64 KiB was not refused by the policy");
+    ++steps;
+    if (batch->steps() != steps) b.mismatch("steps() " + std::to_string(batch->steps()) + ", model " + std::to_string(steps));
+    if (batch->in_step()) b.mismatch("in_step() after submit");
+    // the model
+    if (s32) std::copy(s32->begin(), s32->end(), m32.begin());
+    if (s64) std::copy(s64->begin(), s64->end(), m64.begin());
+    for (const auto& w : ws32) std::copy(w.v.begin(), w.v.end(), mt32.begin() + static_cast<std::ptrdiff_t>(w.row * cols32 + w.start));
+    for (const auto& w : ws8) std::copy(w.v.begin(), w.v.end(), mt8.begin() + static_cast<std::ptrdiff_t>(w.row * cols8 + w.start));
+    std::fill(mf1.begin(), mf1.end(), sp32[fill_index]);
+    std::fill(mf2.begin(), mf2.end(), val[0]);
+    // readers
+    std::vector<std::pair<std::size_t, std::uint64_t>> readers{{l, b.lane.epoch[l]}};
+    if constexpr (fenced) pending.clear();
+    const auto v32 = p32.view();
+    if (v32.size() != sp32.size()) b.mismatch("a publish's view of " + std::to_string(v32.size()) + " elements for " + std::to_string(sp32.size()));
+    for (std::size_t k = b.below(3); k > 0; --k) {
+      const std::size_t m = b.any_lane();
+      if (b.chance(50)) b.expect(m, v32, sp32, "publish view (int32) in stream order");
+      else b.expect(m, pd.view(), pd_set ? spd : std::vector<double>{}, "publish view (double) in stream order");
+      if constexpr (fenced) pending.insert(m);
+      readers.emplace_back(m, b.lane.epoch[m]);
+    }
+    if constexpr (!fenced) in_flight.push_back(std::move(readers));
+    if (b.chance(40)) {
+      const std::size_t m = b.any_lane();
+      order.read(b.lane, m);
+      b.expect(m, ferry::device_span<const i32>(d32.span()), m32, "upload destination (int32)");
+      b.expect(m, ferry::device_span<const i64>(d64.span()), m64, "upload destination (int64)");
+      b.expect(m, ferry::device_span<const i32>(t32.span()), mt32, "write target (int32)");
+      b.expect(m, ferry::device_span<const u8>(t8.span()), mt8, "write target (uint8)");
+      b.expect(m, ferry::device_span<const i32>(f1.span()), mf1, "fill from a publish");
+      b.expect(m, ferry::device_span<const i64>(f2.span()), mf2, "fill from a device value");
+    }
+  };
+
+  b.run(ops, [&] {
+    const unsigned r = static_cast<unsigned>(b.rng() % 100);
+    if (r < 55) {
+      step(false);
+    } else if (r < 60) {
+      step(true);
+    } else if (r < 62) {  // moved: the handles stay valid
+      batch = std::make_unique<batch_t>(std::move(*batch));
+    } else if (r < 64) {  // assigned over a batch with a step of its own, behind a held stream
+      auto other = std::make_unique<batch_t>(2, 4, arena);
+      ferry::device_buffer<i32, B> od(4);
+      auto ou = other->add_upload(od.span(), 4);
+      auto op = other->template add_publish<i32>(4);
+      const std::size_t x = b.any_lane();
+      b.lane.hold(x);
+      other->begin();
+      std::copy_n(b.template fresh<i32>(4).begin(), 4, ou.span(4).begin());
+      std::copy_n(b.template fresh<i32>(4).begin(), 4, op.span(4).begin());
+      other->submit(b.lane[x]);
+      b.lane.racing_open([&] { *other = std::move(*batch); });  // other's plan ends: it waits for its step
+      b.template expect_throw<ferry::error>([&] { (void)ou.span(1); }, "a handle of a batch assigned over");
+      b.template expect_throw<ferry::error>([&] { (void)op.view(); }, "a view of a batch assigned over");
+      batch = std::move(other);
+    } else if (r < 65) {
+      typename batch_t::template publish<i32> empty_p;
+      typename batch_t::template upload<i64> empty_u;
+      b.template expect_throw<ferry::error>([&] { (void)empty_p.view(); }, "view() of an empty handle");
+      b.template expect_throw<ferry::error>([&] { (void)empty_u.destination(); }, "destination() of an empty handle");
+    } else {
+      b.lane_op();
+    }
+  });
+  const std::size_t m = b.any_lane();
+  order.read(b.lane, m);
+  b.expect(m, ferry::device_span<const i32>(d32.span()), m32, "upload destination (int32) at the end");
+  b.expect(m, ferry::device_span<const i32>(t32.span()), mt32, "write target (int32) at the end");
+  b.expect(m, ferry::device_span<const u8>(t8.span()), mt8, "write target (uint8) at the end");
+  b.sync_all();
+  const std::string name = std::string("step_batch [") + diff::backend_name<B>() + "]: ";
+  diff::counts().add(name + "steps submitted", steps);
+  diff::counts().add(name + "submits refused by the growth policy or a fill index", refused);
+  diff::counts().add(name + "refused submits retried unchanged", retried);
+  diff::counts().add(name + "steps cancelled", cancelled);
+}
+
+TEMPLATE_TEST_CASE("differential: step_batch", "[differential]", DIFF_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using namespace ferry;
+  diff::run_component<TestType>("step_batch", [](auto& b, std::uint64_t ops) {
+    diff::dispatch<step_combo<growth::pow2, reuse::event_fenced, launch::kernel>,
+                   step_combo<growth::fixed, reuse::event_fenced, launch::kernel>,
+                   step_combo<growth::fixed, reuse::event_fenced, launch::graph>,
+                   step_combo<growth::pow2, reuse::caller_fenced, launch::kernel>,
+                   step_combo<step_throwing_policy, reuse::event_fenced, launch::kernel>,
+                   step_combo<step_huge_policy, reuse::event_fenced, launch::kernel>,
+                   step_combo<step_throwing_policy, reuse::caller_fenced, launch::kernel>>(
+        b.rng(), [&]<class C>() { step_episode<TestType, C>(b, ops); });
+  });
+}
+
 }  // namespace

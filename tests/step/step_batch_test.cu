@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -546,4 +547,316 @@ TEMPLATE_TEST_CASE("step_batch: steady state allocates nothing, never synchroniz
     step(0);
     CHECK(ferry_test::enqueued<B>(s) - before == 1);
   }
+}
+
+// ---- reliability: submit, empty and stale handles, the rules checked at setup ------------------
+
+// User GrowthPolicies, outside the anonymous namespace: a batch's submit carries a visibility
+// attribute, which a type of internal linkage would void (nvcc warns).
+namespace step_test_policies {
+
+constexpr std::size_t policy_threshold = std::size_t{64} << 10;
+
+/// A legal GrowthPolicy that throws ferry::capacity_error for more than 64 KiB (elements or bytes).
+struct throws_above_64k {
+  using ferry_policy_family = ferry::families::growth;
+  static constexpr bool stable_addresses = false;
+  static std::size_t capacity_for(std::size_t needed, std::size_t current) {
+    if (needed > policy_threshold)
+      throw ferry::capacity_error("ferry: test policy: no capacity above 64 KiB (asked " + std::to_string(needed) + ")");
+    return ferry::growth::pow2::capacity_for(needed, current);
+  }
+};
+
+/// A legal GrowthPolicy whose answer above 64 KiB is 2^63, which no pinned block can hold.
+struct huge_above_64k {
+  using ferry_policy_family = ferry::families::growth;
+  static constexpr bool stable_addresses = false;
+  static std::size_t capacity_for(std::size_t needed, std::size_t current) {
+    if (needed > policy_threshold) return std::max(needed, std::size_t{1} << 63);
+    return ferry::growth::pow2::capacity_for(needed, current);
+  }
+};
+
+}  // namespace step_test_policies
+
+namespace {
+
+using step_test_policies::huge_above_64k;
+using step_test_policies::policy_threshold;
+using step_test_policies::throws_above_64k;
+
+/// One upload of a 128 KiB step under growth policy G: submit throws capacity_error having enqueued
+/// nothing, again on a retry; the step stays open; smaller data then submit (or cancel(), then a
+/// smaller step) works, and the batch keeps working after.
+template <class B, class G>
+void growth_policy_refuses(bool fix_by_cancel) {
+  std::mt19937_64 rng(61);
+  ferry::stream<B> s;
+  constexpr std::size_t big = (std::size_t{128} << 10) / sizeof(std::int32_t);
+  ferry::device_buffer<std::int32_t, B> dst(big);
+  auto ref = randomize(dst, s, rng);
+  s.synchronize();
+  ferry::step_batch<B, G> batch(2, 8);
+  auto up = batch.add_upload(dst.span(), 1);  // a tiny hint: the slot grows
+  auto pub = batch.template add_publish<std::int32_t>(1);
+  for (int round = 0; round < 3; ++round) {  // a good step before, and after each refusal
+    batch.begin();
+    const auto v = random_bits<std::int32_t>(1000, rng);
+    auto out = up.span(v.size());
+    std::copy(v.begin(), v.end(), out.begin());
+    std::copy(v.begin(), v.end(), ref.begin());
+    const auto p = random_bits<std::int32_t>(7, rng);
+    std::copy(p.begin(), p.end(), pub.span(p.size()).begin());
+    batch.submit(s);
+    REQUIRE(same_bits(read<std::int32_t, B>(dst.span(), s), ref));
+    REQUIRE(same_bits(read<std::int32_t, B>(pub.view(), s), p));
+
+    batch.begin();
+    const auto huge = random_bits<std::int32_t>(big, rng);
+    auto all = up.span(big);
+    std::copy(huge.begin(), huge.end(), all.begin());
+    const auto steps = batch.steps();
+    const auto tasks = ferry_test::enqueued<B>(s);
+    for (int retry = 0; retry < 2; ++retry) {
+      CHECK_THROWS_AS(batch.submit(s), ferry::capacity_error);
+      CHECK(batch.in_step());
+      CHECK(batch.steps() == steps);
+      CHECK(ferry_test::enqueued<B>(s) == tasks);
+    }
+    CHECK(same_bits(read<std::int32_t, B>(dst.span(), s), ref));  // the step was never launched
+    if (fix_by_cancel) {
+      const auto before_cancel = ferry_test::enqueued<B>(s);
+      batch.cancel();
+      CHECK_FALSE(batch.in_step());
+      CHECK(batch.steps() == steps);
+      CHECK(ferry_test::enqueued<B>(s) == before_cancel);
+      CHECK_THROWS_AS(up.span(1), ferry::error);  // outside a step again
+      batch.begin();
+    }
+    const auto fixed = random_bits<std::int32_t>(4000, rng);  // 16 KiB: within the policy
+    auto smaller = up.span(fixed.size());
+    std::copy(fixed.begin(), fixed.end(), smaller.begin());
+    std::copy(fixed.begin(), fixed.end(), ref.begin());
+    batch.submit(s);
+    CHECK_FALSE(batch.in_step());
+    CHECK(batch.steps() == steps + 1);
+    REQUIRE(same_bits(read<std::int32_t, B>(dst.span(), s), ref));
+  }
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("step_batch: a submit refused by its growth policy enqueues nothing and leaves the step open",
+                   "[step][bad_input]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  SECTION("a policy that throws; smaller data, then submit") { growth_policy_refuses<TestType, throws_above_64k>(false); }
+  SECTION("a policy that throws; cancel(), then a smaller step") { growth_policy_refuses<TestType, throws_above_64k>(true); }
+  SECTION("a policy answering 2^63 bytes; smaller data, then submit") {
+    growth_policy_refuses<TestType, huge_above_64k>(false);
+  }
+  SECTION("a policy answering 2^63 bytes; cancel(), then a smaller step") {
+    growth_policy_refuses<TestType, huge_above_64k>(true);
+  }
+}
+
+TEMPLATE_TEST_CASE("step_batch: cancel() drops the open step; the next step takes its slot", "[step]",
+                   STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  std::mt19937_64 rng(62);
+  ferry::stream<B> s;
+  ferry::device_buffer<std::int64_t, B> dst(64), fill(3);
+  ferry::staged_write_tensor<std::int32_t, B> t(4, 32, s);
+  ferry::step_batch<B, ferry::reuse::caller_fenced> batch(2);
+  auto up = batch.add_upload(dst.span(), 64);
+  auto pub = batch.template add_publish<std::int64_t>(8);
+  auto w = batch.add_writes(t, 4, 64);
+  batch.add_fill(fill.span(), pub, 2);
+  auto ref = randomize(dst, s, rng);
+  auto fref = randomize(fill, s, rng);
+  model<std::int32_t> m(4, 32);
+  batch.cancel();  // outside a step: nothing to drop
+  CHECK_FALSE(batch.in_step());
+  for (int k = 0; k < 6; ++k) {
+    batch.begin();
+    const auto junk = random_bits<std::int64_t>(64, rng);
+    std::copy(junk.begin(), junk.end(), up.span(64).begin());
+    std::copy(junk.begin(), junk.begin() + 8, pub.span(8).begin());
+    w.stage_write(1, 3, random_bits<std::int32_t>(20, rng));
+    CHECK(w.pending() == 1);
+    const auto tasks = ferry_test::enqueued<B>(s);
+    batch.cancel();
+    CHECK(ferry_test::enqueued<B>(s) == tasks);
+    CHECK(w.pending() == 0);
+    CHECK(w.pending_elements() == 0);
+    CHECK(pub.view().empty());
+    CHECK(batch.steps() == static_cast<std::uint64_t>(k));
+    // caller_fenced: the slot after the last submitted step again, so the caller's count of steps
+    // (not of begin() calls) still says which slots are done
+    batch.begin();
+    const auto v = random_bits<std::int64_t>(1 + rng() % 64, rng);
+    std::copy(v.begin(), v.end(), up.span(v.size()).begin());
+    std::copy(v.begin(), v.end(), ref.begin());
+    const auto p = random_bits<std::int64_t>(3 + rng() % 6, rng);
+    std::copy(p.begin(), p.end(), pub.span(p.size()).begin());
+    std::fill(fref.begin(), fref.end(), p[2]);
+    const auto row = random_bits<std::int32_t>(5, rng);
+    w.stage_write(k % 4, 2, row);
+    m.write(k % 4, 2, row);
+    batch.submit(s);
+    s.synchronize();
+    CHECK(same_bits(read<std::int64_t, B>(dst.span(), s), ref));
+    CHECK(same_bits(read<std::int64_t, B>(fill.span(), s), fref));
+    CHECK(same_bits(read<std::int64_t, B>(pub.view(), s), p));
+    CHECK(same_bits(ferry_test::read_back<std::int32_t, B>(t, s), m.data));
+  }
+  CHECK(batch.slots() == 2);
+}
+
+TEMPLATE_TEST_CASE("step_batch: every member of an empty handle throws ferry::error, its counts are 0", "[step][bad_input]",
+                   STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using batch_t = ferry::step_batch<TestType>;
+  typename batch_t::template upload<std::int32_t> u;
+  typename batch_t::template publish<double> p;
+  typename batch_t::template writes<std::uint16_t> w;
+  CHECK_THROWS_AS(u.destination(), ferry::error);
+  CHECK_THROWS_AS(u.span(1), ferry::error);
+  CHECK_THROWS_AS(p.view(), ferry::error);
+  CHECK_THROWS_AS(p.span(1), ferry::error);
+  CHECK_THROWS_AS(w.stage_write(0, 0, {std::uint16_t{1}}), ferry::error);
+  CHECK_THROWS_WITH(p.view(), Catch::Matchers::StartsWith("ferry: ") && Catch::Matchers::ContainsSubstring("empty"));
+  CHECK(w.pending() == 0);
+  CHECK(w.pending_elements() == 0);
+  CHECK(w.rows() == 0);
+  CHECK(w.cols() == 0);
+}
+
+TEMPLATE_TEST_CASE("step_batch: handles of a batch assigned over or destroyed throw; moves keep handles valid",
+                   "[step][bad_input]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using batch_t = ferry::step_batch<B>;
+  std::mt19937_64 rng(63);
+  ferry::stream<B> s;
+  ferry::device_buffer<std::int32_t, B> a_dst(32), b_dst(32);
+  ferry::staged_write_tensor<std::int32_t, B> t(2, 8, s);
+  auto a_ref = randomize(a_dst, s, rng);
+  auto b_ref = randomize(b_dst, s, rng);
+  batch_t a;
+  auto a_up = a.add_upload(a_dst.span(), 32);
+  auto a_pub = a.template add_publish<std::int32_t>(4);
+  auto a_w = a.add_writes(t, 2, 16);
+  a.begin();  // slots taken, a step open: assignment drops it
+  std::copy(a_ref.begin(), a_ref.end(), a_up.span(32).begin());
+  batch_t b;
+  auto b_up = b.add_upload(b_dst.span(), 32);
+  auto b_pub = b.template add_publish<std::int32_t>(4);
+  auto step = [&](batch_t& batch) {
+    batch.begin();
+    const auto v = random_bits<std::int32_t>(32, rng);
+    std::copy(v.begin(), v.end(), b_up.span(32).begin());
+    b_ref = v;
+    const auto p = random_bits<std::int32_t>(4, rng);
+    std::copy(p.begin(), p.end(), b_pub.span(4).begin());
+    batch.submit(s);
+    CHECK(same_bits(read<std::int32_t, B>(b_dst.span(), s), b_ref));
+    CHECK(same_bits(read<std::int32_t, B>(b_pub.view(), s), p));
+  };
+  step(b);
+  batch_t c(std::move(b));  // move construction keeps the plan: b's handles stay valid
+  step(c);
+  batch_t d;  // a move into an empty batch keeps them valid too
+  d = std::move(c);
+  step(d);
+  a = std::move(d);  // a's plan is gone: its handles say so, b's handles now work through a
+  using Catch::Matchers::ContainsSubstring;
+  CHECK_THROWS_AS(a_up.span(1), ferry::error);
+  CHECK_THROWS_WITH(a_up.destination(), ContainsSubstring("assigned over or destroyed"));
+  CHECK_THROWS_AS(a_pub.view(), ferry::error);
+  CHECK_THROWS_AS(a_pub.span(1), ferry::error);
+  CHECK_THROWS_AS(a_w.stage_write(0, 0, {std::int32_t{5}}), ferry::error);
+  CHECK_THROWS_AS(a_w.pending(), ferry::error);
+  CHECK_THROWS_AS(a_w.rows(), ferry::error);
+  CHECK_THROWS_AS(a.add_fill(a_dst.span().first(1), a_pub, 0), std::invalid_argument);  // not a's publish now
+  step(a);
+  step(a);
+  CHECK(a.steps() == 5);
+  {
+    batch_t e(std::move(a));
+    step(e);
+  }  // destroyed: its handles say so
+  CHECK_THROWS_AS(b_up.span(1), ferry::error);
+  CHECK_THROWS_AS(b_pub.view(), ferry::error);
+  CHECK_THROWS_AS(b_up.destination(), ferry::error);
+  CHECK(same_bits(read<std::int32_t, B>(b_dst.span(), s), b_ref));
+}
+
+TEMPLATE_TEST_CASE("step_batch: destinations that overlap are rejected at setup, naming both ranges",
+                   "[step][bad_input]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using Catch::Matchers::ContainsSubstring;
+  std::mt19937_64 rng(64);
+  ferry::stream<B> s;
+  ferry::device_buffer<std::int32_t, B> mem(256), value(1);
+  const auto span = mem.span();
+  auto hex = [](const void* p) {
+    std::ostringstream o;
+    o << "0x" << std::hex << reinterpret_cast<std::uintptr_t>(p);
+    return o.str();
+  };
+  ferry::step_batch<B> batch;
+  // the plan: an upload into [0, 32), a target over [32, 96) (4 x 16), a fill of [96, 100),
+  // a publish (slot memory: never a destination)
+  auto up = batch.add_upload(span.subspan(0, 32), 32);
+  auto w = batch.add_writes(ferry::staged_view<std::int32_t>(span.data() + 32, 4, 16), 4, 64);
+  auto pub = batch.template add_publish<std::int32_t>(8);
+  batch.add_fill(span.subspan(96, 4), pub, 1);
+  // upload vs upload (one element shared), naming both ranges
+  CHECK_THROWS_WITH(batch.add_upload(span.subspan(31, 2), 2),
+                    ContainsSubstring(hex(span.data() + 31)) && ContainsSubstring("8 bytes") &&
+                        ContainsSubstring(hex(span.data())) && ContainsSubstring("128 bytes"));
+  CHECK_THROWS_AS(batch.add_upload(span.subspan(31, 2), 2), std::invalid_argument);
+  // write target vs write target: a second view over the same memory, and one that shares a row
+  CHECK_THROWS_AS(batch.add_writes(ferry::staged_view<std::int32_t>(span.data() + 32, 4, 16)), std::invalid_argument);
+  CHECK_THROWS_AS(batch.add_writes(ferry::staged_view<std::int32_t>(span.data() + 80, 1, 16)), std::invalid_argument);
+  // a target of another element type over the same bytes
+  CHECK_THROWS_AS(batch.add_writes(ferry::staged_view<std::int64_t>(reinterpret_cast<std::int64_t*>(span.data() + 40), 2, 2)),
+                  std::invalid_argument);
+  // write target vs upload and fill; upload vs fill; fill vs fill
+  CHECK_THROWS_AS(batch.add_writes(ferry::staged_view<std::int32_t>(span.data() + 28, 1, 8)), std::invalid_argument);
+  CHECK_THROWS_AS(batch.add_writes(ferry::staged_view<std::int32_t>(span.data() + 95, 1, 2)), std::invalid_argument);
+  CHECK_THROWS_AS(batch.add_upload(span.subspan(90, 10), 10), std::invalid_argument);
+  CHECK_THROWS_AS(batch.add_fill(span.subspan(0, 1), value.span().data()), std::invalid_argument);
+  CHECK_THROWS_WITH(batch.add_fill(span.subspan(99, 1), pub, 0),
+                    ContainsSubstring(hex(span.data() + 99)) && ContainsSubstring(hex(span.data() + 96)));
+  CHECK_THROWS_AS(batch.add_fill(span.subspan(40, 2), value.span().data()), std::invalid_argument);
+  // ranges that only touch, and empty ranges, are disjoint
+  auto up2 = batch.add_upload(span.subspan(100, 20), 20);
+  batch.add_fill(span.subspan(120, 0), value.span().data());
+  auto w2 = batch.add_writes(ferry::staged_view<std::int32_t>(span.data() + 120, 2, 8), 2, 16);
+  // nothing rejected was added: a step moves exactly the plan above
+  auto ref = randomize(mem, s, rng);
+  const auto val = random_bits<std::int32_t>(1, rng);
+  ferry::async_h2d(val, value.span(), s);
+  batch.begin();
+  const auto a = random_bits<std::int32_t>(32, rng);
+  std::copy(a.begin(), a.end(), up.span(32).begin());
+  std::copy(a.begin(), a.end(), ref.begin());
+  const auto row = random_bits<std::int32_t>(16, rng);
+  w.stage_write(2, 0, row);
+  std::copy(row.begin(), row.end(), ref.begin() + 32 + 2 * 16);
+  const auto p = random_bits<std::int32_t>(2, rng);
+  std::copy(p.begin(), p.end(), pub.span(2).begin());
+  std::fill(ref.begin() + 96, ref.begin() + 100, p[1]);
+  const auto b = random_bits<std::int32_t>(20, rng);
+  std::copy(b.begin(), b.end(), up2.span(20).begin());
+  std::copy(b.begin(), b.end(), ref.begin() + 100);
+  const auto r2 = random_bits<std::int32_t>(8, rng);
+  w2.stage_write(1, 0, r2);
+  std::copy(r2.begin(), r2.end(), ref.begin() + 128);
+  batch.submit(s);
+  CHECK(same_bits(read<std::int32_t, B>(mem.span(), s), ref));
 }

@@ -64,7 +64,9 @@ namespace ferry {
 ///
 /// **Rules.** Destinations of one step are disjoint, except writes into one target: of two
 /// writes that overlap, the one staged later wins. A fill's source must not be written by the
-/// same step (it may be an element of this step's publish). Uploads and writes land in memory
+/// same step (it may be an element of this step's publish). Both are checked at setup: an add_*
+/// call whose destination (or fill source) overlaps one declared before throws
+/// std::invalid_argument naming both byte ranges. Uploads and writes land in memory
 /// the engine owns; a published view lives in the slot: **it stays valid for work enqueued on the
 /// submit's stream before the next submit** (work on another stream: record_use(stream) before
 /// the next submit). Under event_fenced a slot is rewritten only once its kernel and the readers
@@ -75,12 +77,13 @@ namespace ferry {
 /// Under caller_fenced nothing is checked: the caller makes sure a slot's step and readers are
 /// done `slots` steps later.
 ///
-/// **Capture safety.** begin(), the handles' calls, reserve() and the add_* calls touch no stream
+/// **Capture safety.** begin(), cancel(), the handles' calls, reserve() and the add_* calls touch no stream
 /// and may run while a stream captures; submit(), submit_with() and record_use() throw
 /// ferry::error on a capturing stream (the graph a replay uses is ferry's own, one per slot).
 ///
-/// Handles are small values that refer to the batch; they stay valid while it lives (moves
-/// included). Destruction waits for the batch's kernels and for the readers of the last step's
+/// Handles are small values that share the batch's state; they stay valid while it lives (moves
+/// included); once it is destroyed or assigned over, each of their calls throws ferry::error, as
+/// on an empty handle. Destruction waits for the batch's kernels and for the readers of the last step's
 /// publishes (the device, as freeing memory does: their streams may be gone). Move-only; not
 /// thread-safe.
 template <class... Policies>
@@ -114,19 +117,29 @@ class step_batch {
 
   // ---- handles ---------------------------------------------------------------------------------
 
-  /// What every handle holds: the batch's state (which moves with the batch) and its index there.
+  /// What every handle holds: a share of the batch's state (which moves with the batch, and
+  /// outlives it while a handle holds it, so that a stale handle is caught, never a read of freed
+  /// memory) and its index there.
   class handle {
    protected:
     handle() = default;
     /// Entry `i` of the plan in `c`.
-    handle(core* c, std::size_t i) : core_(c), i_(i) {}
-    /// The batch's state; ferry::error for an empty (default-constructed) `kind` handle.
+    handle(std::shared_ptr<core> c, std::size_t i) : core_(std::move(c)), i_(i) {}
+    /// The batch's state; ferry::error for an empty (default-constructed) `kind` handle, or one
+    /// whose batch was destroyed or assigned over.
     core& c(const char* kind) const {
-      if (!core_) throw error(std::string("ferry: use of an empty step_batch::") + kind + " handle");
+      if (!core_ || core_->dead_) [[unlikely]]
+        throw_unusable(kind);
       return *core_;
     }
-    core* core_ = nullptr;  ///< The batch's state (null: an empty handle).
-    std::size_t i_ = 0;     ///< The entry in the state's list of this kind of handle.
+    [[noreturn]] FERRY_COLD void throw_unusable(const char* kind) const {
+      if (!core_) throw error(std::string("ferry: use of an empty step_batch::") + kind + " handle");
+      throw error(std::string("ferry: use of a step_batch::") + kind +
+                  " handle whose batch was assigned over or destroyed (a move keeps handles valid; "
+                  "an assignment over a batch, or its destruction, ends its handles)");
+    }
+    std::shared_ptr<core> core_;  ///< The batch's state (null: an empty handle).
+    std::size_t i_ = 0;           ///< The entry in the state's list of this kind of handle.
     friend class step_batch;
   };
 
@@ -160,9 +173,10 @@ class step_batch {
       r.bytes = bytes;
       return {reinterpret_cast<T*>(r.at), n};
     }
-    /// The device buffer this upload fills.
-    [[nodiscard]] device_span<T> destination() const noexcept {
-      const auto& r = core_->uploads_[i_];
+    /// The device buffer this upload fills. ferry::error for an empty handle or one whose batch
+    /// was assigned over or destroyed.
+    [[nodiscard]] device_span<T> destination() const {
+      const auto& r = c("upload").uploads_[i_];
       return {reinterpret_cast<T*>(r.dst), r.limit};
     }
 
@@ -198,9 +212,10 @@ class step_batch {
       return {reinterpret_cast<T*>(r.at), n};
     }
     /// The kernel-readable view of the last span() of the current (or last submitted) step;
-    /// empty before the step's span() call.
-    [[nodiscard]] device_span<const T> view() const noexcept {
-      const auto& r = core_->publishes_[i_];
+    /// empty before the step's span() call and after cancel(). ferry::error for an empty handle
+    /// or one whose batch was assigned over or destroyed.
+    [[nodiscard]] device_span<const T> view() const {
+      const auto& r = c("publish").publishes_[i_];
       return {static_cast<const T*>(ops::mapped(r.at)), r.n};
     }
 
@@ -239,16 +254,17 @@ class step_batch {
       const T v = static_cast<T>(value);
       stage(row, 0, std::span<const T>(&v, 1));
     }
-    /// Writes recorded in the open step (empty writes are not recorded).
-    [[nodiscard]] std::size_t pending() const noexcept { return core_ ? core_->writes_[i_].writes : 0; }
+    /// Writes recorded in the open step (empty writes are not recorded). These four counts are 0
+    /// for an empty handle; ferry::error for one whose batch was assigned over or destroyed.
+    [[nodiscard]] std::size_t pending() const { return core_ ? c("writes").writes_[i_].writes : 0; }
     /// Elements recorded in the open step.
-    [[nodiscard]] std::size_t pending_elements() const noexcept {
-      return core_ ? core_->writes_[i_].elements : 0;
+    [[nodiscard]] std::size_t pending_elements() const {
+      return core_ ? c("writes").writes_[i_].elements : 0;
     }
     /// The target's rows.
-    [[nodiscard]] std::size_t rows() const noexcept { return core_ ? core_->writes_[i_].rows : 0; }
+    [[nodiscard]] std::size_t rows() const { return core_ ? c("writes").writes_[i_].rows : 0; }
     /// The target's columns.
-    [[nodiscard]] std::size_t cols() const noexcept { return core_ ? core_->writes_[i_].cols : 0; }
+    [[nodiscard]] std::size_t cols() const { return core_ ? c("writes").writes_[i_].cols : 0; }
 
    private:
     friend class step_batch;
@@ -299,13 +315,15 @@ class step_batch {
     if (slots > max_slots)
       throw std::invalid_argument("ferry: step_batch slots (" + std::to_string(slots) +
                                   ") exceeds max_slots (" + std::to_string(max_slots) + ")");
-    core_ = std::make_unique<core>(slots, max_slots, ops::current_device(), arena);
+    core_ = std::make_shared<core>(slots, max_slots, ops::current_device(), arena);
     step_ops::preload();
   }
   /// Takes over `o`'s slots and plan; handles and views handed out by `o` stay valid (they refer
   /// to the plan, which moves as a whole); `o` is left empty.
   step_batch(step_batch&& o) noexcept = default;
-  /// Releases this batch (as the destructor does), then takes `o`'s.
+  /// Releases this batch (as the destructor does: its open step is dropped, and its handles end:
+  /// each of their calls throws ferry::error), then takes `o`'s plan, slots and handles, which stay
+  /// valid.
   step_batch& operator=(step_batch&& o) noexcept {
     if (this != &o) {
       release_all();
@@ -314,7 +332,7 @@ class step_batch {
     return *this;
   }
   /// Waits for the batch's kernels and for the readers of the last step's publishes, then gives
-  /// every block back to the arena.
+  /// every block back to the arena. Its handles end (each of their calls throws ferry::error).
   ~step_batch() { release_all(); }
 
   // ---- the plan --------------------------------------------------------------------------------
@@ -329,8 +347,9 @@ class step_batch {
     if (max_n > dst.size())
       throw std::invalid_argument("ferry: step_batch::add_upload: max_n " + std::to_string(max_n) +
                                   " exceeds the destination's " + std::to_string(dst.size()) + " elements");
+    k.check_disjoint("add_upload", "destination", reinterpret_cast<std::uintptr_t>(dst.data()), dst.size_bytes());
     k.uploads_.push_back({reinterpret_cast<std::uintptr_t>(dst.data()), sizeof(T), dst.size(), max_n});
-    return upload<T>(&k, k.uploads_.size() - 1);
+    return upload<T>(core_, k.uploads_.size() - 1);
   }
 
   /// Declares a UVA publish of up to `max_n` elements per step (fixed: the limit; pow2: a hint).
@@ -341,7 +360,7 @@ class step_batch {
     k.check_planning("add_publish");
     (void)detail::checked_bytes<capacity_error>(max_n, sizeof(T), "a publish");
     k.publishes_.push_back({sizeof(T), max_n});
-    return publish<T>(&k, k.publishes_.size() - 1);
+    return publish<T>(core_, k.publishes_.size() - 1);
   }
 
   /// Declares staged writes into the rows x cols target `target` (device memory or UVA), of up to
@@ -354,9 +373,12 @@ class step_batch {
     k.check_planning("add_writes");
     const std::size_t rows = target.extent(0), cols = target.extent(1);
     (void)detail::checked_bytes<capacity_error>(max_elements, sizeof(T), "step_batch writes");
+    const std::size_t bytes = detail::checked_bytes(detail::checked_bytes(rows, cols, "a write target"), sizeof(T),
+                                                    "a write target");
+    k.check_disjoint("add_writes", "target", reinterpret_cast<std::uintptr_t>(target.data_handle()), bytes);
     k.writes_.push_back({reinterpret_cast<std::uintptr_t>(target.data_handle()), rows, cols, sizeof(T),
                          max_writes, max_elements, detail::overlap_tracker(rows, cols), {}, {}, 0, 0});
-    return writes<T>(&k, k.writes_.size() - 1);
+    return writes<T>(core_, k.writes_.size() - 1);
   }
   /// add_writes(tensor.view(), ...): writes into a staged_write_tensor's target (its own staged
   /// writes are independent of these; work on one stream applies both in stream order).
@@ -369,7 +391,8 @@ class step_batch {
   }
 
   /// Declares a fill, every step, of every element of `dst` with the value at `device_value`
-  /// (device memory or UVA, read by the step's kernel: never by the host).
+  /// (device memory or UVA, read by the step's kernel: never by the host; no destination of the
+  /// plan may cover it).
   template <class T>
   void add_fill(device_span<T> dst, const T* device_value) {
     add_fill_from(dst, reinterpret_cast<std::uintptr_t>(device_value), none, 0);
@@ -378,7 +401,7 @@ class step_batch {
   /// `src` publish (its span() call must cover index, else submit throws std::out_of_range).
   template <class T>
   void add_fill(device_span<T> dst, const publish<T>& src, std::size_t index) {
-    if (src.core_ != core_.get())
+    if (src.core_ != core_)
       throw std::invalid_argument("ferry: step_batch::add_fill: a publish of another batch");
     add_fill_from(dst, 0, src.i_, index);
   }
@@ -412,20 +435,22 @@ class step_batch {
   /// readers of its publishes) is never rewritten: the slot after it is taken if free, else a new
   /// slot is inserted (up to max_slots; sized to the largest step so far, or to the plan under
   /// growth::fixed), else ferry::capacity_error with nothing changed.
-  /// Throws ferry::error when the step begun before was not submitted. Never blocks, never
-  /// touches a stream.
+  /// Throws ferry::error when the step begun before was neither submitted nor cancelled. Never
+  /// blocks, never touches a stream.
   void begin() {
     core& k = c();
-    if (k.open_) throw error("ferry: step_batch::begin: the step begun before was not submitted");
+    if (k.open_)
+      throw error("ferry: step_batch::begin: the step begun before was neither submitted nor cancelled");
     reserve();
-    std::size_t next = k.cur_ == none ? 0 : (k.cur_ + 1) % k.slots_.size();
-    bool insert = false;
+    bool insert = k.slots_.empty();  // every slot abandoned (see abandon_step)
+    std::size_t next = k.cur_ == none || insert ? 0 : (k.cur_ + 1) % k.slots_.size();
     if constexpr (fenced) {
       // While the stream keeps up, the slot of the step before the last is free again: taking it
       // keeps the host writing two slots that stay in its caches. Else the ring is walked: a busy
       // slot is stepped over once (a reader held on another stream); when the one after it is
       // busy too, the stream itself is behind: a slot is inserted.
-      if (k.before_ != none && slot_free(k.slots_[k.before_])) {
+      if (insert) {
+      } else if (k.before_ != none && slot_free(k.slots_[k.before_])) {
         next = k.before_;
       } else if (!slot_free(k.slots_[next])) {
         const std::size_t after = (next + 1) % k.slots_.size();
@@ -438,7 +463,7 @@ class step_batch {
         throw capacity_error("ferry: step_batch: the next slot is still in use (its step or the readers of "
                              "its publishes) and the batch holds max_slots (" + std::to_string(k.max_slots_) +
                              ") slots; use more slots, or let the stream catch up");
-      next = k.cur_ + 1;
+      next = k.cur_ == none ? 0 : k.cur_ + 1;
       k.slots_.insert(k.slots_.begin() + static_cast<std::ptrdiff_t>(next), make_slot());
       if (k.prev_ != none && k.prev_ >= next) ++k.prev_;
       if (k.before_ != none && k.before_ >= next) ++k.before_;
@@ -451,15 +476,20 @@ class step_batch {
     k.base_ = s.content.data;
     k.room_ = s.content.capacity;
     k.used_ = 0;
-    k.step_bytes_ = 0;
-    for (auto& u : k.uploads_) u = {u.dst, u.elem, u.limit, u.max_n};
-    for (auto& p : k.publishes_) p = {p.elem, p.max_n};
-    for (auto& w : k.writes_) {
-      w.chunks.clear();
-      w.tracker.reset();
-      w.writes = w.elements = 0;
-    }
+    k.clear_step();
     k.open_ = true;
+  }
+
+  /// Drops the open step: what its handles recorded is gone (pending() is 0, a publish's view()
+  /// is empty), nothing is enqueued, and its slot is taken again by the next begin() as if this
+  /// step had not begun. Touches no stream (capture-safe); outside a step it does nothing. The
+  /// way out of a step that submit() refused and that the engine will not fix.
+  void cancel() {
+    core& k = c();
+    if (!k.open_) return;
+    k.clear_step();
+    k.cur_ = k.prev_;
+    k.open_ = false;
   }
 
   /// Submits the open step on `s`: ONE kernel launch (launch::kernel) or graph replay
@@ -468,7 +498,9 @@ class step_batch {
   /// readers on `s` it follows) for the reuse core. Never synchronizes. Throws ferry::error
   /// outside a step, on a stream of another device or one that is capturing; std::out_of_range
   /// for a fill from an element its publish does not hold this step; ferry::capacity_error when
-  /// growth::fixed is exceeded. Whatever throws leaves the step open and its data as they were.
+  /// growth::fixed is exceeded or the GrowthPolicy refuses the step's size (it throws, or answers
+  /// more than a pinned block holds). Whatever throws has enqueued nothing and leaves the step open
+  /// and its data as they were: fix it and submit again, or cancel().
   FERRY_KERNEL_VISIBILITY void submit(stream_ref<B> s) {
     submit_by(s, [&](typename core::slot& sl, const void* table, std::size_t blocks) {
       if constexpr (graphs)
@@ -508,7 +540,10 @@ class step_batch {
   void record_use(stream_ref<B> s) {
     core& k = c();
     [[maybe_unused]] const auto on_device = ops::enter(s, k.device_);
-    if (k.prev_ != none) add_stamp(k.slots_[k.prev_], detail::shared_timeline<B>().mark(s));
+    if (k.prev_ == none) return;
+    auto& sl = k.slots_[k.prev_];
+    reserve_stamp(sl);  // before the mark: a point made must be kept
+    add_stamp(sl, detail::shared_timeline<B>().mark(s));
   }
 
   /// Steps submitted so far.
@@ -529,8 +564,14 @@ class step_batch {
     static_assert((detail::check_element<T>(), true));
     core& k = c();
     k.check_planning("add_fill");
-    k.fills_.push_back({reinterpret_cast<std::uintptr_t>(dst.data()), src, sizeof(T), dst.size() * sizeof(T),
-                        publish, index});
+    const auto at = reinterpret_cast<std::uintptr_t>(dst.data());
+    k.check_disjoint("add_fill", "destination", at, dst.size_bytes());
+    if (publish == none) {
+      k.check_disjoint("add_fill", "source", src, sizeof(T));
+      if (!dst.empty() && src < at + dst.size_bytes() && at < src + sizeof(T))
+        throw std::invalid_argument("ferry: step_batch::add_fill: the fill's source lies in its own destination");
+    }
+    k.fills_.push_back({at, src, sizeof(T), dst.size_bytes(), publish, index});
   }
 
   static std::size_t chunks_of(std::size_t bytes) noexcept {
@@ -616,7 +657,10 @@ class step_batch {
   }
 
   // submit()'s work around `enqueue(slot, table, blocks)`, which launches the step's kernel or a
-  // graph holding it under the reuse core's lock.
+  // graph holding it under the reuse core's lock. Everything that can throw (the checks, the
+  // GrowthPolicy's answers, a table regrown, room for the stamps) comes before the enqueue, so that
+  // a submit that throws has enqueued nothing and leaves the step open; after it nothing throws,
+  // except the marking itself, which then abandons what the step reads (abandon_step).
   template <class Enqueue>
   FERRY_KERNEL_VISIBILITY void submit_by(stream_ref<B> s, Enqueue&& enqueue) {
     core& k = c();
@@ -629,44 +673,69 @@ class step_batch {
                                 " of a publish that holds " + std::to_string(k.publishes_[f.publish].n) +
                                 " elements this step");
     }
-    const std::size_t n = resolve_and_count();
+    const step_size z = resolve_and_measure();
+    const std::size_t n = z.descs;
     if (n > sl.table_cap) {
       if constexpr (fixed) {
         throw capacity_error("ferry: step_batch (growth::fixed): the step needs " + std::to_string(n) +
                              " descriptors, more than the " + std::to_string(sl.table_cap) + " of its slot");
       } else {
-        k.want_table_ = std::max(k.want_table_, detail::grown_capacity<growth_policy>(n, sl.table_cap));
-        regrow_table(sl, k.want_table_);
+        const std::size_t want = std::max(k.want_table_, detail::grown_capacity<growth_policy>(n, sl.table_cap));
+        regrow_table(sl, want);  // nothing changes if it throws
+        k.want_table_ = want;    // a larger table in the open step's slot is all that stays if a later check throws
       }
     }
+    std::size_t want_content = k.want_content_;
+    if constexpr (!fixed) {
+      if (z.bytes > want_content) [[unlikely]]
+        want_content = grown_content(z.bytes);
+    }
+    reserve_stamp(sl);
+    const bool stamps_prev = k.prev_ != none && k.prev_ != k.cur_;
+    if (stamps_prev) reserve_stamp(k.slots_[k.prev_]);
     write_table(sl);
     auto* header = reinterpret_cast<detail::step_header*>(sl.table.data);
     const void* table = ops::mapped(sl.table.data);
     const std::size_t blocks = graphs ? sl.table_cap : std::max<std::size_t>(n, 1);
-    const detail::stamp st = detail::shared_timeline<B>().mark_with(s, [&](const detail::kernel_mark& m) {
-      header->counter = reinterpret_cast<std::uintptr_t>(m.counter);
-      header->blocks_done = reinterpret_cast<std::uintptr_t>(m.blocks_done);
-      header->value = m.value;
-      enqueue(sl, table, blocks);
-    });
-    add_stamp(sl, st);
-    if (k.prev_ != none && k.prev_ != k.cur_) add_stamp(k.slots_[k.prev_], st);
+    bool enqueued = false;
+    detail::stamp st;
+    try {
+      st = detail::shared_timeline<B>().mark_with(s, [&](const detail::kernel_mark& m) {
+        header->counter = reinterpret_cast<std::uintptr_t>(m.counter);
+        header->blocks_done = reinterpret_cast<std::uintptr_t>(m.blocks_done);
+        header->value = m.value;
+        enqueue(sl, table, blocks);
+        enqueued = true;
+      });
+    } catch (...) {
+      if (enqueued) abandon_step();
+      throw;
+    }
+    add_stamp(sl, st);  // room reserved above: no allocation, no throw
+    if (stamps_prev) add_stamp(k.slots_[k.prev_], st);
     k.before_ = k.prev_ != k.cur_ ? k.prev_ : none;
     k.prev_ = k.cur_;
-    k.prev_published_ =
-        std::any_of(k.publishes_.begin(), k.publishes_.end(), [](const auto& p) { return p.n != 0; });
-    if constexpr (!fixed)
-      k.want_content_ =
-          std::max(k.want_content_, detail::grown_capacity<growth_policy>(k.step_bytes_, k.want_content_));
+    k.prev_published_ = z.published;
+    k.want_content_ = want_content;
     k.open_ = false;
     ++k.steps_;
   }
 
-  // Resolves overlapping writes (later wins) and returns the step's descriptor count.
-  std::size_t resolve_and_count() {
+  // The open step's descriptors and contents: `bytes` is what its handles hold now, each placement
+  // with its alignment slack (a slot of that size holds the same step in one block), so that a step
+  // whose sizes were made smaller after a refused submit is measured at its new sizes.
+  struct step_size {
+    std::size_t descs = 0, bytes = 0;
+    bool published = false;
+  };
+  // Resolves overlapping writes (later wins) and measures the step.
+  step_size resolve_and_measure() {
     core& k = *core_;
-    std::size_t n = 0;
-    for (const auto& u : k.uploads_) n += chunks_of(u.bytes);
+    step_size z;
+    for (const auto& u : k.uploads_) {
+      z.descs += chunks_of(u.bytes);
+      if (u.at) z.bytes += u.bytes + detail::step_vector_bytes;
+    }
     for (auto& w : k.writes_) {
       if (w.tracker.suspect() && !w.chunks.empty()) {
         if (w.resolver.any_overlap(w.chunks.data(), w.chunks.size())) {
@@ -676,10 +745,54 @@ class step_batch {
         }
         w.tracker.resolved();
       }
-      n += w.chunks.size();
+      z.descs += w.chunks.size();
+      z.bytes += w.elements * w.elem + w.writes * detail::step_vector_bytes;
     }
-    for (const auto& f : k.fills_) n += chunks_of(f.bytes);
-    return n;
+    for (const auto& p : k.publishes_) {
+      if (p.at) z.bytes += p.n * p.elem + detail::step_vector_bytes;
+      z.published |= p.n != 0;
+    }
+    for (const auto& f : k.fills_) z.descs += chunks_of(f.bytes);
+    return z;
+  }
+
+  // growth::pow2 and user policies: the content capacity every slot is wanted at once a step of
+  // `bytes` outgrew it, as the GrowthPolicy answers; the answer is proven by taking a block of that
+  // size from the arena (given back at once, unused: the next slot that grows takes it), so that an
+  // answer no block can hold throws here (ferry::capacity_error, or ferry::out_of_memory), before
+  // anything is enqueued, instead of at every later begin().
+  FERRY_COLD std::size_t grown_content(std::size_t bytes) {
+    core& k = *core_;
+    const std::size_t want = std::max(k.want_content_, detail::grown_capacity<growth_policy>(bytes, k.want_content_));
+    try {
+      k.arena_->release(k.arena_->acquire(want));
+    } catch (const capacity_error& e) {
+      throw capacity_error("ferry: step_batch::submit: the GrowthPolicy's capacity_for(" + std::to_string(bytes) +
+                           ", " + std::to_string(k.want_content_) + ") answered " + std::to_string(want) +
+                           " bytes, which no pinned block can hold (" + e.what() + ")");
+    }
+    return want;
+  }
+
+  // Room for one more stamp in `s`, so that add_stamp after the enqueue cannot throw.
+  static void reserve_stamp(typename core::slot& s) {
+    if (s.stamps.size() == s.stamps.capacity()) [[unlikely]]
+      s.stamps.reserve(2 * s.stamps.size() + 4);
+  }
+
+  // The open step was enqueued but could not be stamped: its slot, and the previous step's (whose
+  // readers on the stream this stamp would have covered), leave the ring without being released:
+  // their blocks are leaked, never rewritten under a reader. The step counts as submitted.
+  void abandon_step() noexcept {
+    core& k = *core_;
+    std::size_t drop[2] = {k.cur_, k.prev_ != none && k.prev_ != k.cur_ ? k.prev_ : none};
+    if (drop[1] != none && drop[1] > drop[0]) std::swap(drop[0], drop[1]);  // the higher index first
+    for (const std::size_t i : drop)
+      if (i != none) k.slots_.erase(k.slots_.begin() + static_cast<std::ptrdiff_t>(i));
+    k.cur_ = k.prev_ = k.before_ = none;
+    k.prev_published_ = false;
+    k.open_ = false;
+    ++k.steps_;
   }
 
   void write_table(typename core::slot& s) {
@@ -743,12 +856,14 @@ class step_batch {
   // needs no stream that may be gone by now.
   void release_all() noexcept {
     if (!core_) return;
+    core_->dead_ = true;  // its handles end
+    core_->open_ = false;
     if (core_->prev_published_)
       detail::destructor_guard([&] { ops::synchronize_device(core_->device_); });
     release_all_slots();
   }
 
-  std::unique_ptr<core> core_;
+  std::shared_ptr<core> core_;  // shared with the handles, which outlive it only to report so
 };
 
 }  // namespace ferry

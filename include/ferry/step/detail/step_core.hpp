@@ -8,6 +8,7 @@
 // its destination mod 16, so the kernel copies bodies with 16-byte vectors.
 #pragma once
 
+#include <ferry/config.hpp>
 #include <ferry/detail/checked.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/detail/timeline.hpp>
@@ -18,8 +19,10 @@
 #include <ferry/step/detail/plan.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -78,6 +81,23 @@ class step_core {
                   "declare every upload, publish, write target and fill before");
   }
 
+  /// Throws std::invalid_argument when `bytes` at `at`, declared by `what` as a `kind` (a
+  /// "destination" or a fill's "source"), overlap a destination declared before (or, for a
+  /// destination, a fill's device source): a step's destinations are disjoint, and no step writes
+  /// what a fill reads. Empty ranges overlap nothing. Setup only (it walks the whole plan).
+  void check_disjoint(const char* what, const char* kind, std::uintptr_t at, std::size_t bytes) const {
+    if (bytes == 0) return;
+    auto clash = [&](const char* other, std::uintptr_t o, std::size_t n) {
+      if (n != 0 && at < o + n && o < at + bytes) throw_overlap(what, kind, at, bytes, other, o, n);
+    };
+    for (const auto& u : uploads_) clash("an upload's destination", u.dst, u.limit * u.elem);
+    for (const auto& w : writes_) clash("a write target", w.base, w.rows * w.cols * w.elem);
+    for (const auto& f : fills_) clash("a fill's destination", f.dst, f.bytes);
+    if (kind[0] == 'd')
+      for (const auto& f : fills_)
+        if (f.publish == none) clash("a fill's device source", f.src, f.elem);
+  }
+
   // ---- one step --------------------------------------------------------------------------------
 
   void check_open(const char* what) const {
@@ -110,8 +130,18 @@ class step_core {
       }
     }
     used_ = off + bytes;
-    step_bytes_ += bytes + step_vector_bytes;
     return base_ + off;
+  }
+
+  /// The records of the open step dropped (begin() starts each step with this; cancel() ends one).
+  void clear_step() noexcept {
+    for (auto& u : uploads_) u = {u.dst, u.elem, u.limit, u.max_n};
+    for (auto& p : publishes_) p = {p.elem, p.max_n};
+    for (auto& w : writes_) {
+      w.chunks.clear();
+      w.tracker.reset();
+      w.writes = w.elements = 0;
+    }
   }
 
   // ---- state -----------------------------------------------------------------------------------
@@ -126,6 +156,7 @@ class step_core {
   std::vector<slot> slots_;
   bool frozen_ = false;
   bool open_ = false;
+  bool dead_ = false;  // the batch was destroyed or assigned over: its handles throw
   std::size_t cur_ = none;   // the slot of the open (or last) step
   std::size_t prev_ = none;  // the slot of the last submitted step
   std::size_t before_ = none;  // the slot of the step submitted before it
@@ -135,7 +166,22 @@ class step_core {
   std::size_t want_table_ = 0, want_content_ = 0;
   // the open step's bump allocation
   std::byte* base_ = nullptr;
-  std::size_t room_ = 0, used_ = 0, step_bytes_ = 0;
+  std::size_t room_ = 0, used_ = 0;
+
+ private:
+  static std::string range(std::uintptr_t at, std::size_t bytes) {
+    char hex[2 * sizeof(std::uintptr_t)];
+    const auto end = std::to_chars(hex, hex + sizeof(hex), at, 16).ptr;
+    return "[0x" + std::string(hex, end) + ", +" + std::to_string(bytes) + " bytes)";
+  }
+  [[noreturn]] FERRY_COLD static void throw_overlap(const char* what, const char* kind, std::uintptr_t at,
+                                                    std::size_t bytes, const char* other, std::uintptr_t o,
+                                                    std::size_t n) {
+    throw std::invalid_argument(std::string("ferry: step_batch::") + what + ": the " + kind + " " +
+                                range(at, bytes) + " overlaps " + other + " " + range(o, n) +
+                                " declared before; a step's destinations must be disjoint, and a fill's "
+                                "source is not written by the step");
+  }
 };
 
 }  // namespace ferry::detail
