@@ -90,12 +90,23 @@ struct reuse {
 namespace ferry::detail {
 
 /// What a full ring does under ReusePolicy P (see ferry::reuse_policy): P::when_full, or wait.
+/// A when_full that returns without calling wait() leaves the ring as full as it was: that is a
+/// ferry::capacity_error too (the ring never grows beyond max_slots).
 template <reuse_policy P, class Wait, class Describe>
 void ring_full(Wait&& wait, Describe&& describe) {
-  if constexpr (requires { P::when_full(wait, describe); })
-    P::when_full(wait, describe);
-  else
-    wait();
+  bool waited = false;
+  auto wait_once = [&] {
+    if (!waited) wait();
+    waited = true;
+  };
+  if constexpr (requires { P::when_full(wait_once, describe); }) {
+    P::when_full(wait_once, describe);
+    if (!waited)
+      throw capacity_error(std::string(describe()) +
+                           " (the ReusePolicy's when_full returned without waiting)");
+  } else {
+    wait_once();
+  }
 }
 
 }  // namespace ferry::detail
