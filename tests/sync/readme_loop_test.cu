@@ -142,7 +142,8 @@ TEMPLATE_TEST_CASE("README's loop runs as written with a slow model: a full ring
   const std::uint64_t waits = ferry::detail::ring_waits - waits_before;
   guard.reset();
   stream.synchronize();
-  INFO("host loop " << std::chrono::duration<double, std::milli>(host_done - t0).count() << " ms; waits "
+  const double host_ms = std::chrono::duration<double, std::milli>(host_done - t0).count();
+  INFO("host loop " << host_ms << " ms; waits "
                     << waits << ", syncs " << syncs << ", positions full_waits " << positions.stats().full_waits);
 
   // Back-pressure: the host ran ahead until positions' ring was full, then waited for its oldest
