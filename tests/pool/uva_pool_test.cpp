@@ -1002,6 +1002,13 @@ struct records_full {
     wait();
   }
 };
+// A when_full that neither waits nor throws: the ring stays full, so ferry throws.
+struct ignores_full {
+  using ferry_policy_family = ferry::families::reuse;
+  static constexpr bool ferry_fences = true;
+  template <class Wait, class Describe>
+  static void when_full(Wait&& /*wait*/, Describe&& /*describe*/) {}
+};
 }  // namespace pool_test_policies
 
 namespace {
@@ -1090,4 +1097,30 @@ TEMPLATE_TEST_CASE("uva_pool with a user ReusePolicy: without when_full a full r
                ContainsSubstring("ferry: uva_pool: ") && ContainsSubstring("max_slots (2)") &&
                    ContainsSubstring("slot 1 is held until stream point"));
   }
+}
+
+TEMPLATE_TEST_CASE("uva_pool with a when_full that neither waits nor throws: capacity_error, never a slot beyond max_slots",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using Catch::Matchers::ContainsSubstring;
+  ferry::stream<TestType> s;
+  ferry::uva_pool<std::int32_t, pool_test_policies::ignores_full, TestType> pool(8, 2, 2);
+  std::vector<std::int32_t> seen[2];
+  {
+    ferry_test::gate<TestType> g(s);
+    for (std::size_t k = 0; k < 2; ++k)
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(s),
+                                pool.copy_to_uva(generation<std::int32_t>(k, 8), s), &seen[k]);
+    auto before = pool.stats();
+    CHECK_THROWS_WITH(pool.copy_to_uva(generation<std::int32_t>(2, 8), s),
+                      ContainsSubstring("ferry: uva_pool: no slot is free") &&
+                          ContainsSubstring("when_full returned without waiting"));
+    CHECK(pool.slots() == 2);
+    CHECK(pool.current_slot() == 0);
+    ++before.fence_hits;  // the busy slot it found; nothing else changed
+    CHECK(pool_test::same(pool.stats(), before));
+  }
+  s.synchronize();
+  CHECK(seen[0] == generation<std::int32_t>(0, 8));
+  CHECK(seen[1] == generation<std::int32_t>(1, 8));
 }
