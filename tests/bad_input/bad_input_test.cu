@@ -126,6 +126,7 @@ constexpr row registry[] = {
     {"growth.pow2.unrepresentable", "ferry::capacity_error", "no state (a pure function)"},
     {"step.submit.growth_throws", "ferry::capacity_error", step_refused_kept},
     {"step.submit.growth_huge", "ferry::capacity_error", step_refused_kept},
+    {"step.begin.full", "ferry::capacity_error", "no step open, slots unchanged, every step's data read intact"},
     {"step.handle.empty", "ferry::error", "nothing recorded"},
     {"step.handle.assigned_over", "ferry::error", "the assigned batch's plan and handles unchanged"},
     {"step.overlap.uploads", "std::invalid_argument", step_plan_kept},
@@ -188,7 +189,7 @@ bool same(const ferry::arena_stats& a, const ferry::arena_stats& b) {
 bool same(const ferry::pool_stats& a, const ferry::pool_stats& b) {
   return a.slots == b.slots && a.max_slots == b.max_slots && a.calls == b.calls &&
          a.grows == b.grows && a.fence_hits == b.fence_hits && a.inserted == b.inserted &&
-         a.fences == b.fences;
+         a.fences == b.fences && a.full_waits == b.full_waits;
 }
 
 // The row's bad call on a pool (or uva_backed) that has published `first` at `data`: its stats,
@@ -361,9 +362,9 @@ std::size_t captured_nodes(cudaStream_t s, F&& f) {
 }
 #endif
 
-// stream_ref from 0 or nullptr does not compile (tests/compile_fail/stream_ref_from_*.cpp).
-static_assert(!std::is_constructible_v<ferry::stream_ref<host>, int>);
-static_assert(!std::is_constructible_v<ferry::stream_ref<host>, std::nullptr_t>);
+// stream_ref from 0 or nullptr does not compile (tests/compile_fail/stream_ref_from_*.cpp: its
+// constructor for them holds the FERRY_NO_DEFAULT_STREAM static_assert, so is_constructible says
+// true and only a compile-fail test can tell).
 
 }  // namespace
 
@@ -809,7 +810,9 @@ BAD_INPUT_ROW("pool.max_slots") {
     CHECK(sc.pool.slots() == 3);
     CHECK(std::vector<i32>(sc.views[0].data(), sc.views[0].data() + 4) == sc.values[0]);  // held
   }
-  pool_scene<ferry::uva_pool<i32, B>, B> sc(4, 1, 2, 271);
+  // Under reuse::throw_when_full a full ring throws (the default, event_fenced, waits: see
+  // tests/pool/uva_pool_test.cpp).
+  pool_scene<ferry::uva_pool<i32, ferry::reuse::throw_when_full, B>, B> sc(4, 1, 2, 271);
   {
     ferry_test::gate<B> held(sc.s);  // every view's reader is still queued behind it
     sc.put(4);
@@ -892,7 +895,7 @@ BAD_INPUT_ROW("pool.fixed.exceeded") {
 BAD_INPUT_ROW("pool.fixed.busy") {
   using B = TestType;
   FERRY_REQUIRE_BACKEND(B);
-  pool_scene<ferry::uva_pool<i32, ferry::growth::fixed, B>, B> sc(4, 1, 8, 291);
+  pool_scene<ferry::uva_pool<i32, ferry::growth::fixed, ferry::reuse::throw_when_full, B>, B> sc(4, 1, 8, 291);
   {
     ferry_test::gate<B> held(sc.s);
     sc.put(4);
@@ -1007,7 +1010,7 @@ BAD_INPUT_ROW("uva_backed.max_slots") {
   FERRY_REQUIRE_BACKEND(B);
   ferry::stream<B> s;
   ferry::pinned_arena<B> arena;
-  ferry::uva_backed<i32, B> u(8, 2, 2, arena);
+  ferry::uva_backed<i32, ferry::reuse::throw_when_full, B> u(8, 2, 2, arena);
   std::vector<std::vector<i32>> published;
   std::vector<ferry::device_span<const i32>> views;
   {
@@ -1429,6 +1432,41 @@ BAD_INPUT_ROW("step.submit.growth_huge") {
   using B = TestType;
   FERRY_REQUIRE_BACKEND(B);
   step_refused_row<B, step_huge_above_64k>(511);
+}
+
+BAD_INPUT_ROW("step.begin.full") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::stream<B> s;
+  ferry::step_batch<B, ferry::reuse::throw_when_full> batch(2, 2);
+  auto pub = batch.template add_publish<i32>(16);
+  std::vector<std::vector<i32>> data;
+  std::vector<std::vector<i32>> seen(2);
+  {
+    ferry_test::gate<B> held(s);  // both steps and their readers are queued behind it
+    for (std::uint64_t k = 0; k < 2; ++k) {
+      data.push_back(ferry_test::random_values<i32>(16, 531 + k));
+      batch.begin();
+      std::copy(data[k].begin(), data[k].end(), pub.span(16).begin());
+      batch.submit(s);
+      // A reader of the published slot (pinned, mapped memory: the host may read it in place).
+      ferry::enqueue_host(s, [v = pub.view(), out = &seen[k]] { *out = std::vector<i32>(v.data(), v.data() + v.size()); });
+    }
+    const std::string what = message_of([&] { batch.begin(); });
+    INFO(what);
+    CHECK(what.starts_with("ferry: step_batch: the next slot (slot 0) is still in use"));
+    CHECK(what.find("until stream point (line ") != std::string::npos);
+    CHECK(what.find("max_slots (2)") != std::string::npos);
+    expect_throw([&] { batch.begin(); });
+    CHECK_FALSE(batch.in_step());
+    CHECK(batch.slots() == 2);
+  }
+  s.synchronize();
+  CHECK(seen[0] == data[0]);
+  CHECK(seen[1] == data[1]);
+  batch.begin();  // the stream caught up: the next slot is free
+  CHECK(batch.in_step());
+  batch.cancel();
 }
 
 BAD_INPUT_ROW("step.handle.empty") {

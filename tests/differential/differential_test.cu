@@ -679,9 +679,11 @@ TEMPLATE_TEST_CASE("differential: cpu_gpu_buffer", "[differential]", DIFF_BACKEN
 // event_fenced: a reader on a stream other than the next non-empty call's calls record_use
 // before the next call (record_use after an empty call is a no-op, so an empty call leaves the
 // readers of at most one stream to the next non-empty call there); caller_fenced: a slot's
-// readers have finished before the pool comes back to it. A capacity_error must be legitimate:
-// growth::fixed exceeded, or a busy slot with max_slots reached (or under growth::fixed) — and
-// once every stream is idle, the same call succeeds.
+// readers have finished before the pool comes back to it. The fencing combos use
+// reuse::throw_when_full: the readers' gates are this thread's, so a full ring that waited
+// (event_fenced, the default; tested in tests/pool/) would wait forever. A capacity_error must be
+// legitimate: growth::fixed exceeded, or a busy slot with max_slots reached (or under
+// growth::fixed) — and once every stream is idle, the same call succeeds.
 template <class E, class Growth, class Reuse, bool Backed>
 struct uva_combo {
   using elem = E;
@@ -694,7 +696,7 @@ template <class B, class C>
 void uva_episode(bench<B>& b, std::uint64_t ops) {
   using E = typename C::elem;
   constexpr bool backed = C::backed;
-  constexpr bool fenced = std::is_same_v<typename C::reuse, ferry::reuse::event_fenced>;
+  constexpr bool fenced = C::reuse::ferry_fences;
   constexpr bool fixed = std::is_same_v<typename C::growth, ferry::growth::fixed>;
   using pool_t = ferry::uva_pool<E, typename C::growth, typename C::reuse, B>;
   using obj_t = std::conditional_t<backed, ferry::uva_backed<E, typename C::growth, typename C::reuse, B>, pool_t>;
@@ -895,11 +897,11 @@ TEMPLATE_TEST_CASE("differential: uva_pool", "[differential]", DIFF_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);
   using namespace ferry;
   diff::run_component<TestType>("uva_pool", [](auto& b, std::uint64_t ops) {
-    diff::dispatch<uva_combo<std::int32_t, growth::pow2, reuse::event_fenced, false>,
-                   uva_combo<float, growth::fixed, reuse::event_fenced, false>,
+    diff::dispatch<uva_combo<std::int32_t, growth::pow2, reuse::throw_when_full, false>,
+                   uva_combo<float, growth::fixed, reuse::throw_when_full, false>,
                    uva_combo<std::int64_t, growth::pow2, reuse::caller_fenced, false>,
                    uva_combo<std::uint16_t, growth::fixed, reuse::caller_fenced, false>,
-                   uva_combo<std::uint8_t, growth::pow2, reuse::event_fenced, false>>(
+                   uva_combo<std::uint8_t, growth::pow2, reuse::throw_when_full, false>>(
         b.rng(), [&]<class C>() { uva_episode<TestType, C>(b, ops); });
   });
 }
@@ -908,8 +910,8 @@ TEMPLATE_TEST_CASE("differential: uva_backed", "[differential]", DIFF_BACKENDS) 
   FERRY_REQUIRE_BACKEND(TestType);
   using namespace ferry;
   diff::run_component<TestType>("uva_backed", [](auto& b, std::uint64_t ops) {
-    diff::dispatch<uva_combo<std::int32_t, growth::pow2, reuse::event_fenced, true>,
-                   uva_combo<double, growth::fixed, reuse::event_fenced, true>,
+    diff::dispatch<uva_combo<std::int32_t, growth::pow2, reuse::throw_when_full, true>,
+                   uva_combo<double, growth::fixed, reuse::throw_when_full, true>,
                    uva_combo<std::int16_t, growth::pow2, reuse::caller_fenced, true>>(
         b.rng(), [&]<class C>() { uva_episode<TestType, C>(b, ops); });
   });
@@ -1357,7 +1359,7 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
   constexpr bool fixed = std::is_same_v<typename C::growth, ferry::growth::fixed>;
   constexpr bool refuses = std::is_same_v<typename C::growth, step_throwing_policy> ||
                            std::is_same_v<typename C::growth, step_huge_policy>;
-  constexpr bool fenced = std::is_same_v<typename C::reuse, ferry::reuse::event_fenced>;
+  constexpr bool fenced = C::reuse::ferry_fences;
   // Limits of a normal step (their contents stay under 32 KiB; the growth::fixed maxima), and of
   // the upload's destination, which a big step fills beyond 64 KiB.
   constexpr std::size_t n32 = 2000, n64 = 1000, np32 = 1000, npd = 200, big32 = 20000;
@@ -1698,12 +1700,12 @@ TEMPLATE_TEST_CASE("differential: step_batch", "[differential]", DIFF_BACKENDS) 
   FERRY_REQUIRE_BACKEND(TestType);
   using namespace ferry;
   diff::run_component<TestType>("step_batch", [](auto& b, std::uint64_t ops) {
-    diff::dispatch<step_combo<growth::pow2, reuse::event_fenced, launch::kernel>,
-                   step_combo<growth::fixed, reuse::event_fenced, launch::kernel>,
-                   step_combo<growth::fixed, reuse::event_fenced, launch::graph>,
+    diff::dispatch<step_combo<growth::pow2, reuse::throw_when_full, launch::kernel>,
+                   step_combo<growth::fixed, reuse::throw_when_full, launch::kernel>,
+                   step_combo<growth::fixed, reuse::throw_when_full, launch::graph>,
                    step_combo<growth::pow2, reuse::caller_fenced, launch::kernel>,
-                   step_combo<step_throwing_policy, reuse::event_fenced, launch::kernel>,
-                   step_combo<step_huge_policy, reuse::event_fenced, launch::kernel>,
+                   step_combo<step_throwing_policy, reuse::throw_when_full, launch::kernel>,
+                   step_combo<step_huge_policy, reuse::throw_when_full, launch::kernel>,
                    step_combo<step_throwing_policy, reuse::caller_fenced, launch::kernel>>(
         b.rng(), [&]<class C>() { step_episode<TestType, C>(b, ops); });
   });

@@ -167,7 +167,7 @@ TEMPLATE_TEST_CASE("uva_backed's errors name uva_backed, the object the user mad
   using Catch::Matchers::StartsWith;
   ferry::stream<TestType> s;
   SECTION("every slot held at max_slots") {
-    ferry::uva_backed<std::int32_t, TestType> state(8, 2, 2);
+    ferry::uva_backed<std::int32_t, ferry::reuse::throw_when_full, TestType> state(8, 2, 2);
     std::vector<std::int32_t> seen[2];
     {
       ferry_test::gate<TestType> g(s);
@@ -184,7 +184,7 @@ TEMPLATE_TEST_CASE("uva_backed's errors name uva_backed, the object the user mad
     for (std::size_t k = 0; k < 2; ++k) CHECK(seen[k] == generation<std::int32_t>(k, 8));
   }
   SECTION("growth::fixed with every slot held") {
-    ferry::uva_backed<std::int32_t, ferry::growth::fixed, TestType> state(8, 1);
+    ferry::uva_backed<std::int32_t, ferry::growth::fixed, ferry::reuse::throw_when_full, TestType> state(8, 1);
     {
       ferry_test::gate<TestType> g(s);
       (void)state.publish(8, s);

@@ -214,9 +214,10 @@ TEST_CASE("the in-flight reader test observes the corruption of caller_fenced mi
     const auto seen = run_in_flight<std::int32_t, B>(pool, true);
     for (std::size_t k = 0; k < steps; ++k) wrong += seen[k] == expected<std::int32_t>(k) ? 0 : 1;
     CHECK(wrong > steps / 2);
-    // The same held readers under event_fenced: nothing is wrong (slots are inserted up to
-    // max_slots, so only 8 steps fit).
-    ferry::uva_pool<std::int32_t, B> fenced(4, 2, 8);
+    // The same held readers under fences: nothing is wrong (slots are inserted up to max_slots,
+    // so only 8 steps fit; throw_when_full makes the ninth throw, where event_fenced would wait
+    // for a gate only this thread opens).
+    ferry::uva_pool<std::int32_t, ferry::reuse::throw_when_full, B> fenced(4, 2, 8);
     ferry::stream<B> s;
     std::vector<observed> ok(8);
     {

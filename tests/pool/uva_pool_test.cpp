@@ -5,6 +5,8 @@
 // tests are in uva_pool_inflight_test.cu.
 #include <pool/pool_support.hpp>
 
+#include <ferry/sync/host_sync_guard.hpp>
+
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
@@ -155,7 +157,7 @@ TEMPLATE_TEST_CASE("uva_pool under growth::fixed throws capacity_error and chang
                    "[pool]", FERRY_TEST_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);
   ferry::stream<TestType> s;
-  ferry::uva_pool<std::int32_t, ferry::growth::fixed, TestType> pool(8, 2);
+  ferry::uva_pool<std::int32_t, ferry::growth::fixed, ferry::reuse::throw_when_full, TestType> pool(8, 2);
   const auto a = pool.copy_to_uva(generation<std::int32_t>(1, 8), s);
   REQUIRE(pool.current_slot() == 1);
   s.synchronize();
@@ -198,7 +200,7 @@ TEMPLATE_TEST_CASE("uva_pool inserts slots for busy ones up to max_slots then ca
                    "[pool]", FERRY_TEST_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);
   ferry::stream<TestType> s;
-  ferry::uva_pool<std::int32_t, TestType> pool(16, 2, 3);
+  ferry::uva_pool<std::int32_t, ferry::reuse::throw_when_full, TestType> pool(16, 2, 3);
   std::vector<std::int32_t> seen[3];
   ferry::device_span<const std::int32_t> v[3];
   {
@@ -238,7 +240,7 @@ TEMPLATE_TEST_CASE("uva_pool fence_hits counts every call that found its slot st
   for (std::uint64_t k = 0; k < 6; ++k) src.push_back(ferry_test::random_values<std::int32_t>(8, 300 + k));
   std::vector<std::int32_t> seen[3];
   SECTION("inserted, then max_slots reached") {
-    ferry::uva_pool<std::int32_t, TestType> pool(8, 1, 2);
+    ferry::uva_pool<std::int32_t, ferry::reuse::throw_when_full, TestType> pool(8, 1, 2);
     {
       ferry_test::gate<TestType> g(s);
       pool_test::enqueue_reader(ferry::stream_ref<TestType>(s), pool.copy_to_uva(src[0], s), &seen[0]);
@@ -260,7 +262,7 @@ TEMPLATE_TEST_CASE("uva_pool fence_hits counts every call that found its slot st
     CHECK(seen[1] == src[1]);
   }
   SECTION("growth::fixed never inserts: every hit throws") {
-    ferry::uva_pool<std::int32_t, ferry::growth::fixed, TestType> pool(8, 2);
+    ferry::uva_pool<std::int32_t, ferry::growth::fixed, ferry::reuse::throw_when_full, TestType> pool(8, 2);
     {
       ferry_test::gate<TestType> g(s);
       for (std::size_t k = 0; k < 2; ++k)
@@ -915,7 +917,7 @@ TEMPLATE_TEST_CASE("uva_pool's capacity_error at max_slots names each held slot 
   FERRY_REQUIRE_BACKEND(TestType);
   using Catch::Matchers::ContainsSubstring;
   ferry::stream<TestType> s;
-  ferry::uva_pool<std::int32_t, TestType> pool(8, 2, 2);
+  ferry::uva_pool<std::int32_t, ferry::reuse::throw_when_full, TestType> pool(8, 2, 2);
   std::vector<std::int32_t> seen[2];
   {
     ferry_test::gate<TestType> g(s);
@@ -946,7 +948,7 @@ TEMPLATE_TEST_CASE("uva_pool at max_slots of two with one reader held: the messa
   using Catch::Matchers::ContainsSubstring;
   ferry::stream<TestType> s;
   ferry::stream<TestType> r;
-  ferry::uva_pool<std::int32_t, TestType> pool(8, 2, 2);
+  ferry::uva_pool<std::int32_t, ferry::reuse::throw_when_full, TestType> pool(8, 2, 2);
   std::vector<std::int32_t> seen;
   {
     ferry_test::gate<TestType> g(r);
@@ -979,4 +981,146 @@ TEMPLATE_TEST_CASE("uva_pool at max_slots of two with one reader held: the messa
   CHECK(pool.copy_to_uva(generation<std::int32_t>(3, 8), s).size() == 8);  // slot 1, free again
   CHECK(pool.current_slot() == 1);
   s.synchronize();
+}
+
+// User ReusePolicies (outside an anonymous namespace, as a user's would be): one without
+// when_full (a full ring waits) and one whose when_full records what it was given, then waits.
+namespace pool_test_policies {
+struct fences_only {
+  using ferry_policy_family = ferry::families::reuse;
+  static constexpr bool ferry_fences = true;
+};
+struct records_full {
+  using ferry_policy_family = ferry::families::reuse;
+  static constexpr bool ferry_fences = true;
+  static inline int calls = 0;
+  static inline std::string described;
+  template <class Wait, class Describe>
+  static void when_full(Wait&& wait, Describe&& describe) {
+    ++calls;
+    described = describe();
+    wait();
+  }
+};
+// A when_full that neither waits nor throws: the ring stays full, so ferry throws.
+struct ignores_full {
+  using ferry_policy_family = ferry::families::reuse;
+  static constexpr bool ferry_fences = true;
+  template <class Wait, class Describe>
+  static void when_full(Wait&& /*wait*/, Describe&& /*describe*/) {}
+};
+}  // namespace pool_test_policies
+
+namespace {
+
+// A ring of two slots, both read behind a gate that a helper thread opens after 50 ms: the third
+// call waits for the slot coming into use (slot 1, the first call's), then writes it. The readers
+// saw their data unchanged; the wait is counted in stats().full_waits, as a synchronization of
+// the backend and in ferry's ring waits (what sync_guard adds to its syncs()).
+template <class Pool, class B>
+void check_full_ring_waits(ferry::stream<B>& s, Pool& pool) {
+  std::vector<std::int32_t> seen[2];
+  ferry::device_span<const std::int32_t> v[2];
+  ferry_test::gate<B> g(s);
+  for (std::size_t k = 0; k < 2; ++k) {
+    v[k] = pool.copy_to_uva(generation<std::int32_t>(k, 8), s);
+    pool_test::enqueue_reader(ferry::stream_ref<B>(s), v[k], &seen[k]);
+  }
+  REQUIRE(pool.slots() == 2);
+  REQUIRE(pool.current_slot() == 0);
+  const auto before = pool.stats();
+  const auto syncs = ferry::backend_stats_of<B>().synchronizations;
+  const auto waits = ferry::detail::ring_waits;
+  ferry::device_span<const std::int32_t> w;
+  CHECK(pool_test::returns_after_open(g, [&] { w = pool.copy_to_uva(generation<std::int32_t>(2, 8), s); }));
+  CHECK(w.data() == v[0].data());  // the slot used longest ago
+  CHECK(pool.current_slot() == 1);
+  CHECK(pool.slots() == 2);
+  CHECK(pool.stats().full_waits == 1);
+  CHECK(pool.stats().fence_hits == before.fence_hits + 1);
+  CHECK(pool.stats().calls == before.calls + 1);
+  CHECK(pool.stats().inserted == 0);
+  CHECK(ferry::detail::ring_waits == waits + 1);
+  CHECK(ferry::backend_stats_of<B>().synchronizations > syncs);
+  CHECK(read(w) == generation<std::int32_t>(2, 8));
+  s.synchronize();
+  CHECK(seen[0] == generation<std::int32_t>(0, 8));  // read before the slot was written again
+  CHECK(seen[1] == generation<std::int32_t>(1, 8));
+  CHECK(read(v[1]) == generation<std::int32_t>(1, 8));
+  // Readers done: the next call takes its slot without waiting.
+  (void)pool.copy_to_uva(generation<std::int32_t>(3, 8), s);
+  CHECK(pool.stats().full_waits == 1);
+  s.synchronize();
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("uva_pool with a full ring waits for the slot coming into use (event_fenced, the default)",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  SECTION("max_slots reached") {
+    ferry::uva_pool<std::int32_t, TestType> pool(8, 2, 2);
+    check_full_ring_waits(s, pool);
+  }
+  SECTION("growth::fixed, which never inserts") {
+    ferry::uva_pool<std::int32_t, ferry::growth::fixed, TestType> pool(8, 2);
+    check_full_ring_waits(s, pool);
+  }
+}
+
+TEST_CASE("uva_pool's full-ring wait is a synchronization that host_sync_guard sees", "[pool]") {
+  ferry::stream<ferry::backend::host> s;
+  ferry::uva_pool<std::int32_t, ferry::backend::host> pool(8, 2, 2);
+  ferry::host_sync_guard guard;
+  check_full_ring_waits(s, pool);
+  CHECK(guard.syncs() >= 1);
+  CHECK_THAT(guard.report(), Catch::Matchers::ContainsSubstring("synchronizations"));
+}
+
+TEMPLATE_TEST_CASE("uva_pool with a user ReusePolicy: without when_full a full ring waits; its own when_full is called",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using Catch::Matchers::ContainsSubstring;
+  ferry::stream<TestType> s;
+  SECTION("no when_full: waits") {
+    ferry::uva_pool<std::int32_t, pool_test_policies::fences_only, TestType> pool(8, 2, 2);
+    check_full_ring_waits(s, pool);
+  }
+  SECTION("its own when_full: called once, with a description naming the pool and the held slots") {
+    pool_test_policies::records_full::calls = 0;
+    pool_test_policies::records_full::described.clear();
+    ferry::uva_pool<std::int32_t, pool_test_policies::records_full, TestType> pool(8, 2, 2);
+    check_full_ring_waits(s, pool);
+    CHECK(pool_test_policies::records_full::calls == 1);
+    CHECK_THAT(pool_test_policies::records_full::described,
+               ContainsSubstring("ferry: uva_pool: ") && ContainsSubstring("max_slots (2)") &&
+                   ContainsSubstring("slot 1 is held until stream point"));
+  }
+}
+
+TEMPLATE_TEST_CASE("uva_pool with a when_full that neither waits nor throws: capacity_error, never a slot beyond max_slots",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using Catch::Matchers::ContainsSubstring;
+  ferry::stream<TestType> s;
+  ferry::uva_pool<std::int32_t, pool_test_policies::ignores_full, TestType> pool(8, 2, 2);
+  std::vector<std::int32_t> seen[2];
+  {
+    ferry_test::gate<TestType> g(s);
+    for (std::size_t k = 0; k < 2; ++k)
+      pool_test::enqueue_reader(ferry::stream_ref<TestType>(s),
+                                pool.copy_to_uva(generation<std::int32_t>(k, 8), s), &seen[k]);
+    auto before = pool.stats();
+    CHECK_THROWS_WITH(pool.copy_to_uva(generation<std::int32_t>(2, 8), s),
+                      ContainsSubstring("ferry: uva_pool: no slot is free") &&
+                          ContainsSubstring("when_full returned without waiting"));
+    CHECK(pool.slots() == 2);
+    CHECK(pool.current_slot() == 0);
+    ++before.fence_hits;  // the busy slot it found; nothing else changed
+    CHECK(pool_test::same(pool.stats(), before));
+  }
+  s.synchronize();
+  CHECK(seen[0] == generation<std::int32_t>(0, 8));
+  CHECK(seen[1] == generation<std::int32_t>(1, 8));
 }

@@ -11,12 +11,15 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -317,6 +320,24 @@ __global__ void step_batch_test_read(const std::uint32_t* view, std::uint32_t* o
 
 namespace {
 
+/// Runs `call`, which must wait for work held behind `g` (a full ring), while a helper thread opens
+/// the gate after 50 ms: true when `call` returned only once the gate was open.
+template <class B, class F>
+bool returns_after_open(ferry_test::gate<B>& g, F&& call) {
+  std::atomic<bool> opened{false};
+  std::thread helper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    opened.store(true);
+    g.open();
+  });
+  struct joiner {
+    std::thread& t;
+    ~joiner() { t.join(); }
+  } join{helper};
+  call();
+  return opened.load();
+}
+
 /// Enqueues on `r` a reader of `view` that copies it into `out`. CUDA: a kernel, as an engine
 /// reads a publish (a cudaMemcpyAsync between two host buffers is synchronous for the host, so it
 /// would block behind a held stream); host backend: a stream-ordered copy.
@@ -402,31 +423,72 @@ TEMPLATE_TEST_CASE("step_batch: a slot is never rewritten under its step or a he
   }
   SECTION("growth::fixed: slots of the plan's capacity are inserted while the stream is held") {
     ferry::stream<B> s;
-    ferry::step_batch<B, ferry::growth::fixed> batch(2, steps);
+    ferry::step_batch<B, ferry::growth::fixed, ferry::reuse::throw_when_full> batch(2, steps);
     auto p = batch.template add_publish<std::uint32_t>(n);
     ferry_test::gate<B> g(s);
     for (std::size_t k = 0; k < steps; ++k) publish_step<B>(batch, p, data[k], s, s, *out[k]);
     CHECK(batch.slots() == steps);
-    REQUIRE_THROWS_AS(batch.begin(), ferry::capacity_error);  // max_slots reached
+    REQUIRE_THROWS_AS(batch.begin(), ferry::capacity_error);  // max_slots reached: throw_when_full
     CHECK_FALSE(batch.in_step());
     g.open();
     s.synchronize();
     check(steps);
   }
-  SECTION("growth::fixed, max_slots == slots: a busy next slot throws capacity_error and loses nothing") {
+  SECTION("growth::fixed, max_slots == slots, throw_when_full: a busy next slot throws capacity_error and loses nothing") {
+    using Catch::Matchers::ContainsSubstring;
     ferry::stream<B> s;
-    ferry::step_batch<B, ferry::growth::fixed> batch(2, 2);
+    ferry::step_batch<B, ferry::growth::fixed, ferry::reuse::throw_when_full> batch(2, 2);
     auto p = batch.template add_publish<std::uint32_t>(n);
     ferry_test::gate<B> g(s);
     publish_step<B>(batch, p, data[0], s, s, *out[0]);
     publish_step<B>(batch, p, data[1], s, s, *out[1]);
-    REQUIRE_THROWS_AS(batch.begin(), ferry::capacity_error);
+    const auto line = std::to_string(ferry::detail::shared_timeline<B>().mark(s).line);
+    REQUIRE_THROWS_WITH(batch.begin(), ContainsSubstring("ferry: step_batch: the next slot (slot 0) is still in use") &&
+                                           ContainsSubstring("until stream point (line " + line + ", seq ") &&
+                                           ContainsSubstring("max_slots (2)"));
     CHECK_FALSE(batch.in_step());
+    CHECK(batch.slots() == 2);
     g.open();
     s.synchronize();
     publish_step<B>(batch, p, data[2], s, s, *out[2]);
     s.synchronize();
     check(3);
+  }
+  SECTION("max_slots == slots, event_fenced (the default): a full ring waits for the next slot") {
+    ferry::stream<B> s;
+    ferry::step_batch<B> batch(2, 2);
+    auto p = batch.template add_publish<std::uint32_t>(n);
+    ferry_test::gate<B> g(s);  // holds both steps' kernels and readers
+    publish_step<B>(batch, p, data[0], s, s, *out[0]);
+    publish_step<B>(batch, p, data[1], s, s, *out[1]);
+    const auto syncs = ferry::backend_stats_of<B>().synchronizations;
+    const auto waits = ferry::detail::ring_waits;
+    CHECK(returns_after_open(g, [&] { batch.begin(); }));  // waited for step 0's slot
+    CHECK(batch.in_step());
+    CHECK(batch.slots() == 2);
+    CHECK(ferry::detail::ring_waits == waits + 1);
+    CHECK(ferry::backend_stats_of<B>().synchronizations > syncs);
+    check(1);  // step 0's reader ran before its slot was written again
+    auto span = p.span(n);
+    std::copy(data[2].begin(), data[2].end(), span.begin());
+    batch.submit(s);
+    read_view<B>(p.view(), *out[2], s);
+    s.synchronize();
+    check(3);
+  }
+  SECTION("growth::fixed, event_fenced: a full ring waits, then the step runs") {
+    ferry::stream<B> s;
+    ferry::step_batch<B, ferry::growth::fixed> batch(2, 3);
+    auto p = batch.template add_publish<std::uint32_t>(n);
+    ferry_test::gate<B> g(s);
+    for (std::size_t k = 0; k < 3; ++k) publish_step<B>(batch, p, data[k], s, s, *out[k]);
+    CHECK(batch.slots() == 3);
+    const auto waits = ferry::detail::ring_waits;
+    CHECK(returns_after_open(g, [&] { publish_step<B>(batch, p, data[3], s, s, *out[3]); }));
+    CHECK(ferry::detail::ring_waits == waits + 1);
+    CHECK(batch.slots() == 3);
+    s.synchronize();
+    check(4);
   }
   SECTION("a reader on another stream, declared with record_use") {
     ferry::stream<B> s, r;

@@ -52,6 +52,11 @@ backend_counters& counters() noexcept {
 inline void count(std::atomic<std::uint64_t>& c) noexcept {
   c.fetch_add(1, std::memory_order_relaxed);
 }
+
+/// Waits this thread made for a full ring's next slot (back-pressure, reuse::event_fenced),
+/// whichever backend call did the waiting, or none (a ferry kernel's counter polled): sync_guard
+/// adds them to what CUPTI saw, so that a zero-sync proof sees every back-pressure wait.
+inline thread_local std::uint64_t ring_waits = 0;
 }  // namespace detail
 
 /// The counters of backend B (see backend_stats).

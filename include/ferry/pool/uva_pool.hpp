@@ -69,10 +69,14 @@ struct row_width {
 /// becomes current_slot(); the held slot keeps its place and comes back into the rotation once
 /// its readers are done); the slot of the call before is not taken (two calls in a row never
 /// share a slot while the ring holds two or more). Only when no slot is free is a new slot (a
-/// block from the arena) inserted in front of the held one, without blocking, up to `max_slots`;
-/// beyond that, and always under `growth::fixed` (which promises stable addresses and never
-/// inserts), the call throws ferry::capacity_error naming each held slot and the stream point
-/// (the reuse core's line and seq) it waits for. A fence is a stamp of ferry's reuse core (one
+/// block from the arena) inserted in front of the held one, without blocking, up to `max_slots`.
+/// Beyond that, and always under `growth::fixed` (which promises stable addresses and never
+/// inserts), the ring is full and the ReusePolicy decides: reuse::event_fenced (the default)
+/// waits until the slot coming into use (the one used longest ago) is free — back-pressure, as a
+/// CUDA stream's own queue pushes back: the host runs at most max_slots - 1 calls ahead of the
+/// readers; the wait is a synchronization, counted in backend_stats_of, by sync_guard and in
+/// stats().full_waits — and reuse::throw_when_full throws ferry::capacity_error naming each held
+/// slot and the stream point (the reuse core's line and seq) it waits for. A fence is a stamp of ferry's reuse core (one
 /// timeline per backend, shared by every component): a stamp already known passed costs one
 /// compare, and the backend is asked only when a slot comes back into use.
 ///
@@ -217,8 +221,9 @@ class uva_pool {
   /// the class comment). `src`: any sized or forward std::ranges range of the element type
   /// (dtype rule; ferry::cast<T>(range) converts explicitly); contiguous ranges are one memcpy,
   /// others are gathered. The source is consumed when the call returns. Throws
-  /// ferry::capacity_error (growth::fixed exceeded; no free slot, with max_slots reached or under
-  /// growth::fixed; a GrowthPolicy capacity whose bytes overflow size_t; the arena's cap) and
+  /// ferry::capacity_error (growth::fixed exceeded; under reuse::throw_when_full, no free slot with
+  /// max_slots reached or under growth::fixed — reuse::event_fenced waits there instead; a
+  /// GrowthPolicy capacity whose bytes overflow size_t; the arena's cap) and
   /// std::invalid_argument (not whole rows), changing nothing (stats().fence_hits excepted: it
   /// counts the busy slot found).
   template <class R>
@@ -353,6 +358,16 @@ class uva_pool {
     return true;
   }
 
+  // Blocks until every stamp of the slot has passed (a full ring's back-pressure), then forgets
+  // them; returns whether it had to block (a synchronization, counted for sync_guard too).
+  static bool wait_free(detail::uva_slot& s) {
+    bool blocked = false;
+    for (const auto& p : s.stamps) blocked = core().wait(p) || blocked;
+    s.stamps.clear();
+    if (blocked) ++detail::ring_waits;
+    return blocked;
+  }
+
   // The message when no slot can be taken: each held slot, from the one coming into use round
   // the ring, with the first stream point (the reuse core's line and seq) it still waits for;
   // and the slot of the call before, when its readers are done (it is not taken twice in a row).
@@ -448,16 +463,26 @@ class uva_pool {
     bool grow = false;
     std::size_t new_cap = 0;
     std::size_t new_bytes = 0;
+    if (at == none && (fixed || slots_.size() >= max_slots_)) {
+      // The ring is full (growth::fixed never inserts): the ReusePolicy says what happens, waiting
+      // for the slot coming into use (the one used longest ago; event_fenced, back-pressure) or
+      // throwing (throw_when_full).
+      if constexpr (event_fenced) {
+        detail::ring_full<reuse_policy>(
+            [&] {
+              if (wait_free(slots_[next])) ++stats_.full_waits;
+              at = next;
+            },
+            [&] {
+              return prefix() + (fixed ? "(growth::fixed, which never inserts a slot) no slot is free: "
+                                       : "no slot is free and the ring already holds max_slots (" +
+                                             std::to_string(max_slots_) + "): ") +
+                     held_slots(next) + "; let the readers finish sooner, or allow more slots";
+            });
+      }
+    }
     if (at == none) {
-      if constexpr (fixed) {
-        throw capacity_error(prefix() + "(growth::fixed, which never inserts a slot) no slot is "
-                             "free: " + held_slots(next) +
-                             "; let the readers finish sooner, or use more slots");
-      } else {
-        if (slots_.size() >= max_slots_)
-          throw capacity_error(prefix() + "no slot is free and the ring already holds max_slots (" +
-                               std::to_string(max_slots_) + "): " + held_slots(next) +
-                               "; let the readers finish sooner, or allow more slots");
+      if constexpr (!fixed) {
         insert = true;
         new_cap = rows > initial_ ? detail::grown_capacity<growth_policy>(rows, initial_) : initial_;
         new_bytes = grown_bytes(new_cap, rows, initial_);

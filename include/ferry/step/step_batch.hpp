@@ -59,7 +59,7 @@ namespace ferry {
 /// larger than its slot takes more arena memory for that step, and every slot grows to the
 /// largest step at its next use; `growth::fixed`: the declared maxima are the capacity, beyond
 /// them ferry::capacity_error and nothing is recorded), ReusePolicy (`reuse::event_fenced`
-/// default; `reuse::caller_fenced`), LaunchPolicy (`launch::kernel` default; `launch::graph`,
+/// default; `reuse::throw_when_full`; `reuse::caller_fenced`), LaunchPolicy (`launch::kernel` default; `launch::graph`,
 /// which needs growth::fixed: presets::graph_safe), Backend; and the presets.
 ///
 /// **Rules.** Destinations of one step are disjoint, except writes into one target: of two
@@ -71,8 +71,11 @@ namespace ferry {
 /// submit's stream before the next submit** (work on another stream: record_use(stream) before
 /// the next submit). Under event_fenced a slot is rewritten only once its kernel and the readers
 /// of its publishes have passed; when the next slot is still in use, begin() takes the one after
-/// it if that is free, else inserts a new slot (up to max_slots) without blocking, and
-/// otherwise throws ferry::capacity_error. While the stream keeps up, begin() takes the slot of
+/// it if that is free, else inserts a new slot (up to max_slots) without blocking; when the batch
+/// already holds max_slots, the ring is full and the ReusePolicy decides: `reuse::event_fenced`
+/// waits for the next slot to pass (back-pressure: the host runs at most max_slots - 1 steps
+/// ahead; the wait is a synchronization, counted in backend_stats_of and by sync_guard),
+/// `reuse::throw_when_full` throws ferry::capacity_error. While the stream keeps up, begin() takes the slot of
 /// the step before the last once it has passed, so that the host writes into warm memory.
 /// Under caller_fenced nothing is checked: the caller makes sure a slot's step and readers are
 /// done `slots` steps later.
@@ -434,9 +437,11 @@ class step_batch {
   /// Starts a step in the next slot. Under event_fenced a slot still in use (its kernel or the
   /// readers of its publishes) is never rewritten: the slot after it is taken if free, else a new
   /// slot is inserted (up to max_slots; sized to the largest step so far, or to the plan under
-  /// growth::fixed), else ferry::capacity_error with nothing changed.
-  /// Throws ferry::error when the step begun before was neither submitted nor cancelled. Never
-  /// blocks, never touches a stream.
+  /// growth::fixed); with max_slots reached the ring is full: event_fenced blocks until the next
+  /// slot has passed (a synchronization, counted by sync_guard), throw_when_full throws
+  /// ferry::capacity_error naming the slot and the stream point it waits for, with nothing
+  /// changed. Throws ferry::error when the step begun before was neither submitted nor
+  /// cancelled. Blocks only on a full ring; never touches a stream.
   void begin() {
     core& k = c();
     if (k.open_)
@@ -458,11 +463,30 @@ class step_batch {
         if (!insert) next = after;
       }
     }
+    if (insert && k.slots_.size() >= k.max_slots_) {
+      // The ring is full: the ReusePolicy says what happens, waiting for the slot coming into use
+      // (event_fenced, back-pressure: the host runs at most max_slots - 1 steps ahead) or throwing
+      // (throw_when_full). Nothing has changed yet either way.
+      detail::ring_full<reuse_policy>(
+          [&] {
+            wait_free(k.slots_[next]);
+            insert = false;
+          },
+          [&] {
+            const auto& st = k.slots_[next].stamps;
+            const auto held = std::find_if(st.begin(), st.end(), [](const detail::stamp& p) {
+              return !detail::shared_timeline<B>().passed(p);
+            });
+            return "ferry: step_batch: the next slot (slot " + std::to_string(next) +
+                   ") is still in use (its step or the readers of its publishes)" +
+                   (held == st.end() ? std::string()
+                                     : " until stream point (line " + std::to_string(held->line) +
+                                           ", seq " + std::to_string(held->seq) + ")") +
+                   " and the batch holds max_slots (" + std::to_string(k.max_slots_) +
+                   ") slots; use more slots, or let the stream catch up";
+          });
+    }
     if (insert) {
-      if (k.slots_.size() >= k.max_slots_)
-        throw capacity_error("ferry: step_batch: the next slot is still in use (its step or the readers of "
-                             "its publishes) and the batch holds max_slots (" + std::to_string(k.max_slots_) +
-                             ") slots; use more slots, or let the stream catch up");
       next = k.cur_ == none ? 0 : k.cur_ + 1;
       k.slots_.insert(k.slots_.begin() + static_cast<std::ptrdiff_t>(next), make_slot());
       if (k.prev_ != none && k.prev_ >= next) ++k.prev_;
@@ -828,6 +852,14 @@ class step_batch {
       }
     }
     s.stamps.push_back(st);
+  }
+  // Blocks until every stamp of the slot has passed (a full ring's back-pressure); counted once
+  // for sync_guard when it had to block (each blocking wait also counts in backend_stats_of).
+  static void wait_free(typename core::slot& s) {
+    bool blocked = false;
+    for (const auto& st : s.stamps) blocked = detail::shared_timeline<B>().wait(st) || blocked;
+    s.stamps.clear();
+    if (blocked) ++detail::ring_waits;
   }
   static bool slot_free(typename core::slot& s) {
     auto& tl = detail::shared_timeline<B>();

@@ -4,6 +4,7 @@
 // ferry::ferry never links CUPTI). Not part of <ferry/ferry.hpp>.
 #pragma once
 
+#include <ferry/backend/stats.hpp>
 #include <ferry/config.hpp>
 #include <ferry/error.hpp>
 #include <ferry/policies/backend.hpp>
@@ -75,7 +76,8 @@ class sync_guard {
 
   /// Starts recording the calling thread's calls. Throws ferry::error when CUPTI cannot be
   /// subscribed (see the class comment); then nothing is recorded and nothing is held.
-  explicit sync_guard(mode m = mode::record) : verdict_(m), owner_(std::this_thread::get_id()) {
+  explicit sync_guard(mode m = mode::record)
+      : verdict_(m), owner_(std::this_thread::get_id()), ring_waits_(detail::ring_waits) {
     detail::cupti_subscription::instance().acquire();
     detail::sync_thread_state& t = detail::sync_thread();
     node_.outer = t.innermost;
@@ -108,10 +110,13 @@ class sync_guard {
   /// The mode given at construction.
   [[nodiscard]] mode guard_mode() const noexcept { return verdict_.mode(); }
 
-  /// Synchronizing calls seen so far: synchronize calls, synchronous copies and fills, and async
-  /// copies that touched pageable host memory.
+  /// Synchronizing calls seen so far: synchronize calls, synchronous copies and fills, async
+  /// copies that touched pageable host memory, and ferry's waits for a full ring's next slot
+  /// (back-pressure under reuse::event_fenced; counted also when a ferry kernel's counter, not a
+  /// runtime call, was waited for).
   [[nodiscard]] std::uint64_t syncs() const noexcept {
-    return sum([](detail::sync_hook_kind k) { return k != detail::sync_hook_kind::allocate; });
+    return sum([](detail::sync_hook_kind k) { return k != detail::sync_hook_kind::allocate; }) +
+           ring_waits();
   }
 
   /// Allocations and frees of device, pinned, registered, managed or array memory seen so far.
@@ -143,6 +148,8 @@ class sync_guard {
         if (s == name) c += n, merged = true;
       if (!merged) seen.emplace_back(std::move(name), n);
     }
+    if (const std::uint64_t w = ring_waits(); w != 0)
+      seen.emplace_back("ferry ring full: waited for its next slot", w);
     if (seen.empty()) return "no synchronizing calls and no allocations";
     std::string out;
     for (const auto& [s, c] : seen) out += (out.empty() ? "" : ", ") + s + " x" + std::to_string(c);
@@ -163,6 +170,7 @@ class sync_guard {
       if (pred(detail::sync_hooks[h].kind)) n += node_.counts[h].load(std::memory_order_relaxed);
     return n;
   }
+  [[nodiscard]] std::uint64_t ring_waits() const noexcept { return detail::ring_waits - ring_waits_; }
   [[nodiscard]] std::uint64_t total() const noexcept { return syncs() + allocations(); }
   [[nodiscard]] std::string message() const {
     return "ferry: sync_guard (raise mode) saw " + std::to_string(syncs()) +
@@ -172,6 +180,7 @@ class sync_guard {
 
   detail::sync_verdict verdict_;
   std::thread::id owner_;
+  std::uint64_t ring_waits_;  // this thread's ring waits when the guard was made
   detail::sync_guard_node node_;
 };
 #endif  // FERRY_HAS_CUDA

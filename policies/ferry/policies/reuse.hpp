@@ -1,10 +1,13 @@
 // ferry/policies/reuse.hpp: ReusePolicy, who guarantees a rotating slot is no longer read.
 #pragma once
 
+#include <ferry/error.hpp>
 #include <ferry/policies/detail/families.hpp>
 
 #include <concepts>
+#include <string>
 #include <type_traits>
+#include <utility>
 
 namespace ferry {
 
@@ -12,6 +15,12 @@ namespace ferry {
 /// `static constexpr bool ferry_fences`: true when ferry stamps every slot (or block, or host
 /// array) with the point of the stream that used it and never rewrites it before the stream has
 /// passed that point; false when the caller guarantees it (ferry records and checks nothing).
+///
+/// Optionally, a fencing policy says what a full ring does: `static void when_full(wait,
+/// describe)` is called when the slot a ring needs next is still in use and the ring already
+/// holds `max_slots` slots; `wait()` blocks until that slot is free (a synchronization), and
+/// `describe()` returns a std::string naming the ring, the slot and the point it waits for. A
+/// policy without the member waits (reuse::event_fenced's behaviour).
 template <class P>
 concept reuse_policy = detail::models_family<P, families::reuse>;
 
@@ -24,6 +33,27 @@ namespace ferry::reuse {
 struct event_fenced {
   using ferry_policy_family = families::reuse;  ///< Names the ReusePolicy family.
   static constexpr bool ferry_fences = true;     ///< ferry fences.
+  /// A full ring waits for the slot it needs next (back-pressure: the host runs at most
+  /// `max_slots - 1` steps ahead of the GPU, as a CUDA stream's own queue makes it wait). The
+  /// wait is a synchronization: backend_stats_of counts it, and so does sync_guard, so a
+  /// zero-sync proof still sees it.
+  template <class Wait, class Describe>
+  static void when_full(Wait&& wait, Describe&& /*describe*/) {
+    std::forward<Wait>(wait)();
+  }
+};
+
+/// As event_fenced, except that a full ring throws ferry::capacity_error (naming the ring, the
+/// slot in use and the point it waits for) instead of waiting: for an engine that must never
+/// block its host thread, and sizes max_slots to its steps in flight.
+struct throw_when_full {
+  using ferry_policy_family = families::reuse;  ///< Names the ReusePolicy family.
+  static constexpr bool ferry_fences = true;     ///< ferry fences.
+  /// A full ring throws ferry::capacity_error with `describe()`.
+  template <class Wait, class Describe>
+  static void when_full(Wait&& /*wait*/, Describe&& describe) {
+    throw capacity_error(std::string(std::forward<Describe>(describe)()));
+  }
 };
 
 /// No fences: the caller guarantees that every reader of a slot is done before the slot is
@@ -56,3 +86,27 @@ struct reuse {
   }
 };
 }  // namespace ferry::families
+
+namespace ferry::detail {
+
+/// What a full ring does under ReusePolicy P (see ferry::reuse_policy): P::when_full, or wait.
+/// A when_full that returns without calling wait() leaves the ring as full as it was: that is a
+/// ferry::capacity_error too (the ring never grows beyond max_slots).
+template <reuse_policy P, class Wait, class Describe>
+void ring_full(Wait&& wait, Describe&& describe) {
+  bool waited = false;
+  auto wait_once = [&] {
+    if (!waited) wait();
+    waited = true;
+  };
+  if constexpr (requires { P::when_full(wait_once, describe); }) {
+    P::when_full(wait_once, describe);
+    if (!waited)
+      throw capacity_error(std::string(describe()) +
+                           " (the ReusePolicy's when_full returned without waiting)");
+  } else {
+    wait_once();
+  }
+}
+
+}  // namespace ferry::detail
