@@ -171,24 +171,33 @@ struct input_growth {
   static std::size_t capacity_for(std::size_t needed, std::size_t current) {
     input* in = growth_answers;
     if (in == nullptr) return needed;
-    constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
     const std::uint8_t how = in->byte();
+    if (how % 8 == 6) {
+      if (tracing()) trace("capacity_for(" + std::to_string(needed) + ", " + std::to_string(current) + "): refused");
+      throw ferry::capacity_error("ferry: input_growth refuses capacity_for(" + std::to_string(needed) + ", " +
+                                  std::to_string(current) + ")");
+    }
+    const std::size_t answer = answer_for(*in, how, needed, current);
+    if (tracing()) trace("capacity_for(" + std::to_string(needed) + ", " + std::to_string(current) + ") = " + std::to_string(answer));
+    return answer;
+  }
+
+ private:
+  static std::size_t answer_for(input& in, std::uint8_t how, std::size_t needed, std::size_t current) {
+    constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
     switch (how % 8) {
       case 0:
       case 1: return needed;
-      case 2: return needed + std::min<std::size_t>(max - needed, in->below(4096));
+      case 2: return needed + std::min<std::size_t>(max - needed, in.below(4096));
       case 3: return needed <= 1 ? 1 : (needed > (max >> 1) + 1 ? max : std::bit_ceil(needed));
       case 4: {  // huge: 2^k for k in [48, 64), or 2^64 - 1
-        const unsigned k = 48 + static_cast<unsigned>(in->below(17));
+        const unsigned k = 48 + static_cast<unsigned>(in.below(17));
         const std::size_t huge = k == 64 ? max : std::size_t{1} << k;
         return std::max(needed, huge);
       }
-      case 5: return max - std::min<std::size_t>(max - needed, in->below(256));
-      case 6:
-        throw ferry::capacity_error("ferry: input_growth refuses capacity_for(" + std::to_string(needed) +
-                                    ", " + std::to_string(current) + ")");
+      case 5: return max - std::min<std::size_t>(max - needed, in.below(256));
       default: {
-        const std::size_t more = in->below(1u << 16);
+        const std::size_t more = in.below(1u << 16);
         return std::max(needed, current > max - more ? max : current + more);
       }
     }

@@ -642,12 +642,17 @@ def growth_seeds():
             growth_answer(seed.e, *a)
         return seed
 
-    s["staged-grow-needed"] = staged_seed(lambda x: answers(x.write(0, 0, 16), ("needed",), ("needed",))
-                                          .write(1, 0, 8).apply())
-    s["staged-grow-pow2"] = staged_seed(lambda x: answers(x.write(0, 0, 16), ("pow2",), ("pow2",)).apply())
-    s["staged-reserve-refused"] = staged_seed(lambda x: answers(x.write(0, 0, 4).reserve(4, 32), ("throw",)).apply())
-    s["staged-apply-refused"] = staged_seed(lambda x: answers(x.write(0, 0, 16).write(1, 0, 16).apply(),
-                                                               ("throw",)).apply())
+    s["staged-grow-needed"] = staged_seed(lambda x: answers(answers(x.write(0, 0, 16), ("needed",), ("needed",))
+                                                            .write(1, 0, 8), ("needed",), ("needed",), ("needed",))
+                                          .apply())
+    s["staged-grow-pow2"] = staged_seed(lambda x: answers(answers(x.write(0, 0, 16), ("pow2",), ("pow2",)).apply(),
+                                                          ("pow2",)))
+    s["staged-stage-refused"] = staged_seed(lambda x: answers(answers(x.write(0, 0, 4), ("needed",), ("needed",))
+                                                              .write(1, 0, 16), ("throw",)).apply())
+    s["staged-reserve-refused"] = staged_seed(lambda x: answers(answers(x.write(0, 0, 4), ("needed",), ("needed",))
+                                                                .reserve(4, 32), ("throw",)).apply())
+    s["staged-apply-refused"] = staged_seed(lambda x: answers(answers(x.write(0, 0, 16), ("needed",), ("needed",))
+                                                              .apply(), ("throw",)).apply())
     s["staged-grow-more"] = staged_seed(lambda x: answers(x.write(2, 0, 16), ("more", 7), ("more", 300)).apply())
 
     def step_seed(build):
@@ -662,9 +667,13 @@ def growth_seeds():
 
     s["step-grow-needed"] = step_seed(lambda x: step_answers(x.upload(32, 8).target(2, 16, 1, 4).plan().begin(),
                                                              ("needed",), ("needed",))
-                                      .span_upload(0, 32).stage(0, 0, 0, 16).stage(0, 1, 0, 16).submit().sync())
-    s["step-submit-refused"] = step_seed(lambda x: step_answers(x.upload(64, 4).plan().begin(), ("needed",), ("needed",))
-                                         .span_upload(0, 64).submit().sync())
+                                      .span_upload(0, 32).stage(0, 0, 0, 16).stage(0, 1, 0, 16).submit())
+    s["step-grow-pow2-steps"] = step_seed(lambda x: step_answers(step_answers(x.upload(64, 4).publish(2).plan().begin(),
+                                                                              ("pow2",), ("pow2",))
+                                                                 .span_upload(0, 64).span_publish(0, 20).submit(),
+                                                                 ("pow2",)).sync().begin().span_upload(0, 3).submit())
+    s["step-begin-refused"] = step_seed(lambda x: step_answers(x.upload(16, 16).plan().begin(), ("throw",))
+                                        .begin())
     s["step-reserve-refused"] = step_seed(lambda x: step_answers(x.publish(8).plan().reserve(), ("throw",))
                                           .begin().submit().sync())
     return s
