@@ -31,7 +31,6 @@ namespace {
 
 using namespace ferry_fuzz;
 using host = ferry::backend::host;
-using u128 = unsigned __int128;
 constexpr u128 int64_max = static_cast<u128>(INT64_MAX);
 constexpr u128 two64 = static_cast<u128>(1) << 64;
 

@@ -21,6 +21,9 @@
 
 namespace ferry_fuzz {
 
+/// Exact arithmetic for the references (sizes of up to 2^64 - 1, multiplied).
+__extension__ using u128 = unsigned __int128;
+
 /// The fuzzer's bytes, consumed front to back.
 class input {
  public:

@@ -155,7 +155,7 @@ void run_staged(input& in, ferry::pinned_arena<host>& arena) {
   std::size_t rows = in.size(17), cols = in.size(65);
   const bool adopt = in.flag();
   const std::size_t slots = 1 + in.below(3);
-  const unsigned __int128 bytes = static_cast<unsigned __int128>(rows) * cols * sizeof(T);
+  const u128 bytes = static_cast<u128>(rows) * cols * sizeof(T);
   ferry::stream<host> s;
   const ferry::staging_memory<host> memory{&arena};
   if (bytes >> 64 != 0) {
