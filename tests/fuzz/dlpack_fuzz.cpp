@@ -7,8 +7,8 @@
 // data + byte_offset with the shape's element count (an address that wraps past 2^64 must be
 // rejected), and when that range lies inside the buffer every element is read and written back
 // (ASan checks the view is in bounds). A rejection must be std::invalid_argument ("ferry: ...").
-// An accepted tensor whose last byte would wrap past 2^64 is left to the implementation (either
-// answer passes).
+// A tensor whose end (one past its last byte) would reach or pass 2^64 may be accepted or
+// rejected.
 //
 // to_dlpack: a span (a real buffer, or a huge size at an address never dereferenced) and a
 // fuzzed shape; accepted iff every extent is >= 0 and their product is the span's size and fits
@@ -160,7 +160,7 @@ void from_case(input& in) {
   const u128 address = static_cast<u128>(reinterpret_cast<std::uintptr_t>(t.data)) + t.byte_offset;
   reject |= address >= two64;  // data + byte_offset past 2^64: the view would start before data
   reject |= address % alignof(T) != 0;
-  if (!reject && address + bytes > two64) either = true;
+  if (!reject && address + bytes >= two64) either = true;  // the end (one past the last byte) wraps
 
   const std::string what = "from_dlpack " + describe(t, api);
   T* got = nullptr;
