@@ -1,0 +1,696 @@
+#!/usr/bin/env python3
+"""Writes the fuzz targets' seed corpora (tests/fuzz/corpus/<target>/seed-*): each seed is a
+named scenario encoded in the byte format that fuzz_input.hpp decodes, field by field in the
+order the target reads them (FERRY_FUZZ_TRACE=1 prints what a seed decodes to). Run it after
+changing what a target decodes; files named regression-* are crash inputs and are kept.
+
+    tests/fuzz/make_corpus.py            # rewrites every corpus/<target>/seed-*
+"""
+import os
+import pathlib
+
+MAX64 = (1 << 64) - 1
+INT64_MAX = (1 << 63) - 1
+
+
+def edge_value(b):
+    k = b % 64
+    p = 1 << k
+    return [p - 1, p, p + 1, MAX64 - (k % 4)][(b // 64) % 4] & MAX64
+
+
+EDGE = {}
+for _b in range(256):
+    EDGE.setdefault(edge_value(_b), _b)
+
+
+class Enc:
+    """The inverse of ferry_fuzz::input: each method writes what the same-named read consumes."""
+
+    def __init__(self):
+        self.b = bytearray()
+
+    def byte(self, v):
+        self.b.append(v & 0xFF)
+
+    def raw(self, v, n=8):
+        self.b += (v % (1 << (8 * n))).to_bytes(n, "little")
+
+    def flag(self, v):
+        self.byte(1 if v else 0)
+
+    def below(self, v, n):
+        if n <= 1:
+            assert v == 0
+            return
+        assert 0 <= v < n, (v, n)
+        self.raw(v, ((n - 1).bit_length() + 7) // 8)
+
+    def between(self, v, lo, hi):
+        self.below(v - lo, hi - lo + 1)
+
+    def edge(self, v):
+        self.byte(EDGE[v & MAX64])
+
+    def size(self, v, small):
+        v &= MAX64
+        if v < small:
+            self.byte(0)
+            self.below(v, small)
+        elif v in EDGE:
+            self.byte(200)
+            self.edge(v)
+        else:
+            self.byte(250)
+            self.raw(v)
+
+
+# ---- dlpack ---------------------------------------------------------------------------------
+DL_TYPES = {"int8": (0, 1), "uint16": (1, 2), "int32": (2, 4), "float": (3, 4), "double": (4, 8),
+            "uint64": (5, 8)}
+KDLCPU, KDLCUDA, KDLCUDAHOST = 1, 2, 3
+
+
+def dl_extent(e, v):
+    v &= MAX64
+    if 0 <= v < 9:
+        e.byte(0)
+        e.below(v, 9)
+    elif v in EDGE:
+        e.byte(200)
+        e.edge(v)
+    else:
+        e.byte(240)
+        e.raw(v)
+
+
+def dl_from(e, t, buf=256, data="buf", off=0, byte_offset=0, bo_mode="small", dtype=None, device=None,
+            ndim=None, shape=(), shape_null=False, strides="null", change=None, api=0, devarg=0):
+    """One from_dlpack case: `data` is "buf" (buffer + off), "null" or an address."""
+    idx, _ = DL_TYPES[t]
+    e.byte(idx << 1)  # even: from_case
+    e.below(buf, 1025)
+    if data == "buf":
+        e.below(0, 5)
+        e.below(off, buf + 1)
+    elif data == "null":
+        e.below(3, 5)
+    else:
+        e.below(4, 5)
+        e.raw(data)
+    if bo_mode == "small":
+        e.below(0, 4)
+        e.size(byte_offset, buf + 16)
+    elif bo_mode == "before":  # 0 - n
+        e.below(2, 4)
+        e.below(byte_offset, 4096)
+    else:
+        e.below(3, 4)
+        e.raw(byte_offset)
+    if dtype is None:
+        e.below(1, 8)
+    else:
+        e.below(0, 8)
+        e.byte(dtype[0])
+        e.byte(dtype[1])
+        e.raw(dtype[2], 2)
+    if device is None:
+        e.below(1, 8)
+    else:
+        e.below(0, 8)
+        e.below(device[0], 16)
+        if -1 <= device[1] <= 2:
+            e.flag(True)
+            e.between(device[1] + 1, 0, 3)
+        else:
+            e.flag(False)
+            e.raw(device[1], 4)
+    n = len(shape) if ndim is None else ndim
+    if n >= 0:
+        e.below(n if n < 7 else 0, 7)
+        e.below(1, 16)
+    else:
+        e.below(0, 7)
+        e.below(0, 16)
+        if n == -1:
+            e.flag(True)
+        else:
+            e.flag(False)
+            e.below(n + (1 << 31), 4)
+    for v in shape:
+        dl_extent(e, v)
+    if n > 0:
+        e.below(0 if shape_null else 1, 16)
+    if strides == "null":
+        e.below(0, 4)
+    elif strides == "compact":
+        e.below(1, 4)
+        if n > 0:
+            if change is None:
+                e.flag(False)
+            else:
+                e.flag(True)
+                e.below(change[0], n)
+                dl_extent(e, change[1])
+    else:
+        e.below(3, 4)
+        for v in strides:
+            dl_extent(e, v)
+    e.below(api, 4)
+    if devarg == 0:
+        e.below(1, 4)
+    else:
+        e.below(0, 4)
+        e.between(devarg + 1, 0, 3)
+
+
+def dl_to(e, t, n=16, shape=(), complete=False, with_device=False, devarg=0, wild=None):
+    idx, _ = DL_TYPES[t]
+    e.byte((idx << 1) | 1)  # odd: to_case
+    if wild is None:
+        e.below(1, 4)
+        e.below(n, 65)
+    else:
+        e.below(0, 4)
+        e.size(n, 1 << 16)
+        e.raw(wild, 6)
+    e.below(len(shape), 6)
+    for v in shape:
+        dl_extent(e, v)
+    if shape:
+        e.flag(complete)
+    e.flag(with_device)
+    if devarg == 0:
+        e.below(1, 4)
+    else:
+        e.below(0, 4)
+        e.between(devarg + 1, 0, 3)
+
+
+def dlpack_seeds():
+    s = {}
+
+    def one(name, f):
+        e = Enc()
+        f(e)
+        s[name] = bytes(e.b)
+
+    for t in DL_TYPES:
+        one(f"from-1d-{t}", lambda e, t=t: dl_from(e, t, shape=[8]))
+        one(f"to-flat-{t}", lambda e, t=t: dl_to(e, t, n=12))
+    for api in range(4):
+        one(f"from-2d-compact-strides-api{api}",
+            lambda e, api=api: dl_from(e, "int32", shape=[4, 8], strides="compact", api=api))
+    one("from-3d-extent1-any-stride", lambda e: dl_from(e, "float", shape=[2, 1, 8], strides="compact", change=(1, 77)))
+    one("from-2d-transposed-strides", lambda e: dl_from(e, "float", shape=[4, 8], strides=[1, 4]))
+    one("from-byte-offset-in-buffer", lambda e: dl_from(e, "int32", off=16, byte_offset=32, shape=[8]))
+    one("from-misaligned", lambda e: dl_from(e, "double", off=4, shape=[2]))
+    one("from-null-data-empty", lambda e: dl_from(e, "int32", data="null", shape=[0, 5]))
+    one("from-null-data-nonempty", lambda e: dl_from(e, "int32", data="null", shape=[3]))
+    one("from-scalar-ndim0", lambda e: dl_from(e, "uint64", ndim=0))
+    one("from-negative-extent", lambda e: dl_from(e, "int8", shape=[4, MAX64]))
+    one("from-extents-overflow", lambda e: dl_from(e, "int8", shape=[1 << 32, 1 << 32]))
+    one("from-empty-zero-after-huge", lambda e: dl_from(e, "int8", shape=[1 << 62, 3, 0]))
+    one("from-ndim-negative", lambda e: dl_from(e, "int32", ndim=-1))
+    one("from-shape-null", lambda e: dl_from(e, "int32", shape=[4], shape_null=True))
+    one("from-dtype-lanes2", lambda e: dl_from(e, "float", shape=[4], dtype=(2, 32, 2)))
+    one("from-dtype-bits-mismatch", lambda e: dl_from(e, "int32", shape=[4], dtype=(0, 16, 1)))
+    one("from-device-cuda", lambda e: dl_from(e, "int32", shape=[4], device=(KDLCUDA, 0)))
+    one("from-device-cudahost-host-api", lambda e: dl_from(e, "int32", shape=[4], device=(KDLCUDAHOST, 5), api=3))
+    one("from-device-id1", lambda e: dl_from(e, "int32", shape=[4], device=(KDLCPU, 1)))
+    one("from-device-arg-1", lambda e: dl_from(e, "int32", shape=[4], devarg=1))
+    one("from-wild-address-end-wraps", lambda e: dl_from(e, "int8", data=MAX64 - 15, shape=[64]))
+    one("to-2d", lambda e: dl_to(e, "int32", n=12, shape=[3, 4]))
+    one("to-3d-completed", lambda e: dl_to(e, "double", n=24, shape=[2, 3, 5], complete=True))
+    one("to-shape-mismatch", lambda e: dl_to(e, "int32", n=12, shape=[5, 3]))
+    one("to-negative-extent", lambda e: dl_to(e, "int32", n=12, shape=[MAX64, MAX64 - 11]))
+    one("to-empty-shape-with-zero", lambda e: dl_to(e, "float", n=0, shape=[0, 7]))
+    one("to-device-1", lambda e: dl_to(e, "int32", n=4, with_device=True, devarg=1))
+    one("to-huge-wild-span", lambda e: dl_to(e, "int8", n=1 << 62, shape=[1 << 31, 1 << 31], wild=1 << 20))
+    return s
+
+
+# ---- staged_write_tensor ----------------------------------------------------------------------
+class StagedSeed:
+    """A staged_fuzz input: a tensor, then operations (see run_staged)."""
+
+    TYPES = {"uint8": 0, "int32": 1, "uint64": 2}
+
+    def __init__(self, t="int32", fixed=False, rows=4, cols=16, adopt=False, slots=2, growth=None, prefix=None):
+        self.e = Enc()
+        if prefix is not None:
+            prefix(self.e)
+        else:
+            self.e.byte((self.TYPES[t] << 1) | (1 if fixed else 0))
+        self.e.raw(0x1234, 2)
+        self.e.size(rows, 17)
+        self.e.size(cols, 65)
+        self.e.flag(adopt)
+        self.e.below(slots - 1, 3)
+        self.rows, self.cols = rows, cols
+
+    def write(self, row, start, length, contiguous=True):
+        e, rows, cols = self.e, self.rows, self.cols
+        e.below(0, 10)
+        if row < rows:
+            e.below(1, 8)
+            e.below(row, rows)
+        else:
+            e.below(0, 8)
+            e.size(row, rows + 2)
+        if start <= cols:
+            e.below(1, 8)
+            e.below(start, cols + 1)
+        else:
+            e.below(0, 8)
+            e.size(start, cols + 2)
+        room = cols - min(start, cols)
+        if length <= room:
+            e.below(1, 8)
+            e.below(length, room + 1)
+        else:
+            e.below(0, 8)
+            e.size(length, cols + 2)
+        e.flag(contiguous)
+        return self
+
+    def elem(self, row):
+        e = self.e
+        e.below(4, 10)
+        if row < self.rows:
+            e.below(1, 8)
+            e.below(row, self.rows)
+        else:
+            e.below(0, 8)
+            e.size(row, self.rows + 2)
+        return self
+
+    def clear(self):
+        self.e.below(5, 10)
+        return self
+
+    def reserve(self, writes, elements):
+        self.e.below(6, 10)
+        self.e.size(writes, 64)
+        self.e.size(elements, 64)
+        return self
+
+    def apply(self, check=True):
+        self.e.below(7, 10)
+        self.e.flag(check)
+        return self
+
+    def sync(self):
+        self.e.below(9, 10)
+        return self
+
+    def bytes(self):
+        return bytes(self.e.b)
+
+
+def staged_seeds():
+    s = {}
+    for t in StagedSeed.TYPES:
+        for fixed in (False, True):
+            g = "fixed" if fixed else "pow2"
+            seed = StagedSeed(t, fixed)
+            if fixed:
+                seed.reserve(8, 64)
+            s[f"writes-apply-{t}-{g}"] = seed.write(0, 0, 16).write(1, 3, 5, False).write(3, 15, 1).apply().bytes()
+    s["later-write-wins"] = StagedSeed().write(2, 0, 10).write(2, 4, 4).write(2, 2, 3, False).apply().bytes()
+    s["overlap-across-rows"] = StagedSeed(rows=3, cols=8).write(0, 0, 8).write(1, 0, 8).write(0, 4, 4).write(1, 2, 2).apply().bytes()
+    s["many-applies"] = StagedSeed(slots=1).write(0, 0, 4).apply(False).write(0, 2, 4).apply(False).write(1, 1, 1).apply().bytes()
+    s["adopted-target-kept"] = StagedSeed(adopt=True).write(1, 4, 4).apply().sync().bytes()
+    s["out-of-bounds-row"] = StagedSeed().write(1, 0, 4).write(4, 0, 1).write(MAX64, 0, 1).apply().bytes()
+    s["out-of-bounds-start"] = StagedSeed().write(0, 17, 0).write(0, MAX64, 1).write(0, 2, 2).apply().bytes()
+    s["out-of-bounds-length-huge"] = StagedSeed().write(0, 4, 13).write(0, 1, MAX64).write(0, 0, 1 << 63).apply().bytes()
+    s["empty-writes"] = StagedSeed().write(0, 16, 0).write(3, 0, 0).apply().bytes()
+    s["elem-writes"] = StagedSeed().elem(0).elem(3).elem(4).elem(0).apply().bytes()
+    s["clear-drops"] = StagedSeed().write(0, 0, 8).clear().write(1, 0, 2).apply().bytes()
+    s["reserve-then-writes"] = StagedSeed().reserve(4, 32).write(0, 0, 16).write(1, 0, 16).apply().bytes()
+    s["reserve-unrepresentable"] = StagedSeed().write(0, 0, 2).reserve(MAX64, 1).reserve(1, MAX64).apply().bytes()
+    s["fixed-beyond-reserve"] = StagedSeed(fixed=True).reserve(2, 8).write(0, 0, 4).write(1, 0, 4).write(2, 0, 1).apply().bytes()
+    s["fixed-without-reserve"] = StagedSeed(fixed=True).write(0, 0, 4).apply().bytes()
+    s["zero-rows"] = StagedSeed(rows=0, cols=8).write(0, 0, 1).apply().bytes()
+    s["zero-cols"] = StagedSeed(rows=4, cols=0).write(1, 0, 0).elem(1).apply().bytes()
+    s["size-overflows"] = StagedSeed(rows=1 << 40, cols=1 << 40).bytes()
+    s["size-overflows-adopted"] = StagedSeed(rows=1 << 62, cols=8, adopt=True).bytes()
+    s["long-row-chunks"] = StagedSeed("uint8", rows=2, cols=64).write(0, 0, 64).write(1, 1, 63, False).apply().bytes()
+    return s
+
+
+# ---- step_batch -------------------------------------------------------------------------------
+class StepSeed:
+    """A step_fuzz input (see step_run): a plan of uint32 entries (type index 1) unless given."""
+
+    def __init__(self, fixed=False, slots=2, max_slots=4, prefix=None):
+        self.e = Enc()
+        if prefix is not None:
+            prefix(self.e)
+        else:
+            self.e.flag(fixed)
+        self.e.raw(0x4321, 2)
+        self.e.below(slots - 2, 3)
+        self.e.below(max_slots - slots, 4)
+        self.e.below(1, 16)
+        self.entries = []
+        self.uploads, self.publishes, self.writes, self.fills = {}, {}, {}, {}
+        self.frozen = self.open = False
+        self.synced = True
+
+    @staticmethod
+    def bad_counts(slots, max_slots, fixed=False):
+        e = Enc()
+        e.flag(fixed)
+        e.raw(0, 2)
+        e.below(0, 3)
+        e.below(0, 4)
+        e.below(0, 16)
+        e.below(slots, 3)
+        e.below(max_slots, 3)
+        return bytes(e.b)
+
+    # The plan: entries are written by plan(); each is (kind, type, args).
+    def upload(self, length, max_n, ty=1):
+        self.entries.append(("upload", ty, (length, max_n)))
+        return self
+
+    def publish(self, max_n, ty=1):
+        self.entries.append(("publish", ty, (max_n,)))
+        return self
+
+    def target(self, rows, cols, max_writes, max_elements, ty=1):
+        self.entries.append(("writes", ty, (rows, cols, max_writes, max_elements)))
+        return self
+
+    def fill(self, length, publish=None, index=0, ty=1):
+        self.entries.append(("fill", ty, (length, publish, index)))
+        return self
+
+    def plan(self):
+        e = self.e
+        e.below(len(self.entries), 9)
+        for kind, ty, args in self.entries:
+            e.below(["upload", "publish", "writes", "fill"].index(kind), 4)
+            e.below(ty, 3)
+            self._add(kind, ty, args)
+        return self
+
+    def _add(self, kind, ty, args):
+        e = self.e
+        if kind == "upload":
+            length, max_n = args
+            e.below(length, 65)
+            if max_n <= length:
+                e.below(1, 8)
+                e.below(max_n, length + 1)
+            else:
+                e.below(0, 8)
+                e.size(length, length + 1)  # decoded as size + 1 + below(4)
+                raise ValueError("use max_n <= length")
+            self.uploads.setdefault(ty, []).append(length)
+        elif kind == "publish":
+            (max_n,) = args
+            e.size(max_n, 33)
+            self.publishes.setdefault(ty, []).append(max_n)
+        elif kind == "writes":
+            rows, cols, mw, me = args
+            e.below(rows, 9)
+            e.below(cols, 33)
+            e.size(mw, 9)
+            e.size(me, 65)
+            self.writes.setdefault(ty, []).append((rows, cols))
+        else:
+            length, publish, index = args
+            e.below(length, 33)
+            pubs = self.publishes.get(ty, [])
+            if pubs:
+                e.flag(publish is not None)
+                if publish is not None:
+                    e.below(publish, len(pubs))
+                    e.below(index, pubs[publish] + 2)
+            self.fills.setdefault(ty, []).append(length)
+
+    # The steps.
+    def begin(self):
+        self.e.below(0, 14)
+        return self
+
+    def span_upload(self, i, n, ty=1):
+        e = self.e
+        e.below(1, 14)
+        e.below(ty, 3)
+        ups = self.uploads.get(ty, [])
+        e.below(i, len(ups))
+        if n <= ups[i]:
+            e.below(1, 8)
+            e.below(n, ups[i] + 1)
+        else:
+            e.below(0, 8)
+            e.size(n, ups[i] + 2)
+        return self
+
+    def span_publish(self, i, n, ty=1):
+        e = self.e
+        e.below(3, 14)
+        e.below(ty, 3)
+        pubs = self.publishes.get(ty, [])
+        e.below(i, len(pubs))
+        small = min(pubs[i], 64) + 2
+        if n < small:
+            e.below(1, 8)
+            e.below(n, small)
+        else:
+            e.below(0, 8)
+            e.size(n, pubs[i] + 2)
+        return self
+
+    def stage(self, i, row, start, length, elem=False, contiguous=True, ty=1):
+        e = self.e
+        e.below(4, 14)
+        e.below(ty, 3)
+        rows, cols = self.writes[ty][i]
+        e.below(i, len(self.writes[ty]))
+        e.below(0 if elem else 1, 4)
+        if row < rows:
+            e.below(1, 8)
+            e.below(row, rows)
+        else:
+            e.below(0, 8)
+            e.size(row, rows + 2)
+        if start <= cols:
+            e.below(1, 8)
+            e.below(start, cols + 1)
+        else:
+            e.below(0, 8)
+            e.size(start, cols + 2)
+        room = cols - min(start, cols)
+        if length <= room:
+            e.below(1, 8)
+            e.below(length, room + 1)
+        else:
+            e.below(0, 8)
+            e.size(length, cols + 2)
+        e.flag(contiguous)
+        return self
+
+    def submit(self):
+        self.e.below(7, 14)
+        return self
+
+    def sync(self):
+        self.e.below(9, 14)
+        return self
+
+    def reserve(self):
+        self.e.below(10, 14)
+        return self
+
+    def set_cell(self, i, ty=1):
+        self.e.below(11, 14)
+        self.e.below(ty, 3)
+        self.e.below(i, len(self.fills[ty]))
+        return self
+
+    def late_add(self, kind, ty, args):
+        self.e.below(12, 14)
+        self.e.below(["upload", "publish", "writes", "fill"].index(kind), 4)
+        self.e.below(ty, 3)
+        self._add(kind, ty, args)
+        return self
+
+    def bytes(self):
+        return bytes(self.e.b)
+
+
+def step_seeds():
+    s = {}
+    for fixed in (False, True):
+        g = "fixed" if fixed else "pow2"
+        full = (StepSeed(fixed).upload(32, 32).publish(16).target(4, 16, 8, 64).fill(8).fill(5, publish=0, index=3)
+                .plan())
+        s[f"full-step-{g}"] = (full.begin().span_upload(0, 20).span_publish(0, 8).stage(0, 1, 2, 10)
+                               .stage(0, 1, 5, 3, contiguous=False).stage(0, 3, 0, 1, elem=True).submit().sync().bytes())
+        many = StepSeed(fixed, slots=2, max_slots=2).upload(16, 16).target(2, 8, 4, 16).plan()
+        for i in range(6):
+            many.begin().span_upload(0, 4 + i).stage(0, i % 2, i, 2).submit()
+        s[f"steps-unsynced-{g}"] = many.sync().bytes()
+    s["later-write-wins"] = (StepSeed().target(3, 8, 8, 64).plan().begin().stage(0, 1, 0, 8).stage(0, 1, 2, 3)
+                             .stage(0, 1, 1, 2, contiguous=False).submit().sync().bytes())
+    s["mixed-types"] = (StepSeed().upload(10, 10, ty=0).upload(7, 7, ty=2).publish(4, ty=0).target(2, 5, 2, 10, ty=2)
+                        .fill(9, ty=0).plan().begin().span_upload(0, 9, ty=0).span_upload(0, 7, ty=2)
+                        .span_publish(0, 3, ty=0).stage(0, 1, 0, 5, ty=2).submit().sync().bytes())
+    s["upload-beyond-destination"] = (StepSeed().upload(8, 8).plan().begin().span_upload(0, 9).span_upload(0, MAX64)
+                                      .span_upload(0, 3).submit().sync().bytes())
+    s["upload-replaced"] = StepSeed().upload(8, 4).plan().begin().span_upload(0, 2).span_upload(0, 6).submit().sync().bytes()
+    s["fixed-upload-beyond-max"] = (StepSeed(True).upload(8, 4).plan().begin().span_upload(0, 6).span_upload(0, 4)
+                                    .submit().sync().bytes())
+    s["fixed-writes-beyond-max"] = (StepSeed(True).target(2, 8, 2, 6).plan().begin().stage(0, 0, 0, 4).stage(0, 1, 0, 4)
+                                    .stage(0, 1, 0, 2).stage(0, 0, 4, 1).submit().sync().bytes())
+    s["writes-out-of-bounds"] = (StepSeed().target(2, 8, 4, 16).plan().begin().stage(0, 2, 0, 1).stage(0, 0, 9, 0)
+                                 .stage(0, 0, 4, 5).stage(0, 0, 1, MAX64).stage(0, 1, 7, 1).submit().sync().bytes())
+    s["fill-index-past-publish"] = (StepSeed().publish(8).fill(4, publish=0, index=5).plan().begin().span_publish(0, 3)
+                                    .submit().span_publish(0, 6).submit().sync().bytes())
+    s["fill-device-value-changes"] = (StepSeed().fill(6).plan().begin().submit().sync().set_cell(0).begin().submit()
+                                      .sync().bytes())
+    s["calls-outside-a-step"] = (StepSeed().upload(4, 4).publish(4).target(1, 4, 1, 4).plan().span_upload(0, 2)
+                                 .span_publish(0, 1).stage(0, 0, 0, 2).submit().begin().begin().submit().sync().bytes())
+    s["late-add-after-begin"] = (StepSeed().upload(4, 4).plan().begin().late_add("publish", 1, (4,)).submit()
+                                 .late_add("upload", 1, (4, 2)).sync().bytes())
+    s["reserve-then-steps"] = StepSeed().upload(16, 16).plan().reserve().begin().span_upload(0, 16).submit().sync().bytes()
+    s["publish-huge-max"] = StepSeed().publish(1 << 62).plan().begin().submit().sync().bytes()
+    s["writes-huge-max"] = StepSeed().target(2, 2, 1, MAX64).plan().begin().submit().sync().bytes()
+    s["empty-plan"] = StepSeed().plan().begin().submit().begin().submit().sync().bytes()
+    s["publish-views"] = (StepSeed().publish(16).publish(3).plan().begin().span_publish(0, 16).span_publish(1, 2)
+                          .submit().sync().bytes())
+    s["bad-counts-one-slot"] = StepSeed.bad_counts(1, 2)
+    s["bad-counts-above-max"] = StepSeed.bad_counts(2, 1)
+    return s
+
+
+# ---- growth -------------------------------------------------------------------------------------
+def growth_answer(e, how, value=0):
+    """One input_growth answer: "needed", "more" (+value), "pow2", "huge" (2^value, value in
+    [48, 64]; 64: 2^64 - 1), "max" (2^64 - 1 - value), "throw", "current" (+value)."""
+    if how == "needed":
+        e.byte(0)
+    elif how == "more":
+        e.byte(2)
+        e.below(value, 4096)
+    elif how == "pow2":
+        e.byte(3)
+    elif how == "huge":
+        e.byte(4)
+        e.below(value - 48, 17)
+    elif how == "max":
+        e.byte(5)
+        e.below(value, 256)
+    elif how == "throw":
+        e.byte(6)
+    else:
+        e.byte(7)
+        e.below(value, 1 << 16)
+
+
+def growth_seeds():
+    """Growth seeds: each component with answers placed where its calls ask (the answers are
+    read from the same input as the operations, at the point the component asks)."""
+    s = {}
+
+    def pool(answers_at_make, copies, width=1, initial=4, slots=2, max_slots=4):
+        e = Enc()
+        e.below(0, 3)
+        e.raw(0x77, 2)
+        e.below(width - 1, 4)
+        e.size(initial, 9)
+        e.below(slots - 1, 3)
+        e.below(max_slots - slots, 4)
+        for a in answers_at_make:
+            growth_answer(e, *a)
+        for rows, answers in copies:
+            if rows is None:
+                e.below(0, 4)  # synchronize
+                continue
+            e.below(1, 4)
+            if rows < 40:
+                e.below(1, 8)
+                e.below(rows, 40)
+            else:
+                e.below(0, 8)
+                e.below(rows, 4096)
+            if width > 1:
+                e.below(1, 8)
+            for a in answers:
+                growth_answer(e, *a)
+        return bytes(e.b)
+
+    s["pool-grow-needed"] = pool([], [(8, [("needed",)]), (3, []), (30, [("needed",)])])
+    s["pool-grow-pow2-rows"] = pool([], [(9, [("pow2",)]), (17, [("pow2",)]), (None, []), (5, [])], width=3)
+    s["pool-grow-more"] = pool([], [(12, [("more", 100)]), (12, [("more", 4095)])])
+    s["pool-grow-refused"] = pool([], [(2, []), (20, [("throw",)]), (2, [])])
+    s["pool-grow-refused-then-ok"] = pool([], [(3, []), (50, [("throw",)]), (50, [("needed",)]), (None, []), (1, [])])
+    s["pool-grow-current"] = pool([], [(6, [("current", 3)]), (600, [("current", 1000)])])
+    s["pool-one-slot"] = pool([], [(5, [("needed",)]), (None, []), (9, [("pow2",)])], slots=1, max_slots=1)
+
+    def staged_seed(build):
+        seed = StagedSeed(rows=4, cols=16, prefix=lambda e: e.below(1, 3))
+        build(seed)
+        return seed.bytes()
+
+    def answers(seed, *items):
+        for a in items:
+            growth_answer(seed.e, *a)
+        return seed
+
+    s["staged-grow-needed"] = staged_seed(lambda x: answers(answers(x.write(0, 0, 16), ("needed",), ("needed",))
+                                                            .write(1, 0, 8), ("needed",), ("needed",), ("needed",))
+                                          .apply())
+    s["staged-grow-pow2"] = staged_seed(lambda x: answers(answers(x.write(0, 0, 16), ("pow2",), ("pow2",)).apply(),
+                                                          ("pow2",)))
+    s["staged-stage-refused"] = staged_seed(lambda x: answers(answers(x.write(0, 0, 4), ("needed",), ("needed",))
+                                                              .write(1, 0, 16), ("throw",)).apply())
+    s["staged-reserve-refused"] = staged_seed(lambda x: answers(answers(x.write(0, 0, 4), ("needed",), ("needed",))
+                                                                .reserve(4, 32), ("throw",)).apply())
+    s["staged-apply-refused"] = staged_seed(lambda x: answers(answers(x.write(0, 0, 16), ("needed",), ("needed",))
+                                                              .apply(), ("throw",)).apply())
+    s["staged-grow-more"] = staged_seed(lambda x: answers(x.write(2, 0, 16), ("more", 7), ("more", 300)).apply())
+
+    def step_seed(build):
+        seed = StepSeed(prefix=lambda e: e.below(2, 3))
+        build(seed)
+        return seed.bytes()
+
+    def step_answers(seed, *items):
+        for a in items:
+            growth_answer(seed.e, *a)
+        return seed
+
+    s["step-grow-needed"] = step_seed(lambda x: step_answers(x.upload(32, 8).target(2, 16, 1, 4).plan().begin(),
+                                                             ("needed",), ("needed",))
+                                      .span_upload(0, 32).stage(0, 0, 0, 16).stage(0, 1, 0, 16).submit())
+    s["step-grow-pow2-steps"] = step_seed(lambda x: step_answers(step_answers(x.upload(64, 4).publish(2).plan().begin(),
+                                                                              ("pow2",), ("pow2",))
+                                                                 .span_upload(0, 64).span_publish(0, 20).submit(),
+                                                                 ("pow2",)).sync().begin().span_upload(0, 3).submit())
+    s["step-begin-refused"] = step_seed(lambda x: step_answers(x.upload(16, 16).plan().begin(), ("throw",))
+                                        .begin())
+    s["step-reserve-refused"] = step_seed(lambda x: step_answers(x.publish(8).plan().reserve(), ("throw",))
+                                          .begin().submit().sync())
+    return s
+
+
+def main():
+    root = pathlib.Path(__file__).resolve().parent / "corpus"
+    for target, seeds in (("dlpack", dlpack_seeds()), ("staged", staged_seeds()), ("step", step_seeds()),
+                          ("growth", growth_seeds())):
+        d = root / target
+        d.mkdir(parents=True, exist_ok=True)
+        for old in d.glob("seed-*"):
+            old.unlink()
+        for name, data in sorted(seeds.items()):
+            (d / f"seed-{name}").write_bytes(data)
+        print(f"{target}: {len(seeds)} seeds")
+
+
+if __name__ == "__main__":
+    main()
