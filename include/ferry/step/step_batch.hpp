@@ -135,6 +135,8 @@ class step_batch {
         throw_unusable(kind);
       return *core_;
     }
+    /// Throws the ferry::error of an unusable `kind` handle: empty, or its batch assigned over or
+    /// destroyed.
     [[noreturn]] FERRY_COLD void throw_unusable(const char* kind) const {
       if (!core_) throw error(std::string("ferry: use of an empty step_batch::") + kind + " handle");
       throw error(std::string("ferry: use of a step_batch::") + kind +
