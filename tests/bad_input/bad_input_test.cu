@@ -116,6 +116,7 @@ constexpr row registry[] = {
     {"staged.fixed.exceeded", "ferry::capacity_error", staged_kept},
     {"staged.reserve.writes_overflow", "ferry::capacity_error", "capacities and staged writes unchanged"},
     {"staged.reserve.elements_overflow", "ferry::capacity_error", "capacities and staged writes unchanged"},
+    {"staged.reserve.past_arena", "ferry::capacity_error", "capacities and staged writes unchanged, arena unchanged"},
     {"staged.moved_from", "ferry::error", "the moved-to tensor's staged writes kept, nothing enqueued"},
     {"staged.capturing", "ferry::error", "staged writes kept, target unchanged, nothing captured"},
     {"fused.same_tensor_twice", "std::invalid_argument", fused_kept},
@@ -127,6 +128,7 @@ constexpr row registry[] = {
     {"step.submit.growth_throws", "ferry::capacity_error", step_refused_kept},
     {"step.submit.growth_huge", "ferry::capacity_error", step_refused_kept},
     {"step.begin.full", "ferry::capacity_error", "no step open, slots unchanged, every step's data read intact"},
+    {"step.reserve.past_arena", "ferry::capacity_error", "no step open, no slot allocated, the plan not fixed, arena unchanged"},
     {"step.handle.empty", "ferry::error", "nothing recorded"},
     {"step.handle.assigned_over", "ferry::error", "the assigned batch's plan and handles unchanged"},
     {"step.overlap.uploads", "std::invalid_argument", step_plan_kept},
@@ -299,7 +301,9 @@ struct staged_scene {
 
   // reserve(4, 32) first (the capacity under growth::fixed), then two writes of `len` applied and
   // two staged.
-  explicit staged_scene(std::uint64_t seed, std::size_t len = 8) : t(rows, cols, s), rng(seed) {
+  explicit staged_scene(std::uint64_t seed, std::size_t len = 8,
+                        ferry::pinned_arena<B>& arena = ferry::default_arena<B>())
+      : t(rows, cols, s, 2, {.arena = &arena}), rng(seed) {
     t.reserve(4, 32);
     stage(2, len);
     apply();
@@ -1210,6 +1214,34 @@ BAD_INPUT_ROW("staged.reserve.elements_overflow") {
   SECTION("growth::fixed") { reserve_row<fixed_tensor<B>, B>(402, 0, elements); }
 }
 
+// A reserve whose sizes fit size_t but that no slot of a 64 MiB arena holds: the arena refuses it
+// before any host memory is sized from the request; the capacity stays as reserve(4, 32) set it.
+template <class Tensor, class B>
+void past_arena_row(std::uint64_t seed) {
+  ferry::pinned_arena<B> arena(std::size_t{64} << 20);
+  staged_scene<Tensor, B> sc(seed, 8, arena);
+  const std::size_t pending = sc.t.pending(), pending_elements = sc.t.pending_elements();
+  const auto before = arena.stats();
+  expect_throw([&] { sc.t.reserve(0, std::size_t{1} << 56); });  // 2^58 bytes of contents
+  expect_throw([&] { sc.t.reserve(std::size_t{1} << 40, 0); });  // 2^41 descriptors
+  CHECK(arena.stats().bytes_reserved == before.bytes_reserved);
+  CHECK(arena.stats().allocations == before.allocations);
+  sc.unchanged(pending, pending_elements);
+  sc.stage(2, 8);  // up to the reserved 4 writes of 32 elements
+  if constexpr (std::is_same_v<Tensor, fixed_tensor<B>>) {
+    const auto one = ferry_test::random_values<i32>(1, seed + 1);
+    CHECK_THROWS_AS(sc.t.stage_write(0, 0, one), ferry::capacity_error);
+  }
+  sc.later_apply_matches();
+}
+
+BAD_INPUT_ROW("staged.reserve.past_arena") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  SECTION("growth::pow2") { past_arena_row<tensor<B>, B>(405); }
+  SECTION("growth::fixed") { past_arena_row<fixed_tensor<B>, B>(406); }
+}
+
 BAD_INPUT_ROW("staged.moved_from") {
   using B = TestType;
   FERRY_REQUIRE_BACKEND(B);
@@ -1542,6 +1574,34 @@ BAD_INPUT_ROW("step.overlap.target_destination") {
     sc.bad([&] { (void)sc.batch.add_writes(ferry::staged_view<i32>(sc.mem.span().data() + 24, 1, 9)); });
   }
   SECTION("a fill over the target") { sc.bad([&] { sc.batch.add_fill(sc.at(40, 2), sc.device_value()); }); }
+}
+
+// A writes target whose declared maxima fit size_t but that no slot of a 64 MiB arena holds:
+// reserve() and the first begin() are refused by the arena before any host memory is sized from
+// the plan; nothing is allocated and the plan stays open (an add_* call still works).
+template <class B, class... Ps>
+void past_arena_step_row(std::size_t max_writes, std::size_t max_elements) {
+  ferry::pinned_arena<B> arena(std::size_t{64} << 20);
+  ferry::device_buffer<i32, B> mem(64);
+  ferry::step_batch<B, Ps...> batch(2, 4, arena);
+  (void)batch.add_upload(mem.span().subspan(0, 16), 16);
+  (void)batch.add_writes(ferry::staged_view<i32>(mem.span().data() + 16, 2, 16), max_writes, max_elements);
+  const auto before = arena.stats();
+  expect_throw([&] { batch.reserve(); });
+  expect_throw([&] { batch.begin(); });
+  CHECK_FALSE(batch.in_step());
+  CHECK(batch.slots() == 0);
+  CHECK(arena.stats().bytes_reserved == before.bytes_reserved);
+  CHECK(arena.stats().allocations == before.allocations);
+  CHECK_NOTHROW(batch.template add_publish<i32>(4));
+}
+
+BAD_INPUT_ROW("step.reserve.past_arena") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  SECTION("growth::fixed, max_elements 2^56") { past_arena_step_row<B, ferry::growth::fixed>(0, std::size_t{1} << 56); }
+  SECTION("growth::fixed, max_writes 2^40") { past_arena_step_row<B, ferry::growth::fixed>(std::size_t{1} << 40, 0); }
+  SECTION("growth::pow2, max_elements 2^56") { past_arena_step_row<B>(0, std::size_t{1} << 56); }
 }
 
 BAD_INPUT_ROW("step.overlap.fill_source") {

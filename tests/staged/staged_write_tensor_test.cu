@@ -19,6 +19,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -1074,3 +1075,53 @@ TEST_CASE("graph pattern: eager applies then replays of a captured graph that re
 }
 
 #endif  // __CUDACC__
+
+// A reserve whose sizes fit size_t but that no slot of the arena holds: the arena refuses it
+// (ferry::capacity_error) before any host memory is sized from the request. The overlap resolver's
+// host vectors were once reserved first, from the requested chunk count: std::bad_alloc, or an
+// AddressSanitizer abort (fuzz: tests/fuzz/corpus/staged/regression-reserve-host-vectors).
+TEMPLATE_TEST_CASE("reserve past what the arena holds throws capacity_error before sizing host memory, and changes nothing",
+                   "[staged][bad_input]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using T = std::uint8_t;
+  ferry::stream<B> s;
+  ferry::pinned_arena<B> arena(std::size_t{64} << 20);  // as the fuzz targets: 64 MiB at most
+  std::mt19937_64 rng(0xf022);
+  auto run = [&](auto& t) {
+    model<T> ref(4, 16);
+    t.reserve(2, 20);
+    auto stage = [&](std::size_t row, std::size_t start, std::size_t len) {
+      auto v = random_bits<T>(len, rng);
+      t.stage_write(row, start, v);
+      ref.write(row, start, v);
+    };
+    stage(1, 3, 10);
+    const auto before = arena.stats();
+    // 2^62 bytes of contents, 2^56, half of size_t: each fits size_t, none a 64 MiB arena.
+    for (const std::size_t n : {std::size_t{1} << 62, std::size_t{1} << 56, std::size_t{1} << 40,
+                                std::numeric_limits<std::size_t>::max() / 2}) {
+      INFO("reserve(0, " << n << ")");
+      REQUIRE_THROWS_AS(t.reserve(0, n), ferry::capacity_error);
+      REQUIRE_THROWS_WITH(t.reserve(0, n), Catch::Matchers::StartsWith("ferry: "));
+      REQUIRE_THROWS_AS(t.reserve(n / 16, 0), ferry::capacity_error);  // writes: descriptors
+    }
+    CHECK(arena.stats().bytes_reserved == before.bytes_reserved);
+    CHECK(arena.stats().allocations == before.allocations);
+    REQUIRE(t.pending() == 1);
+    REQUIRE(t.pending_elements() == 10);
+    stage(2, 0, 10);
+    if constexpr (std::is_same_v<typename std::remove_cvref_t<decltype(t)>::growth_policy, ferry::growth::fixed>)
+      REQUIRE_THROWS_AS(t.stage_write(0, 0, std::vector<T>(1, 1)), ferry::capacity_error);  // still 2 writes
+    t.apply_write(s);
+    REQUIRE(read_back<T, B>(t, s) == ref.data);
+  };
+  SECTION("growth::fixed") {
+    ferry::staged_write_tensor<T, ferry::growth::fixed, B> t(4, 16, s, 2, {.arena = &arena});
+    run(t);
+  }
+  SECTION("growth::pow2") {
+    ferry::staged_write_tensor<T, B> t(4, 16, s, 2, {.arena = &arena});
+    run(t);
+  }
+}

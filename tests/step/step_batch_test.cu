@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -921,4 +922,60 @@ TEMPLATE_TEST_CASE("step_batch: destinations that overlap are rejected at setup,
   std::copy(r2.begin(), r2.end(), ref.begin() + 128);
   batch.submit(s);
   CHECK(same_bits(read<std::int32_t, B>(mem.span(), s), ref));
+}
+
+// A writes plan whose declared maxima fit size_t but that no slot of the arena holds: reserve()
+// (or the first begin()) throws ferry::capacity_error from the arena before any host memory is
+// sized from the plan, allocates nothing and leaves the plan unfixed. Each target's chunk list and
+// overlap resolver were once reserved first, from the plan's descriptor count: std::bad_alloc, or
+// an AddressSanitizer abort (fuzz: tests/fuzz/corpus/step/regression-writes-table-host-vectors).
+TEMPLATE_TEST_CASE("step_batch: a writes plan past what the arena holds throws capacity_error before sizing host memory",
+                   "[step][bad_input]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  std::mt19937_64 rng(0xf023);
+  ferry::stream<B> s;
+  ferry::pinned_arena<B> arena(std::size_t{64} << 20);  // as the fuzz targets: 64 MiB at most
+  ferry::device_buffer<std::uint8_t, B> dst(64);
+  const ferry::staged_view<std::uint8_t> target(dst.span().data(), 2, 30);
+  auto run = [&](auto& batch, std::size_t max_writes, std::size_t max_elements) {
+    INFO("add_writes(target, " << max_writes << ", " << max_elements << ")");
+    auto w = batch.add_writes(target, max_writes, max_elements);
+    const auto before = arena.stats();
+    CHECK_THROWS_AS(batch.reserve(), ferry::capacity_error);
+    CHECK_THROWS_WITH(batch.begin(), Catch::Matchers::StartsWith("ferry: "));
+    CHECK_THROWS_AS(batch.begin(), ferry::capacity_error);
+    CHECK_FALSE(batch.in_step());
+    CHECK(batch.slots() == 0);  // nothing allocated, the plan not fixed
+    CHECK(arena.stats().bytes_reserved == before.bytes_reserved);
+    CHECK(arena.stats().allocations == before.allocations);
+    (void)w;
+  };
+  for (const std::size_t n : {std::size_t{1} << 40, std::size_t{1} << 56, std::numeric_limits<std::size_t>::max()}) {
+    {
+      ferry::step_batch<B, ferry::growth::fixed> batch(2, 4, arena);
+      run(batch, 0, n);
+    }
+    {
+      ferry::step_batch<B, ferry::growth::fixed> batch(2, 4, arena);
+      run(batch, n / 32, 0);  // descriptors for n / 32 writes
+    }
+    {
+      ferry::step_batch<B> batch(2, 4, arena);  // pow2: the maxima are hints, grown by the policy
+      run(batch, 0, n);
+    }
+  }
+  // The same arena and target with maxima a slot holds: the plan runs and applies its writes.
+  ferry::step_batch<B, ferry::growth::fixed> ok(2, 4, arena);
+  auto w = ok.add_writes(target, 2, 60);
+  ok.begin();
+  const auto a = random_bits<std::uint8_t>(30, rng), b = random_bits<std::uint8_t>(30, rng);
+  w.stage_write(0, 0, a);
+  w.stage_write(1, 0, b);
+  ok.submit(s);
+  const auto got = read<std::uint8_t, B>(ferry::device_span<const std::uint8_t>(dst.span().data(), 60),
+                                         ferry::stream_ref<B>(s));
+  std::vector<std::uint8_t> want(a);
+  want.insert(want.end(), b.begin(), b.end());
+  CHECK(got == want);
 }

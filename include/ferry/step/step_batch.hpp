@@ -418,17 +418,17 @@ class step_batch {
     core& k = c();
     if (k.frozen_) return;
     const auto [table, content] = planned_capacity();
+    k.slots_.reserve(k.max_slots_);
     k.want_table_ = table;
     k.want_content_ = content;
-    for (auto& w : k.writes_) {
-      w.chunks.reserve(table);
-      w.resolver.reserve(table);
-    }
-    k.slots_.reserve(k.max_slots_);
     try {
+      // The pinned slots first: the arena (its cap, its largest block) refuses a plan no slot can
+      // hold. Only then each target's host memory, bounded by the descriptors a slot now holds.
       for (std::size_t i = 0; i < k.initial_slots_; ++i) k.slots_.push_back(make_slot());
+      for (auto& w : k.writes_) k.reserve_writes(w, table, "step_batch::reserve");
     } catch (...) {
-      release_all_slots();
+      release_all_slots();  // the plan is not fixed: a later reserve() or begin() starts over
+      k.want_table_ = k.want_content_ = 0;
       throw;
     }
     k.frozen_ = true;

@@ -15,6 +15,7 @@
 // on both backends. The contents do not move.
 #pragma once
 
+#include <ferry/error.hpp>
 #include <ferry/staged/detail/layout.hpp>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <vector>
 
 namespace ferry::detail {
@@ -85,13 +87,21 @@ class overlap_tracker {
 
 class overlap_resolver {
  public:
-  /// Room for `chunks` chunks, so that resolving allocates nothing.
-  void reserve(std::size_t chunks) {
-    order_.reserve(chunks);
-    events_.reserve(2 * chunks);
-    heap_.reserve(chunks);
-    segs_.reserve(2 * chunks);
-    out_.reserve(3 * chunks + 1);
+  /// Room for `chunks` chunks, so that resolving allocates nothing. Callers reserve only a count
+  /// that a pinned slot already holds (its descriptors), so that a huge request is refused by the
+  /// arena first; host memory that still cannot be had is ferry::out_of_memory naming `who`
+  /// (the vectors keep what they held).
+  void reserve(std::size_t chunks, const char* who) {
+    try {
+      order_.reserve(chunks);
+      events_.reserve(2 * chunks);
+      heap_.reserve(chunks);
+      segs_.reserve(2 * chunks);
+      out_.reserve(3 * chunks + 1);
+    } catch (const std::exception&) {  // std::bad_alloc, std::length_error
+      throw out_of_memory(std::string("ferry: ") + who + ": the host memory to resolve overlaps among " +
+                          std::to_string(chunks) + " chunks cannot be allocated");
+    }
   }
 
   /// True when two of the chunks d[0, n) overlap in the destination.

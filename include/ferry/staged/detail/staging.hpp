@@ -126,14 +126,16 @@ class staging_core {
       wb = grown_contents(wd, wb);
     }
     (void)slot_size(wd, wb);  // every size is checked before anything changes
-    resolver_.reserve(wd);
     const wanted was = keep_wanted();
     want_descs_ = wd;
     want_bytes_ = wb;
     try {
+      // The pinned slots first: the arena (its cap, its largest block) refuses what no slot can
+      // hold. Only then the resolver's host memory, bounded by the descriptors a slot now holds.
       if (pool_.has_current() && (desc_cap_ < want_descs_ || content_cap_ < want_bytes_))
         regrow(want_descs_, want_bytes_);
       pool_.reserve(slot_bytes(), with_scratch ? want_bytes_ : 0);
+      resolver_.reserve(want_descs_, "staged_write_tensor::reserve");
     } catch (...) {
       restore(was);  // a capacity no block can hold (a GrowthPolicy's answer) is not kept
       throw;

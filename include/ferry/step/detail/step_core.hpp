@@ -98,6 +98,19 @@ class step_core {
         if (f.publish == none) clash("a fill's device source", f.src, f.elem);
   }
 
+  /// Room in `w`'s chunk list and resolver for `descs` descriptors (a count the slots' tables
+  /// already hold), so that recording and resolving allocate nothing; host memory that cannot be
+  /// had is ferry::out_of_memory naming `who`.
+  static void reserve_writes(writes_rec& w, std::size_t descs, const char* who) {
+    try {
+      w.chunks.reserve(descs);
+    } catch (const std::exception&) {  // std::bad_alloc, std::length_error
+      throw out_of_memory(std::string("ferry: ") + who + ": the host memory for " + std::to_string(descs) +
+                          " chunks of a write target cannot be allocated");
+    }
+    w.resolver.reserve(descs, who);
+  }
+
   // ---- one step --------------------------------------------------------------------------------
 
   void check_open(const char* what) const {
