@@ -94,7 +94,7 @@ class fused_staged_writer {
         !add_fits(3 * elem_chunks + 2, write_chunks, chunks) ||
         !mul_fits(chunks, sizeof(detail::chunk_desc), table) ||
         !mul_fits(max_elements, sizeof(T), contents) ||
-        !mul_fits(max_writes, detail::apply_vector_bytes, padding) ||
+        !mul_fits(max_writes, detail::write_vector_bytes, padding) ||
         !mul_fits(max_tensors_, detail::content_alignment, align) ||
         !add_fits(contents, padding, sum) || !add_fits(sum, align, scratch))
       throw capacity_error("ferry: fused_staged_writer::reserve(" + std::to_string(max_writes) +
@@ -123,7 +123,7 @@ class fused_staged_writer {
       throw std::invalid_argument("ferry: fused_staged_writer::apply got " + std::to_string(n) +
                                   " tensors; this writer takes at most " +
                                   std::to_string(max_tensors_));
-    if (((tensors.device_ != device_) || ...))
+    if (((tensors.pending_view().device != device_) || ...))
       throw error("ferry: fused_staged_writer::apply got a tensor made on another device than "
                   "the writer (device " + std::to_string(device_) + ")");
     if constexpr (n > 1) {
@@ -176,7 +176,7 @@ class fused_staged_writer {
       (append(tensors, s, bytes, out, k, scratch, off), ...);
       // One launch; every slot it reads is done once `done` has passed (stamped when this writer
       // or any tensor fences its slots).
-      constexpr bool marked = !caller_fenced || (!Tensors::caller_fenced || ...);
+      constexpr bool marked = !caller_fenced || (Tensors::reuse_policy::ferry_fences || ...);
       const detail::stamp done = detail::launch_apply<T, marked>(
           s, reinterpret_cast<const detail::chunk_desc*>(ops::mapped(out)), k, 0, 0, [&]() noexcept {
             pool_.abandon();
@@ -191,22 +191,29 @@ class fused_staged_writer {
   [[nodiscard]] std::size_t max_tensors() const noexcept { return max_tensors_; }
 
  private:
+  // The tensor's batch of pending writes (its detail view); ferry::error for a moved-from tensor.
+  template <class X>
+  static auto& batch_of(X& t) {
+    auto* b = t.pending_view().batch;
+    if (b == nullptr) throw error("ferry: use of a moved-from staged_write_tensor");
+    return *b;
+  }
   template <class X>
   static void commit(X& t, detail::stamp done) noexcept {
-    if (!t.core().empty()) t.core().commit(done);
+    if (!batch_of(t).empty()) batch_of(t).commit(done);
   }
   template <class X>
   static void abandon(X& t) noexcept {
-    if (!t.core().empty()) t.core().abandon();
+    if (!batch_of(t).empty()) batch_of(t).abandon();
   }
   template <class X>
   static void prepare(X& t) {
-    if (!t.core().empty()) t.core().prepare();
+    if (!batch_of(t).empty()) batch_of(t).prepare();
   }
   template <class X>
   static void count(X& t, std::size_t& chunks, std::size_t& bytes) {
-    chunks += t.core().chunks();
-    bytes += t.core().content_bytes();
+    chunks += batch_of(t).chunks();
+    bytes += batch_of(t).content_bytes();
   }
   template <class X>
   static bool in_place(std::size_t total_bytes) {
@@ -214,18 +221,18 @@ class fused_staged_writer {
   }
   template <class X>
   static void count_copied(X& t, std::size_t total_bytes, std::size_t& copied) {
-    if (t.core().empty() || in_place<X>(total_bytes)) return;
-    copied += detail::round_up(t.core().content_bytes(), detail::content_alignment);
+    if (batch_of(t).empty() || in_place<X>(total_bytes)) return;
+    copied += detail::round_up(batch_of(t).content_bytes(), detail::content_alignment);
   }
   template <class X>
   static void append(X& t, stream_ref<B> s, std::size_t total_bytes, detail::chunk_desc* out,
                      std::size_t& k, std::byte* scratch, std::size_t& off) {
-    auto& c = t.core();
+    auto& c = batch_of(t);
     if (c.empty()) return;
-    const std::uint64_t dst0 = t.target_address() / sizeof(T);
+    const std::uint64_t dst0 = t.pending_view().target / sizeof(T);
     std::uint64_t src0 = 0;
     if (in_place<X>(total_bytes)) {
-      src0 = X::address(c.content_data()) / sizeof(T);
+      src0 = reinterpret_cast<std::uintptr_t>(ops::mapped(const_cast<std::byte*>(c.content_data()))) / sizeof(T);
     } else {
       ops::copy_async(scratch + off, c.content_data(), c.content_bytes(), s);
       src0 = reinterpret_cast<std::uintptr_t>(scratch + off) / sizeof(T);

@@ -35,9 +35,6 @@
 
 namespace ferry {
 
-template <class T, class... Policies>
-class fused_staged_writer;
-
 /// A persistent row-major `rows x cols` target of T, updated by diffs: `stage_write` records
 /// row-segment writes on the host (straight into pinned staging memory), `apply_write(stream)`
 /// applies all of them with one kernel launch.
@@ -273,10 +270,15 @@ class staged_write_tensor {
   /// rows() x cols().
   [[nodiscard]] std::size_t size() const noexcept { return rows_ * cols_; }
 
- private:
-  template <class, class...>
-  friend class fused_staged_writer;
+  /// \cond INTERNAL
+  // The view fused_staged_writer applies through (not part of the API).
+  [[nodiscard]] detail::pending_writes<detail::staging_core<T, B, growth_policy, reuse_policy>>
+  pending_view() noexcept {
+    return {core_.get(), device_, target_address()};
+  }
+  /// \endcond
 
+ private:
   // An owned target: `owned`, just allocated.
   staged_write_tensor(storage_type&& owned, std::size_t rows, std::size_t cols, std::size_t slots,
                       const staging_memory<B>& memory)

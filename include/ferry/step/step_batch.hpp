@@ -161,22 +161,7 @@ class step_batch {
     /// std::out_of_range; growth::fixed and n > the declared max_n: ferry::capacity_error
     /// (nothing changes either way).
     std::span<T> span(std::size_t n) {
-      core& k = c("upload");
-      auto& r = k.uploads_[i_];
-      k.check_open("upload::span");
-      if (n > r.limit)
-        throw std::out_of_range("ferry: step_batch upload of " + std::to_string(n) +
-                                " elements into a destination of " + std::to_string(r.limit));
-      if (fixed && n > r.max_n)
-        throw capacity_error("ferry: step_batch (growth::fixed): an upload of " + std::to_string(n) +
-                             " elements exceeds its declared max_n of " + std::to_string(r.max_n));
-      const std::size_t bytes = n * sizeof(T);
-      if (r.at == nullptr || bytes > r.room) {
-        r.at = k.place(bytes, r.dst);
-        r.room = bytes;
-      }
-      r.bytes = bytes;
-      return {reinterpret_cast<T*>(r.at), n};
+      return {reinterpret_cast<T*>(c("upload").upload_span(i_, n, sizeof(T))), n};
     }
     /// The device buffer this upload fills. ferry::error for an empty handle or one whose batch
     /// was assigned over or destroyed.
@@ -202,19 +187,7 @@ class step_batch {
     /// one step replaces the first. growth::fixed and n > the declared max_n:
     /// ferry::capacity_error (nothing changes).
     std::span<T> span(std::size_t n) {
-      core& k = c("publish");
-      auto& r = k.publishes_[i_];
-      k.check_open("publish::span");
-      if (fixed && n > r.max_n)
-        throw capacity_error("ferry: step_batch (growth::fixed): a publish of " + std::to_string(n) +
-                             " elements exceeds its declared max_n of " + std::to_string(r.max_n));
-      const std::size_t bytes = detail::checked_bytes<capacity_error>(n, sizeof(T), "a publish");
-      if (r.at == nullptr || bytes > r.room) {
-        r.at = k.place(bytes, 0);
-        r.room = bytes;
-      }
-      r.n = n;
-      return {reinterpret_cast<T*>(r.at), n};
+      return {reinterpret_cast<T*>(c("publish").publish_span(i_, n, sizeof(T))), n};
     }
     /// The kernel-readable view of the last span() of the current (or last submitted) step;
     /// empty before the step's span() call and after cancel(). ferry::error for an empty handle
@@ -267,9 +240,9 @@ class step_batch {
       return core_ ? c("writes").writes_[i_].elements : 0;
     }
     /// The target's rows.
-    [[nodiscard]] std::size_t rows() const { return core_ ? c("writes").writes_[i_].rows : 0; }
+    [[nodiscard]] std::size_t rows() const { return core_ ? c("writes").writes_[i_].rec.rows() : 0; }
     /// The target's columns.
-    [[nodiscard]] std::size_t cols() const { return core_ ? c("writes").writes_[i_].cols : 0; }
+    [[nodiscard]] std::size_t cols() const { return core_ ? c("writes").writes_[i_].rec.cols() : 0; }
 
    private:
     friend class step_batch;
@@ -277,28 +250,7 @@ class step_batch {
 
     template <class R>
     void stage(std::size_t row, std::size_t start, R&& src) {
-      core& k = c("writes");
-      auto& r = k.writes_[i_];
-      const std::size_t len = detail::count_of(src);
-      detail::check_write_bounds(row, start, len, r.rows, r.cols);
-      k.check_open("writes::stage_write");
-      if (len == 0) return;
-      if (fixed && (r.writes + 1 > r.max_writes || r.elements + len > r.max_elements))
-        throw capacity_error("ferry: step_batch (growth::fixed): a target holds at most " +
-                             std::to_string(r.max_writes) + " writes of " + std::to_string(r.max_elements) +
-                             " elements per step; a write of " + std::to_string(len) + " elements after " +
-                             std::to_string(r.writes) + " writes of " + std::to_string(r.elements) +
-                             " exceeds it");
-      const std::uint64_t dst = static_cast<std::uint64_t>(row) * r.cols + start;
-      T* const out = reinterpret_cast<T*>(k.place(len * sizeof(T), r.base + dst * sizeof(T)));
-      detail::fill(src, out, len);  // a gather may throw: the placed bytes are only unused
-      constexpr std::size_t per_chunk = detail::step_chunk_bytes / sizeof(T);
-      const std::uint64_t from = reinterpret_cast<std::uintptr_t>(ops::mapped(out)) / sizeof(T);
-      for (std::size_t e = 0; e < len; e += per_chunk)
-        r.chunks.push_back({dst + e, from + e, static_cast<std::uint32_t>(std::min(per_chunk, len - e)), 0});
-      r.tracker.note(row, start, start + len);
-      ++r.writes;
-      r.elements += len;
+      c("writes").template stage_write<T>(i_, row, start, src);
     }
   };
 
@@ -347,25 +299,14 @@ class step_batch {
   template <class T>
   upload<T> add_upload(device_span<T> dst, std::size_t max_n) {
     static_assert((detail::check_element<T>(), true));
-    core& k = c();
-    k.check_planning("add_upload");
-    if (max_n > dst.size())
-      throw std::invalid_argument("ferry: step_batch::add_upload: max_n " + std::to_string(max_n) +
-                                  " exceeds the destination's " + std::to_string(dst.size()) + " elements");
-    k.check_disjoint("add_upload", "destination", reinterpret_cast<std::uintptr_t>(dst.data()), dst.size_bytes());
-    k.uploads_.push_back({reinterpret_cast<std::uintptr_t>(dst.data()), sizeof(T), dst.size(), max_n});
-    return upload<T>(core_, k.uploads_.size() - 1);
+    return upload<T>(core_, c().add_upload(reinterpret_cast<std::uintptr_t>(dst.data()), sizeof(T), dst.size(), max_n));
   }
 
   /// Declares a UVA publish of up to `max_n` elements per step (fixed: the limit; pow2: a hint).
   template <class T>
   publish<T> add_publish(std::size_t max_n) {
     static_assert((detail::check_element<T>(), true));
-    core& k = c();
-    k.check_planning("add_publish");
-    (void)detail::checked_bytes<capacity_error>(max_n, sizeof(T), "a publish");
-    k.publishes_.push_back({sizeof(T), max_n});
-    return publish<T>(core_, k.publishes_.size() - 1);
+    return publish<T>(core_, c().add_publish(sizeof(T), max_n));
   }
 
   /// Declares staged writes into the rows x cols target `target` (device memory or UVA), of up to
@@ -374,16 +315,8 @@ class step_batch {
   template <class T>
   writes<T> add_writes(staged_view<T> target, std::size_t max_writes = 0, std::size_t max_elements = 0) {
     static_assert((detail::check_element<T>(), true));
-    core& k = c();
-    k.check_planning("add_writes");
-    const std::size_t rows = target.extent(0), cols = target.extent(1);
-    (void)detail::checked_bytes<capacity_error>(max_elements, sizeof(T), "step_batch writes");
-    const std::size_t bytes = detail::checked_bytes(detail::checked_bytes(rows, cols, "a write target"), sizeof(T),
-                                                    "a write target");
-    k.check_disjoint("add_writes", "target", reinterpret_cast<std::uintptr_t>(target.data_handle()), bytes);
-    k.writes_.push_back({reinterpret_cast<std::uintptr_t>(target.data_handle()), rows, cols, sizeof(T),
-                         max_writes, max_elements, detail::overlap_tracker(rows, cols), {}, {}, 0, 0});
-    return writes<T>(core_, k.writes_.size() - 1);
+    return writes<T>(core_, c().add_writes(reinterpret_cast<std::uintptr_t>(target.data_handle()), target.extent(0),
+                                           target.extent(1), sizeof(T), max_writes, max_elements));
   }
   /// add_writes(tensor.view(), ...): writes into a staged_write_tensor's target (its own staged
   /// writes are independent of these; work on one stream applies both in stream order).
@@ -400,7 +333,9 @@ class step_batch {
   /// plan may cover it).
   template <class T>
   void add_fill(device_span<T> dst, const T* device_value) {
-    add_fill_from(dst, reinterpret_cast<std::uintptr_t>(device_value), none, 0);
+    static_assert((detail::check_element<T>(), true));
+    c().add_fill(reinterpret_cast<std::uintptr_t>(dst.data()), dst.size_bytes(),
+                 reinterpret_cast<std::uintptr_t>(device_value), sizeof(T), none, 0);
   }
   /// Declares a fill, every step, of every element of `dst` with element `index` of this step's
   /// `src` publish (its span() call must cover index, else submit throws std::out_of_range).
@@ -408,7 +343,7 @@ class step_batch {
   void add_fill(device_span<T> dst, const publish<T>& src, std::size_t index) {
     if (src.core_ != core_)
       throw std::invalid_argument("ferry: step_batch::add_fill: a publish of another batch");
-    add_fill_from(dst, 0, src.i_, index);
+    c().add_fill(reinterpret_cast<std::uintptr_t>(dst.data()), dst.size_bytes(), 0, sizeof(T), src.i_, index);
   }
 
   /// Fixes the plan and allocates every slot now at its declared capacity (growth::fixed: the
@@ -585,60 +520,16 @@ class step_batch {
     return *core_;
   }
 
-  template <class T>
-  void add_fill_from(device_span<T> dst, std::uintptr_t src, std::size_t publish, std::size_t index) {
-    static_assert((detail::check_element<T>(), true));
-    core& k = c();
-    k.check_planning("add_fill");
-    const auto at = reinterpret_cast<std::uintptr_t>(dst.data());
-    k.check_disjoint("add_fill", "destination", at, dst.size_bytes());
-    if (publish == none) {
-      k.check_disjoint("add_fill", "source", src, sizeof(T));
-      if (!dst.empty() && src < at + dst.size_bytes() && at < src + sizeof(T))
-        throw std::invalid_argument("ferry: step_batch::add_fill: the fill's source lies in its own destination");
-    }
-    k.fills_.push_back({at, src, sizeof(T), dst.size_bytes(), publish, index});
-  }
-
-  static std::size_t chunks_of(std::size_t bytes) noexcept {
-    return detail::ceil_div(bytes, detail::step_chunk_bytes);
-  }
   static std::size_t table_bytes(std::size_t descs) {
     return detail::checked_add<capacity_error>(
         sizeof(detail::step_header),
-        detail::checked_bytes<capacity_error>(descs, sizeof(detail::step_desc), "a step table"), "a step table");
+        detail::checked_bytes<capacity_error>(descs, sizeof(detail::chunk_desc), "a step table"), "a step table");
   }
 
-  // The declared maxima as a table (descriptors) and content (bytes) capacity: the limits under
-  // growth::fixed (every placement may pad by up to 15 bytes), the initial sizes under pow2.
+  // The plan's capacity (step_core::declared_capacity): the limits under growth::fixed, the
+  // initial sizes, as the GrowthPolicy grows them, otherwise.
   std::pair<std::size_t, std::size_t> planned_capacity() const {
-    const core& k = *core_;
-    std::size_t descs = 0, bytes = 0;
-    auto add = [](std::size_t& to, std::size_t n) {
-      to = detail::checked_add<capacity_error>(to, n, "a step plan");
-    };
-    auto times = [](std::size_t a, std::size_t b) {
-      return detail::checked_bytes<capacity_error>(a, b, "a step plan");
-    };
-    for (const auto& u : k.uploads_) {
-      add(descs, chunks_of(times(u.max_n, u.elem)));
-      add(bytes, times(u.max_n, u.elem));
-      add(bytes, detail::step_vector_bytes);
-    }
-    for (const auto& p : k.publishes_) {
-      add(bytes, times(p.max_n, p.elem));
-      add(bytes, detail::step_vector_bytes);
-    }
-    for (const auto& w : k.writes_) {
-      // resolved overlaps: at most 2 segments per write, each split into chunks
-      add(descs, times(2, w.max_writes));
-      add(descs, chunks_of(times(w.max_elements, w.elem)));
-      add(bytes, times(w.max_elements, w.elem));
-      add(bytes, times(w.max_writes, detail::step_vector_bytes));
-    }
-    for (const auto& f : k.fills_) add(descs, chunks_of(f.bytes));
-    descs = std::max<std::size_t>(descs, 1);
-    bytes = std::max(bytes, pinned_arena<B>::min_block);
+    auto [descs, bytes] = core_->declared_capacity();
     if constexpr (!fixed) {
       descs = detail::grown_capacity<growth_policy>(descs, 0);
       bytes = detail::grown_capacity<growth_policy>(bytes, 0);
@@ -699,7 +590,7 @@ class step_batch {
                                 " of a publish that holds " + std::to_string(k.publishes_[f.publish].n) +
                                 " elements this step");
     }
-    const step_size z = resolve_and_measure();
+    const auto z = k.resolve_and_measure();
     const std::size_t n = z.descs;
     if (n > sl.table_cap) {
       if constexpr (fixed) {
@@ -719,7 +610,7 @@ class step_batch {
     reserve_stamp(sl);
     const bool stamps_prev = k.prev_ != none && k.prev_ != k.cur_;
     if (stamps_prev) reserve_stamp(k.slots_[k.prev_]);
-    write_table(sl);
+    k.encode(sl);
     auto* header = reinterpret_cast<detail::step_header*>(sl.table.data);
     const void* table = ops::mapped(sl.table.data);
     const std::size_t blocks = graphs ? sl.table_cap : std::max<std::size_t>(n, 1);
@@ -745,41 +636,6 @@ class step_batch {
     k.want_content_ = want_content;
     k.open_ = false;
     ++k.steps_;
-  }
-
-  // The open step's descriptors and contents: `bytes` is what its handles hold now, each placement
-  // with its alignment slack (a slot of that size holds the same step in one block), so that a step
-  // whose sizes were made smaller after a refused submit is measured at its new sizes.
-  struct step_size {
-    std::size_t descs = 0, bytes = 0;
-    bool published = false;
-  };
-  // Resolves overlapping writes (later wins) and measures the step.
-  step_size resolve_and_measure() {
-    core& k = *core_;
-    step_size z;
-    for (const auto& u : k.uploads_) {
-      z.descs += chunks_of(u.bytes);
-      if (u.at) z.bytes += u.bytes + detail::step_vector_bytes;
-    }
-    for (auto& w : k.writes_) {
-      if (w.tracker.suspect() && !w.chunks.empty()) {
-        if (w.resolver.any_overlap(w.chunks.data(), w.chunks.size())) {
-          const auto& out =
-              w.resolver.paint(w.chunks.data(), w.chunks.size(), detail::step_chunk_bytes / w.elem);
-          w.chunks.assign(out.begin(), out.end());
-        }
-        w.tracker.resolved();
-      }
-      z.descs += w.chunks.size();
-      z.bytes += w.elements * w.elem + w.writes * detail::step_vector_bytes;
-    }
-    for (const auto& p : k.publishes_) {
-      if (p.at) z.bytes += p.n * p.elem + detail::step_vector_bytes;
-      z.published |= p.n != 0;
-    }
-    for (const auto& f : k.fills_) z.descs += chunks_of(f.bytes);
-    return z;
   }
 
   // growth::pow2 and user policies: the content capacity every slot is wanted at once a step of
@@ -819,31 +675,6 @@ class step_batch {
     k.prev_published_ = false;
     k.open_ = false;
     ++k.steps_;
-  }
-
-  void write_table(typename core::slot& s) {
-    core& k = *core_;
-    detail::step_desc* d = detail::step_descs(s.table.data);
-    std::size_t n = 0;
-    auto put = [&](std::uintptr_t dst, std::uintptr_t src, std::size_t bytes, std::uint32_t fill) {
-      for (std::size_t at = 0; at < bytes; at += detail::step_chunk_bytes) {
-        const std::size_t piece = std::min(detail::step_chunk_bytes, bytes - at);
-        d[n++] = {dst + at, fill ? src : src + at, static_cast<std::uint32_t>(piece), fill};
-      }
-    };
-    for (const auto& u : k.uploads_)
-      if (u.bytes) put(u.dst, reinterpret_cast<std::uintptr_t>(ops::mapped(u.at)), u.bytes, 0);
-    for (const auto& w : k.writes_)
-      for (const auto& ch : w.chunks)
-        d[n++] = {w.base + ch.dst * w.elem, ch.src * w.elem, static_cast<std::uint32_t>(ch.count * w.elem), 0};
-    for (const auto& f : k.fills_) {
-      const std::uintptr_t src =
-          f.publish == none
-              ? f.src
-              : reinterpret_cast<std::uintptr_t>(ops::mapped(k.publishes_[f.publish].at)) + f.index * f.elem;
-      put(f.dst, src, f.bytes, static_cast<std::uint32_t>(f.elem));
-    }
-    reinterpret_cast<detail::step_header*>(s.table.data)->work = n;
   }
 
   static void add_stamp(typename core::slot& s, detail::stamp st) {

@@ -9,20 +9,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 namespace ferry::detail {
-
-/// Copies every chunk of `descs[0, n)`: `count` elements of `elem_size` bytes from
-/// `src_base + src * elem_size` to `dst_base + dst * elem_size`. Runs on the stream's worker.
-inline void apply_chunks_now(const chunk_desc* descs, std::size_t n, std::uintptr_t dst_base,
-                             std::uintptr_t src_base, std::size_t elem_size) noexcept {
-  for (std::size_t i = 0; i < n; ++i) {
-    const chunk_desc d = descs[i];
-    std::memcpy(reinterpret_cast<void*>(dst_base + d.dst * elem_size),
-                reinterpret_cast<const void*>(src_base + d.src * elem_size), d.count * elem_size);
-  }
-}
 
 /// The host backend's applies: one host task each (the reuse core marks the stream after it, so
 /// the kernel_mark is empty), and no inline path (the task reads the slot itself).
@@ -34,7 +22,7 @@ struct apply_ops<backend::host> {
   template <class U>
   static void enqueue(stream_ref<backend::host> s, const chunk_desc* descs, std::size_t n,
                       std::uintptr_t dst_base, std::uintptr_t src_base, const kernel_mark&) {
-    enqueue_host(s, [=] { apply_chunks_now(descs, n, dst_base, src_base, sizeof(U)); });
+    enqueue_host(s, [=] { run_chunks_now(descs, n, dst_base, src_base, sizeof(U)); });
   }
   template <class U>
   static bool enqueue_inline(stream_ref<backend::host>, const chunk_desc*, std::size_t, const void*,

@@ -6,11 +6,9 @@
 // 16 KiB write it lost to the H2D path by 1.5x, docs/measurements/h200-limits.md). Block b:
 //   1. lanes 0-2 of warp 0 read chunk b's 24 bytes (through UVA: one PCIe round trip), into
 //      shared memory;
-//   2. when source and destination are congruent mod 16 bytes (staging arranges this for every
-//      write of 64 bytes or more), a scalar head up to 16-byte alignment, a body of 16-byte vector
-//      loads and stores (each thread issues all its loads before its stores: two 16-byte reads in
-//      flight per thread for an 8 KiB chunk), and a scalar tail; otherwise scalar copies, also
-//      loads before stores.
+//   2. the block runs it with the write plan's kernel body (write_kernel.cuh): 16-byte vectors
+//      when source and destination are congruent mod 16 bytes (staging arranges this for every
+//      write of 64 bytes or more), else scalar copies.
 // The chunk table holds disjoint destinations (overlaps are resolved on the host before launch,
 // later write wins), so blocks never race. Its last act stores the reuse core's mark (the slot is
 // then free to rewrite; no event recorded or queried).
@@ -24,6 +22,7 @@
 #include <ferry/config.hpp>
 #include <ferry/error.hpp>
 #include <ferry/staged/detail/layout.hpp>
+#include <ferry/staged/detail/write_kernel.cuh>
 
 #include <cuda_runtime.h>
 
@@ -37,66 +36,10 @@ namespace ferry {
 inline namespace FERRY_KERNEL_NAMESPACE {
 namespace staged_kernels {
 
-/// Copies `n` words from `src` to `dst` with the whole block.
-template <class U>
-__device__ __forceinline__ void copy_chunk(U* __restrict__ dst, const U* __restrict__ src,
-                                           unsigned n) {
-  constexpr unsigned per_vec = static_cast<unsigned>(detail::apply_vector_bytes / sizeof(U));
-  const unsigned tid = threadIdx.x;
-  const unsigned nt = blockDim.x;
-  const auto da = reinterpret_cast<std::uintptr_t>(dst);
-  const auto sa = reinterpret_cast<std::uintptr_t>(src);
-  unsigned head = n;
-  unsigned nvec = 0;
-  if (((da ^ sa) & (detail::apply_vector_bytes - 1)) == 0) {
-    const unsigned mis = static_cast<unsigned>(
-        ((detail::apply_vector_bytes - (da & (detail::apply_vector_bytes - 1))) &
-         (detail::apply_vector_bytes - 1)) / sizeof(U));
-    head = mis < n ? mis : n;
-    nvec = (n - head) / per_vec;
-  }
-  if (nvec == 0) {
-    // Scalar: every thread issues up to 8 loads before its stores.
-    constexpr unsigned K = 8;
-    for (unsigned base = 0; base < n; base += nt * K) {
-      U r[K];
-#pragma unroll
-      for (unsigned k = 0; k < K; ++k) {
-        const unsigned i = base + k * nt + tid;
-        if (i < n) r[k] = src[i];
-      }
-#pragma unroll
-      for (unsigned k = 0; k < K; ++k) {
-        const unsigned i = base + k * nt + tid;
-        if (i < n) dst[i] = r[k];
-      }
-    }
-    return;
-  }
-  if (tid < head) dst[tid] = src[tid];
-  const uint4* vs = reinterpret_cast<const uint4*>(src + head);
-  uint4* vd = reinterpret_cast<uint4*>(dst + head);
-  constexpr unsigned K = 2;
-  for (unsigned base = 0; base < nvec; base += nt * K) {
-    uint4 r[K];
-#pragma unroll
-    for (unsigned k = 0; k < K; ++k) {
-      const unsigned i = base + k * nt + tid;
-      if (i < nvec) r[k] = vs[i];
-    }
-#pragma unroll
-    for (unsigned k = 0; k < K; ++k) {
-      const unsigned i = base + k * nt + tid;
-      if (i < nvec) vd[i] = r[k];
-    }
-  }
-  for (unsigned i = head + nvec * per_vec + tid; i < n; i += nt) dst[i] = src[i];
-}
-
 /// The apply kernel: block b applies chunk b of `descs` (read through UVA), then every thread
 /// finishes the reuse core's mark `m`.
 template <class U>
-FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::apply_block_threads)
+FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::write_block_threads)
     apply_chunks(const detail::chunk_desc* descs, std::uintptr_t dst_base, std::uintptr_t src_base,
                  const detail::kernel_mark m) {
   __shared__ unsigned long long desc[3];
@@ -105,10 +48,7 @@ FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::apply_block_th
   if (threadIdx.x < 3)
     desc[threadIdx.x] = reinterpret_cast<const unsigned long long*>(descs + blockIdx.x)[threadIdx.x];
   __syncthreads();
-  // Integer arithmetic: the fused writer passes absolute element indices with zero bases.
-  U* dst = reinterpret_cast<U*>(dst_base + desc[0] * sizeof(U));
-  const U* src = reinterpret_cast<const U*>(src_base + desc[1] * sizeof(U));
-  copy_chunk<U>(dst, src, static_cast<unsigned>(desc[2] & 0xffffffffu));
+  write_kernels::run_chunk<U>(desc, dst_base, src_base);
   detail::finish_kernel_mark(m);
 }
 
@@ -116,7 +56,7 @@ FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::apply_block_th
 /// parameters (__grid_constant__: addressed in the constant bank, never copied per thread); one
 /// warp per chunk. No PCIe read at all.
 template <class U, std::size_t Bytes>
-FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::apply_block_threads)
+FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::write_block_threads)
     apply_inline(const __grid_constant__ detail::inline_apply_params<Bytes> p) {
   const auto* d = reinterpret_cast<const detail::chunk_desc*>(p.data);
   const U* src = reinterpret_cast<const U*>(p.data + p.content_offset);
@@ -163,7 +103,7 @@ FERRY_KERNEL_VISIBILITY void launch_apply_chunks(const chunk_desc* descs, std::s
     throw capacity_error("ferry: a staged-write apply of " + std::to_string(n) +
                          " chunks exceeds the grid limit of 2^31-1 blocks");
   launch_kernel("launch of ferry::staged_kernels::apply_chunks", staged_kernels::apply_chunks<U>,
-                static_cast<unsigned>(n), apply_block_threads, s, descs, dst_base, src_base, m);
+                static_cast<unsigned>(n), write_block_threads, s, descs, dst_base, src_base, m);
 }
 
 template <class U, std::size_t Bytes>
@@ -177,7 +117,7 @@ FERRY_KERNEL_VISIBILITY void launch_apply_inline_as(const chunk_desc* descs, std
   std::memcpy(p.data, descs, table);
   std::memcpy(p.data + p.content_offset, contents, content_bytes);
   launch_kernel("launch of ferry::staged_kernels::apply_inline", staged_kernels::apply_inline<U, Bytes>, 1,
-                apply_block_threads, s, p);
+                write_block_threads, s, p);
 }
 
 /// Launches the inline apply when the chunk table and contents fit in the kernel's parameters

@@ -1,7 +1,16 @@
-// ferry/staged/detail/layout.hpp: what a staged-write apply hands to its kernel (the chunk table)
-// and the constants that shape it.
+// ferry/staged/detail/layout.hpp: the write plan's format, shared by every staged write
+// (staged_write_tensor, fused_staged_writer) and every step (step_batch): the one descriptor
+// (chunk_desc), the one set of constants that shape it, and what an apply hands to its kernel.
 //
-// A staging slot is one pinned, mapped arena block:
+// A descriptor moves `count` words of the kernel's word type from `src` to `dst` (word indices
+// from the bases the kernel is given; absolute addresses over bytes when the bases are 0), or,
+// when `fill` is non-zero, writes the `fill`-byte value at `src` over `count` words at `dst`.
+// staged_write_tensor's words are its elements and its indices are relative to its target and
+// contents; fused_staged_writer's are absolute element indices; a step's are bytes at absolute
+// addresses. The recorder that writes descriptors is write_plan.hpp; the kernel body that runs
+// one is write_kernel.cuh (the host's: run_chunks_now below).
+//
+// A staging slot of staged writes is one pinned, mapped arena block:
 //
 //   [ chunk_desc[desc_capacity] | pad to 256 | contents (bytes) ]
 //
@@ -20,6 +29,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -41,27 +51,50 @@ inline void check_write_bounds(std::size_t row, std::size_t start, std::size_t l
     throw_write_out_of_bounds(row, start, len, rows, cols);
 }
 
-/// One chunk of a staged write: `count` elements from element `src` of the contents to element
-/// `dst` of the destination (both relative to base addresses given to the kernel).
+/// One descriptor of the write plan, one thread block's work: `count` words from `src` to `dst`
+/// (word indices from the kernel's bases), or with `fill` non-zero, the `fill`-byte value at
+/// `src` repeated over `count` words at `dst`. Read by the kernels as three 64-bit words.
 struct chunk_desc {
   std::uint64_t dst;
   std::uint64_t src;
   std::uint32_t count;
-  std::uint32_t reserved;
+  std::uint32_t fill;
 };
 static_assert(sizeof(chunk_desc) == 24, "chunk_desc is read by the kernel as 24 bytes");
 
-/// Bytes of contents per chunk (one thread block each): 256 threads x 2 vectors of 16 bytes, so
-/// every thread has two reads in flight and a 4 MiB apply is 512 blocks, all resident at once.
-inline constexpr std::size_t apply_chunk_bytes = 8192;
-/// Threads per apply block.
-inline constexpr unsigned apply_block_threads = 256;
-/// Alignment of the contents area and of device scratch (and of every arena block).
+// ---- the write plan's tuning (docs/performance.md, "staged writes" and "engine step") ----------
+
+/// Bytes one descriptor covers at most (one thread block): 256 threads x 2 vectors of 16 bytes.
+inline constexpr std::size_t write_chunk_bytes = 8192;
+/// Threads per block of the apply and step kernels.
+inline constexpr unsigned write_block_threads = 256;
+/// The kernels' vector width: contents congruent to their destination mod this are copied by it.
+inline constexpr std::size_t write_vector_bytes = 16;
+/// Alignment of a slot's contents area and of device scratch (and of every arena block).
 inline constexpr std::size_t content_alignment = 256;
-/// The kernel's vector width.
-inline constexpr std::size_t apply_vector_bytes = 16;
-/// Writes of at least this many bytes get contents congruent to their destination mod 16.
+/// Staged writes of at least this many bytes get contents congruent to their destination.
 inline constexpr std::size_t congruence_min_bytes = 64;
+/// How far ahead of its write pointers staging prefetches a slot's lines (8 cache lines).
+inline constexpr std::size_t staging_prefetch_bytes = 512;
+/// Rows the overlap tracker tells apart exactly (a direct-mapped table that stays in L1).
+inline constexpr std::size_t overlap_tracker_rows = 4096;
+
+/// The host's kernel body: runs `descs[0, n)` in order, each on words of `word` bytes at
+/// `dst_base + dst * word` from `src_base + src * word` (a copy, or a fill with the value at src).
+inline void run_chunks_now(const chunk_desc* descs, std::size_t n, std::uintptr_t dst_base,
+                           std::uintptr_t src_base, std::size_t word) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    const chunk_desc d = descs[i];
+    auto* dst = reinterpret_cast<std::byte*>(dst_base + d.dst * word);
+    const auto* src = reinterpret_cast<const std::byte*>(src_base + d.src * word);
+    const std::size_t bytes = d.count * word;
+    if (d.fill == 0) {
+      std::memcpy(dst, src, bytes);
+    } else {
+      for (std::size_t at = 0; at < bytes; at += d.fill) std::memcpy(dst + at, src, d.fill);
+    }
+  }
+}
 
 /// The inline apply (CUDA, small applies that read contents in place): the chunk table and the
 /// contents travel in the kernel's parameters (a __grid_constant__ block of `Bytes` bytes), so
@@ -82,7 +115,7 @@ inline constexpr std::size_t inline_apply_max_bytes = 4032;
 /// Where an inline apply's contents start in `data`: after `chunks` descriptors, padded to the
 /// vector width (16 bytes).
 constexpr std::size_t inline_apply_content_offset(std::size_t chunks) noexcept {
-  return round_up(chunks * sizeof(chunk_desc), apply_vector_bytes);
+  return round_up(chunks * sizeof(chunk_desc), write_vector_bytes);
 }
 /// Bytes of `data` an inline apply of `chunks` chunks and `content_bytes` of contents needs.
 constexpr std::size_t inline_apply_data_bytes(std::size_t chunks, std::size_t content_bytes) noexcept {
@@ -91,7 +124,7 @@ constexpr std::size_t inline_apply_data_bytes(std::size_t chunks, std::size_t co
 
 /// Elements of T per chunk.
 template <class T>
-inline constexpr std::size_t elements_per_chunk = apply_chunk_bytes / sizeof(T);
+inline constexpr std::size_t elements_per_chunk = write_chunk_bytes / sizeof(T);
 
 /// The unsigned integer type of a given size: kernels copy bits, not values.
 template <std::size_t Size>

@@ -1,8 +1,8 @@
 // ferry/staged/detail/overlap.hpp: the "later write wins" rule of staged writes.
 //
 // While staging, overlap_tracker keeps, per row, the hull [lo, hi) of the writes staged to it in
-// this batch (a direct-mapped table of at most 4096 rows, so exact for tensors of up to 4096 rows
-// and conservative above: two rows sharing an entry count as a possible overlap). A write that
+// this batch (a direct-mapped table of at most overlap_tracker_rows (4096) rows, so exact for
+// tensors of up to that many rows and conservative above: two rows sharing an entry count as a possible overlap). A write that
 // falls outside its row's hull cannot overlap anything staged before it; that check is one table
 // entry per stage_write, so batches without overlaps pay nothing else.
 //
@@ -35,7 +35,7 @@ class overlap_tracker {
   /// so that the table stays in the L1 cache; a target with more than 2^32 columns, or rows beyond
   /// what a 32-bit tag tells apart, is always suspected (the resolver's exact check decides).
   overlap_tracker(std::size_t rows, std::size_t cols)
-      : table_(std::bit_ceil(std::clamp<std::size_t>(rows, 1, 4096))),
+      : table_(std::bit_ceil(std::clamp<std::size_t>(rows, 1, overlap_tracker_rows))),
         mask_(table_.size() - 1),
         shift_(static_cast<unsigned>(std::countr_zero(table_.size()))),
         exact_(cols <= std::numeric_limits<std::uint32_t>::max() &&

@@ -1,5 +1,6 @@
 // ferry/staged/detail/staging.hpp: one batch of staged writes in a pinned slot (see layout.hpp),
-// its capacity rules (the GrowthPolicy's), and its overlap bookkeeping.
+// recorded by the write plan's recorder (write_plan.hpp), and its capacity rules (the
+// GrowthPolicy's).
 #pragma once
 
 #include <ferry/detail/checked.hpp>
@@ -8,8 +9,8 @@
 #include <ferry/error.hpp>
 #include <ferry/policies/growth.hpp>
 #include <ferry/staged/detail/layout.hpp>
-#include <ferry/staged/detail/overlap.hpp>
 #include <ferry/staged/detail/slot_pool.hpp>
+#include <ferry/staged/detail/write_plan.hpp>
 #include <ferry/staged/staging_memory.hpp>
 
 #include <algorithm>
@@ -28,15 +29,13 @@ template <class T, class B, growth_policy Growth, class Reuse>
 class staging_core {
   static constexpr std::size_t per_chunk = elements_per_chunk<T>;
   static constexpr bool fixed = Growth::stable_addresses;
-  // How far ahead of its write pointers staging prefetches a slot's lines (8 cache lines).
-  static constexpr std::size_t prefetch_ahead = 512;
 
  public:
   using pool_type = slot_pool<B, Growth, Reuse>;
 
   staging_core(std::size_t rows, std::size_t cols, std::size_t slots, int device,
                const staging_memory<B>& memory)
-      : rows_(rows), cols_(cols), pool_(slots, device, memory), tracker_(rows, cols) {}
+      : pool_(slots, device, memory), recorder_(rows, cols) {}
 
   // ---- staging --------------------------------------------------------------------------------
 
@@ -47,17 +46,15 @@ class staging_core {
   template <class R>
   FERRY_FORCE_INLINE void stage(std::size_t row, std::size_t start, R&& r) {
     const std::size_t len = count_of(r);
-    check_write_bounds(row, start, len, rows_, cols_);
+    const std::uint64_t dst = recorder_.destination(row, start, len);
     if (len == 0) return;
-    const std::uint64_t dst = static_cast<std::uint64_t>(row) * cols_ + start;
     const std::size_t bytes = len * sizeof(T);  // within the target's bytes (constructor-checked)
     std::size_t off = used_, pad = 0;
-    if (bytes >= congruence_min_bytes) {
-      const std::size_t want = (dst * sizeof(T)) % apply_vector_bytes;
-      pad = (want + apply_vector_bytes - off % apply_vector_bytes) % apply_vector_bytes;
+    if (bytes >= congruence_min_bytes) {  // the slot's contents start 256-aligned: offsets suffice
+      pad = write_recorder::congruence_pad(off, dst * sizeof(T));
       off += pad;
     }
-    const std::size_t chunks = len / per_chunk + (len % per_chunk != 0);
+    const std::size_t chunks = write_recorder::chunks_of(len, per_chunk);
     const std::size_t end = checked_add<capacity_error>(off, bytes, "staged contents");
     // One test in steady state: the caps are 0 while no slot is current.
     if (chunks_ + chunks > desc_cap_ || end > content_cap_ || over_fixed_limits(len)) [[unlikely]]
@@ -69,19 +66,14 @@ class staging_core {
     chunk_desc* const d = reinterpret_cast<chunk_desc*>(slot) + chunks_;
     // A reused slot was last read by the GPU: its lines are fetched again for writing. Asked for
     // a few writes ahead, those fetches overlap instead of queueing behind the stores.
-    __builtin_prefetch(reinterpret_cast<const std::byte*>(out) + prefetch_ahead, 1);
-    __builtin_prefetch(reinterpret_cast<const std::byte*>(d) + prefetch_ahead, 1);
+    __builtin_prefetch(reinterpret_cast<const std::byte*>(out) + staging_prefetch_bytes, 1);
+    __builtin_prefetch(reinterpret_cast<const std::byte*>(d) + staging_prefetch_bytes, 1);
     const std::uint64_t src = off / sizeof(T);
-    tracker_.note(row, start, start + len);  // before a gather that may throw: only conservative
+    recorder_.note(row, start, len);  // before a gather that may throw: only conservative
     if constexpr (!std::ranges::contiguous_range<R>) fill(r, out, len);  // may throw: nothing recorded
     // Two counters are stored per write; pending() and pending_elements() derive the others.
-    if (chunks == 1) [[likely]] {
-      *d = {dst, src, static_cast<std::uint32_t>(len), 0};
-    } else {
-      for (std::size_t c = 0, e = 0; e < len; ++c, e += per_chunk)
-        d[c] = {dst + e, src + e, static_cast<std::uint32_t>(std::min(per_chunk, len - e)), 0};
-      extra_chunks_ += chunks - 1;
-    }
+    write_recorder::split(d, dst, src, len, per_chunk);
+    if (chunks != 1) [[unlikely]] extra_chunks_ += chunks - 1;
     if (bytes >= congruence_min_bytes) padding_ += pad;
     chunks_ += chunks;
     used_ = end;
@@ -99,7 +91,7 @@ class staging_core {
   /// Drops the staged writes (the slot stays current: nothing was handed to a stream).
   void clear() noexcept {
     chunks_ = used_ = extra_chunks_ = padding_ = 0;
-    tracker_.reset();
+    recorder_.reset();
   }
 
   /// Capacity for `max_writes` writes of `max_elements` elements in all, allocated now for every
@@ -115,7 +107,7 @@ class staging_core {
     if (!mul_fits(max_writes, 2, write_descs) ||
         !add_fits(3 * chunks + 2, write_descs, descs_needed) ||
         !mul_fits(max_elements, sizeof(T), contents) ||
-        !mul_fits(max_writes, apply_vector_bytes, padding) ||
+        !mul_fits(max_writes, write_vector_bytes, padding) ||
         !add_fits(contents, padding, bytes_needed))
       throw capacity_error("ferry: staged_write_tensor::reserve(" + std::to_string(max_writes) +
                            ", " + std::to_string(max_elements) + ") overflows size_t");
@@ -135,7 +127,7 @@ class staging_core {
       if (pool_.has_current() && (desc_cap_ < want_descs_ || content_cap_ < want_bytes_))
         regrow(want_descs_, want_bytes_);
       pool_.reserve(slot_bytes(), with_scratch ? want_bytes_ : 0);
-      resolver_.reserve(want_descs_, "staged_write_tensor::reserve");
+      recorder_.reserve(want_descs_, "staged_write_tensor::reserve");
     } catch (...) {
       restore(was);  // a capacity no block can hold (a GrowthPolicy's answer) is not kept
       throw;
@@ -152,12 +144,12 @@ class staging_core {
   /// the staged writes intact.
   void prepare() {
     pool_.begin_apply();
-    if (!tracker_.suspect() || chunks_ == 0) return;
-    if (!resolver_.any_overlap(descs(), chunks_)) {
-      tracker_.resolved();
+    const std::vector<chunk_desc>* resolved = recorder_.resolve(descs(), chunks_, per_chunk);
+    if (resolved == nullptr) {
+      recorder_.resolved();
       return;
     }
-    const auto& out = resolver_.paint(descs(), chunks_, per_chunk);
+    const auto& out = *resolved;
     if (out.size() > desc_cap_) {
       if constexpr (fixed)
         throw capacity_error("ferry: resolving overlapping staged writes needs " +
@@ -170,7 +162,7 @@ class staging_core {
     std::copy(out.begin(), out.end(), descs());
     chunks_ = out.size();
     extra_chunks_ = chunks_ - writes;  // modulo 2^64: painting may drop covered chunks
-    tracker_.resolved();
+    recorder_.resolved();
   }
 
   [[nodiscard]] std::size_t chunks() const noexcept { return chunks_; }
@@ -233,13 +225,8 @@ class staging_core {
   }
   void make_room_or_throw(std::size_t chunks, std::size_t end_bytes, std::size_t len) {
     if constexpr (fixed) {
-      if (over_fixed_limits(len))
-        throw capacity_error(
-            "ferry: staged_write_tensor under growth::fixed holds at most " +
-            std::to_string(max_writes_) + " writes of " + std::to_string(max_elements_) +
-            " elements per apply (set by reserve); staging a write of " + std::to_string(len) +
-            " elements after " + std::to_string(pending()) + " writes of " +
-            std::to_string(pending_elements()) + " elements exceeds it");
+      write_recorder::check_limits("staged_write_tensor", "apply (set by reserve)", pending(),
+                                   pending_elements(), len, max_writes_, max_elements_);
     } else if (chunks_ + chunks > want_descs_ || end_bytes > want_bytes_) {
       // The capacities every slot is wanted at grow once, by the GrowthPolicy, from themselves.
       want_descs_ = std::max(want_descs_, grown_capacity<Growth>(chunks_ + chunks, want_descs_));
@@ -302,10 +289,8 @@ class staging_core {
   chunk_desc* descs() noexcept { return reinterpret_cast<chunk_desc*>(pool_.current().block.data); }
   std::byte* contents() noexcept { return pool_.current().block.data + content_off_; }
 
-  std::size_t rows_, cols_;
   pool_type pool_;
-  overlap_tracker tracker_;
-  overlap_resolver resolver_;
+  write_recorder recorder_;
   // capacities wanted for every slot, and the current slot's layout
   std::size_t want_descs_ = 0, want_bytes_ = 0;
   std::size_t desc_cap_ = 0, content_off_ = 0, content_cap_ = 0;
@@ -313,6 +298,16 @@ class staging_core {
   std::size_t chunks_ = 0, used_ = 0, extra_chunks_ = 0, padding_ = 0;
   // growth::fixed limits
   std::size_t max_writes_ = 0, max_elements_ = 0;
+};
+
+/// A tensor's pending writes as a fused_staged_writer reads them (the one view it has of a
+/// staged_write_tensor): its batch (null for a moved-from tensor), the device it was made on, and
+/// the device-accessible address of its target.
+template <class Core>
+struct pending_writes {
+  Core* batch;
+  int device;
+  std::uintptr_t target;
 };
 
 }  // namespace ferry::detail

@@ -1,31 +1,24 @@
 // ferry/step/detail/plan.hpp: what a step_batch hands to its kernel. A slot's table block is
 //
-//   [ step_header (64 bytes) | step_desc[capacity] ]
+//   [ step_header (64 bytes) | chunk_desc[capacity] ]
 //
 // and its contents live in other pinned blocks of the slot, addressed absolutely (UVA), so that
-// contents never move while a step is being filled. Block b of the step kernel runs descriptor b:
-// a copy of `bytes` bytes from `src` to `dst`, or a fill of `bytes` bytes at `dst` with the
-// `fill`-byte value at `src`. Blocks at or beyond `work` do nothing but finish the kernel mark.
+// contents never move while a step is being filled. The descriptors are the write plan's
+// (staged/detail/layout.hpp) over bytes at absolute addresses: block b of the step kernel runs
+// descriptor b, a copy of `count` bytes from `src` to `dst`, or a fill of `count` bytes at `dst`
+// with the `fill`-byte value at `src`. Blocks at or beyond `work` do nothing but finish the
+// kernel mark.
 #pragma once
 
 #include <ferry/backend/detail/timeline.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/config.hpp>
+#include <ferry/staged/detail/layout.hpp>
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 namespace ferry::detail {
-
-/// One block's work.
-struct step_desc {
-  std::uint64_t dst;    // device-accessible address
-  std::uint64_t src;    // device-accessible address (UVA for slot contents)
-  std::uint32_t bytes;  // bytes written at dst
-  std::uint32_t fill;   // 0: copy; else the size of the element at src repeated over dst
-};
-static_assert(sizeof(step_desc) == 24, "step_desc is read by the kernel as three words");
 
 /// The first 64 bytes of a slot's table block, read by the kernel through UVA: the step's
 /// descriptor count and its kernel mark (written by the host just before each launch or replay).
@@ -37,31 +30,13 @@ struct alignas(64) step_header {
 };
 static_assert(sizeof(step_header) == 64, "the descriptors start 64 bytes into the table block");
 
-/// Bytes a descriptor covers at most (one thread block of the step kernel each).
-inline constexpr std::size_t step_chunk_bytes = 8192;
-/// Threads per step-kernel block.
-inline constexpr unsigned step_block_threads = 256;
-/// Contents of at least this many bytes are placed congruent to their destination mod 16, so
-/// the kernel copies their bodies with 16-byte vectors.
-inline constexpr std::size_t step_vector_bytes = 16;
-
-inline step_desc* step_descs(void* table) noexcept {
-  return reinterpret_cast<step_desc*>(static_cast<std::byte*>(table) + sizeof(step_header));
+inline chunk_desc* step_descs(void* table) noexcept {
+  return reinterpret_cast<chunk_desc*>(static_cast<std::byte*>(table) + sizeof(step_header));
 }
 
 /// The step kernel's work on the host backend: every descriptor of the table, in order.
 inline void run_step_now(const void* table) noexcept {
-  const auto* h = static_cast<const step_header*>(table);
-  const auto* d = step_descs(const_cast<void*>(table));
-  for (std::uint64_t i = 0; i < h->work; ++i) {
-    auto* dst = reinterpret_cast<std::byte*>(d[i].dst);
-    const auto* src = reinterpret_cast<const std::byte*>(d[i].src);
-    if (d[i].fill == 0) {
-      std::memcpy(dst, src, d[i].bytes);
-    } else {
-      for (std::uint32_t at = 0; at < d[i].bytes; at += d[i].fill) std::memcpy(dst + at, src, d[i].fill);
-    }
-  }
+  run_chunks_now(step_descs(const_cast<void*>(table)), static_cast<const step_header*>(table)->work, 0, 0, 1);
 }
 
 /// A slot's graph under launch::graph: the graph (a cudaGraph_t: one kernel node over the slot's

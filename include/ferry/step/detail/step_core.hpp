@@ -1,6 +1,7 @@
 // ferry/step/detail/step_core.hpp: the state of a step_batch that its handles write into: the
-// declared plan, the slots (pinned table and content blocks from the arena, each stamped by the
-// reuse core), and the open step's records.
+// declared plan and its checks, the slots (pinned table and content blocks from the arena, each
+// stamped by the reuse core), the open step's records (writes through the write plan's recorder,
+// staged/detail/write_plan.hpp), and the step's encoding into a slot's table (plan.hpp).
 //
 // Contents are bump-allocated in the slot's content block; a step that outgrows it (pow2) takes
 // another block for the rest of the step, so nothing handed out moves, and the next use of the
@@ -8,14 +9,17 @@
 // its destination mod 16, so the kernel copies bodies with 16-byte vectors.
 #pragma once
 
+#include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/backend/detail/timeline.hpp>
 #include <ferry/config.hpp>
 #include <ferry/detail/checked.hpp>
+#include <ferry/detail/math.hpp>
+#include <ferry/detail/source_range.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/policies/growth.hpp>
 #include <ferry/staged/detail/layout.hpp>
-#include <ferry/staged/detail/overlap.hpp>
+#include <ferry/staged/detail/write_plan.hpp>
 #include <ferry/step/detail/plan.hpp>
 
 #include <algorithm>
@@ -31,11 +35,13 @@ namespace ferry::detail {
 
 template <class B, bool Fixed>
 class step_core {
+  using ops = backend_ops<B>;
+
  public:
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
 
   struct slot {
-    pinned_block table;                // step_header + step_desc[table_cap]
+    pinned_block table;                // step_header + chunk_desc[table_cap]
     std::size_t table_cap = 0;         // descriptors
     pinned_block content;              // bump-allocated contents
     std::vector<pinned_block> extra;   // blocks taken by a step that outgrew `content`
@@ -55,9 +61,8 @@ class step_core {
   };
   struct writes_rec {
     std::uintptr_t base;
-    std::size_t rows, cols, elem, max_writes, max_elements;
-    overlap_tracker tracker;
-    overlap_resolver resolver;
+    std::size_t elem, max_writes, max_elements;
+    write_recorder rec;              // the target's rows x cols, and the write plan's rules
     std::vector<chunk_desc> chunks;  // dst: element of the target; src: absolute element index
     std::size_t writes = 0, elements = 0;
   };
@@ -91,7 +96,7 @@ class step_core {
       if (n != 0 && at < o + n && o < at + bytes) throw_overlap(what, kind, at, bytes, other, o, n);
     };
     for (const auto& u : uploads_) clash("an upload's destination", u.dst, u.limit * u.elem);
-    for (const auto& w : writes_) clash("a write target", w.base, w.rows * w.cols * w.elem);
+    for (const auto& w : writes_) clash("a write target", w.base, w.rec.rows() * w.rec.cols() * w.elem);
     for (const auto& f : fills_) clash("a fill's destination", f.dst, f.bytes);
     if (kind[0] == 'd')
       for (const auto& f : fills_)
@@ -108,7 +113,77 @@ class step_core {
       throw out_of_memory(std::string("ferry: ") + who + ": the host memory for " + std::to_string(descs) +
                           " chunks of a write target cannot be allocated");
     }
-    w.resolver.reserve(descs, who);
+    w.rec.reserve(descs, who);
+  }
+
+  /// Declares an upload of up to `max_n` of `limit` elements of `elem` bytes into `dst`; its index.
+  std::size_t add_upload(std::uintptr_t dst, std::size_t elem, std::size_t limit, std::size_t max_n) {
+    check_planning("add_upload");
+    if (max_n > limit)
+      throw std::invalid_argument("ferry: step_batch::add_upload: max_n " + std::to_string(max_n) +
+                                  " exceeds the destination's " + std::to_string(limit) + " elements");
+    check_disjoint("add_upload", "destination", dst, limit * elem);
+    uploads_.push_back({dst, elem, limit, max_n});
+    return uploads_.size() - 1;
+  }
+  /// Declares a publish of up to `max_n` elements of `elem` bytes; its index.
+  std::size_t add_publish(std::size_t elem, std::size_t max_n) {
+    check_planning("add_publish");
+    (void)checked_bytes<capacity_error>(max_n, elem, "a publish");
+    publishes_.push_back({elem, max_n});
+    return publishes_.size() - 1;
+  }
+  /// Declares writes into the rows x cols target of `elem`-byte elements at `base`; its index.
+  std::size_t add_writes(std::uintptr_t base, std::size_t rows, std::size_t cols, std::size_t elem,
+                         std::size_t max_writes, std::size_t max_elements) {
+    check_planning("add_writes");
+    (void)checked_bytes<capacity_error>(max_elements, elem, "step_batch writes");
+    const std::size_t bytes = checked_bytes(checked_bytes(rows, cols, "a write target"), elem, "a write target");
+    check_disjoint("add_writes", "target", base, bytes);
+    writes_.push_back({base, elem, max_writes, max_elements, write_recorder(rows, cols), {}, 0, 0});
+    return writes_.size() - 1;
+  }
+  /// Declares a fill of `bytes` at `dst` with the `elem`-byte value at `src` (a device address),
+  /// or with element `index` of publish `publish` (not `none`).
+  void add_fill(std::uintptr_t dst, std::size_t bytes, std::uintptr_t src, std::size_t elem, std::size_t publish,
+                std::size_t index) {
+    check_planning("add_fill");
+    check_disjoint("add_fill", "destination", dst, bytes);
+    if (publish == none) {
+      check_disjoint("add_fill", "source", src, elem);
+      if (bytes != 0 && src < dst + bytes && dst < src + elem)
+        throw std::invalid_argument("ferry: step_batch::add_fill: the fill's source lies in its own destination");
+    }
+    fills_.push_back({dst, src, elem, bytes, publish, index});
+  }
+
+  /// Descriptors of `bytes` bytes of copies or fills.
+  static std::size_t chunks_of(std::size_t bytes) noexcept { return ceil_div(bytes, write_chunk_bytes); }
+
+  /// The declared maxima as a table (descriptors) and content (bytes) capacity, before the
+  /// GrowthPolicy: every placement may pad by up to 15 bytes, and resolved overlaps make at most
+  /// 2 segments per write, each split into chunks. ferry::capacity_error when a sum overflows.
+  [[nodiscard]] std::pair<std::size_t, std::size_t> declared_capacity() const {
+    std::size_t descs = 0, bytes = 0;
+    auto add = [](std::size_t& to, std::size_t n) { to = checked_add<capacity_error>(to, n, "a step plan"); };
+    auto times = [](std::size_t a, std::size_t b) { return checked_bytes<capacity_error>(a, b, "a step plan"); };
+    for (const auto& u : uploads_) {
+      add(descs, chunks_of(times(u.max_n, u.elem)));
+      add(bytes, times(u.max_n, u.elem));
+      add(bytes, write_vector_bytes);
+    }
+    for (const auto& p : publishes_) {
+      add(bytes, times(p.max_n, p.elem));
+      add(bytes, write_vector_bytes);
+    }
+    for (const auto& w : writes_) {
+      add(descs, times(2, w.max_writes));
+      add(descs, chunks_of(times(w.max_elements, w.elem)));
+      add(bytes, times(w.max_elements, w.elem));
+      add(bytes, times(w.max_writes, write_vector_bytes));
+    }
+    for (const auto& f : fills_) add(descs, chunks_of(f.bytes));
+    return {std::max<std::size_t>(descs, 1), std::max(bytes, pinned_arena<B>::min_block)};
   }
 
   // ---- one step --------------------------------------------------------------------------------
@@ -122,10 +197,8 @@ class step_core {
   /// `bytes` of contents for a destination at `dst` (0: none), placed congruent to it mod 16.
   /// Throws ferry::capacity_error (growth::fixed, arena cap) with nothing changed.
   std::byte* place(std::size_t bytes, std::uintptr_t dst) {
-    const std::size_t want = static_cast<std::size_t>(dst % step_vector_bytes);
     auto offset = [&](std::size_t used) {
-      const auto at = reinterpret_cast<std::uintptr_t>(base_) + used;
-      return used + (want + step_vector_bytes - at % step_vector_bytes) % step_vector_bytes;
+      return used + write_recorder::congruence_pad(reinterpret_cast<std::uintptr_t>(base_) + used, dst);
     };
     std::size_t off = offset(used_);
     if (off > room_ || bytes > room_ - off) {
@@ -133,7 +206,7 @@ class step_core {
         throw capacity_error("ferry: step_batch (growth::fixed): the step's contents exceed the "
                              "slot's " + std::to_string(room_) + " bytes");
       } else {
-        const std::size_t need = checked_add<capacity_error>(bytes, step_vector_bytes, "step contents");
+        const std::size_t need = checked_add<capacity_error>(bytes, write_vector_bytes, "step contents");
         const pinned_block b = arena_->acquire(std::max(need, room_));  // a power of two
         slots_[cur_].extra.push_back(b);
         base_ = b.data;
@@ -146,13 +219,126 @@ class step_core {
     return base_ + off;
   }
 
+  /// This step's `n` elements of `elem` bytes for upload `i`: where the host writes them.
+  std::byte* upload_span(std::size_t i, std::size_t n, std::size_t elem) {
+    auto& r = uploads_[i];
+    check_open("upload::span");
+    if (n > r.limit)
+      throw std::out_of_range("ferry: step_batch upload of " + std::to_string(n) + " elements into a destination of " +
+                              std::to_string(r.limit));
+    if (Fixed && n > r.max_n)
+      throw capacity_error("ferry: step_batch (growth::fixed): an upload of " + std::to_string(n) +
+                           " elements exceeds its declared max_n of " + std::to_string(r.max_n));
+    const std::size_t bytes = n * elem;
+    if (r.at == nullptr || bytes > r.room) {
+      r.at = place(bytes, r.dst);
+      r.room = bytes;
+    }
+    r.bytes = bytes;
+    return r.at;
+  }
+  /// This step's `n` elements of `elem` bytes for publish `i`: where the host writes them.
+  std::byte* publish_span(std::size_t i, std::size_t n, std::size_t elem) {
+    auto& r = publishes_[i];
+    check_open("publish::span");
+    if (Fixed && n > r.max_n)
+      throw capacity_error("ferry: step_batch (growth::fixed): a publish of " + std::to_string(n) +
+                           " elements exceeds its declared max_n of " + std::to_string(r.max_n));
+    const std::size_t bytes = checked_bytes<capacity_error>(n, elem, "a publish");
+    if (r.at == nullptr || bytes > r.room) {
+      r.at = place(bytes, 0);
+      r.room = bytes;
+    }
+    r.n = n;
+    return r.at;
+  }
+  /// Records a write of the elements of `src` into target `i` at [row][start]: the write plan's
+  /// bounds, limits and chunking; its contents placed in the slot congruent to the destination.
+  /// Throws with nothing recorded.
+  template <class T, class R>
+  void stage_write(std::size_t i, std::size_t row, std::size_t start, R&& src) {
+    using rec = write_recorder;
+    auto& r = writes_[i];
+    const std::size_t len = count_of(src);
+    const std::uint64_t dst = r.rec.destination(row, start, len);
+    check_open("writes::stage_write");
+    if (len == 0) return;
+    if constexpr (Fixed)
+      rec::check_limits("a step_batch write target", "step", r.writes, r.elements, len, r.max_writes, r.max_elements);
+    T* const out = reinterpret_cast<T*>(place(len * sizeof(T), r.base + dst * sizeof(T)));
+    fill(src, out, len);  // a gather may throw: the placed bytes are only unused
+    constexpr std::size_t per_chunk = elements_per_chunk<T>;
+    const std::size_t at = r.chunks.size();
+    r.chunks.resize(at + rec::chunks_of(len, per_chunk));  // may throw: nothing recorded
+    rec::split(r.chunks.data() + at, dst, reinterpret_cast<std::uintptr_t>(ops::mapped(out)) / sizeof(T), len,
+               per_chunk);
+    r.rec.note(row, start, len);
+    ++r.writes;
+    r.elements += len;
+  }
+
+  /// The open step's descriptors and contents: `bytes` is what its handles hold now, each
+  /// placement with its alignment slack (a slot of that size holds the same step in one block),
+  /// so that a step whose sizes were made smaller after a refused submit is measured at its new
+  /// sizes; `published`: some publish holds elements.
+  struct step_size {
+    std::size_t descs = 0, bytes = 0;
+    bool published = false;
+  };
+  /// Resolves overlapping writes (later wins) and measures the step.
+  step_size resolve_and_measure() {
+    step_size z;
+    for (const auto& u : uploads_) {
+      z.descs += chunks_of(u.bytes);
+      if (u.at) z.bytes += u.bytes + write_vector_bytes;
+    }
+    for (auto& w : writes_) {
+      if (const auto* out = w.rec.resolve(w.chunks.data(), w.chunks.size(), write_chunk_bytes / w.elem))
+        w.chunks.assign(out->begin(), out->end());  // may throw: still suspect, resolved again
+      w.rec.resolved();
+      z.descs += w.chunks.size();
+      z.bytes += w.elements * w.elem + w.writes * write_vector_bytes;
+    }
+    for (const auto& p : publishes_) {
+      if (p.at) z.bytes += p.n * p.elem + write_vector_bytes;
+      z.published |= p.n != 0;
+    }
+    for (const auto& f : fills_) z.descs += chunks_of(f.bytes);
+    return z;
+  }
+
+  /// Encodes the open step into `s`'s table (room for resolve_and_measure's descriptors): every
+  /// upload, write and fill as the write plan's descriptors over bytes at absolute addresses.
+  void encode(slot& s) {
+    chunk_desc* d = step_descs(s.table.data);
+    std::size_t n = 0;
+    auto put = [&](std::uintptr_t dst, std::uintptr_t src, std::size_t bytes, std::uint32_t fill) {
+      for (std::size_t at = 0; at < bytes; at += write_chunk_bytes) {
+        const std::size_t piece = std::min(write_chunk_bytes, bytes - at);
+        d[n++] = {dst + at, fill ? src : src + at, static_cast<std::uint32_t>(piece), fill};
+      }
+    };
+    for (const auto& u : uploads_)
+      if (u.bytes) put(u.dst, reinterpret_cast<std::uintptr_t>(ops::mapped(u.at)), u.bytes, 0);
+    for (const auto& w : writes_)
+      for (const auto& ch : w.chunks)
+        d[n++] = {w.base + ch.dst * w.elem, ch.src * w.elem, static_cast<std::uint32_t>(ch.count * w.elem), 0};
+    for (const auto& f : fills_) {
+      const std::uintptr_t src =
+          f.publish == none ? f.src
+                            : reinterpret_cast<std::uintptr_t>(ops::mapped(publishes_[f.publish].at)) + f.index * f.elem;
+      put(f.dst, src, f.bytes, static_cast<std::uint32_t>(f.elem));
+    }
+    reinterpret_cast<step_header*>(s.table.data)->work = n;
+  }
+
   /// The records of the open step dropped (begin() starts each step with this; cancel() ends one).
   void clear_step() noexcept {
     for (auto& u : uploads_) u = {u.dst, u.elem, u.limit, u.max_n};
     for (auto& p : publishes_) p = {p.elem, p.max_n};
     for (auto& w : writes_) {
       w.chunks.clear();
-      w.tracker.reset();
+      w.rec.reset();
       w.writes = w.elements = 0;
     }
   }

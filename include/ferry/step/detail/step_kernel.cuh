@@ -1,6 +1,7 @@
 // ferry/step/detail/step_kernel.cuh: the CUDA step kernel of step_batch, its launcher and the
 // graph of one slot. Block b runs descriptor b of the slot's table (plan.hpp), read through UVA
-// with the step's work count and kernel mark; every block then finishes the kernel mark; and
+// with the step's work count and kernel mark, with the write plan's kernel body
+// (staged/detail/write_kernel.cuh); every block then finishes the kernel mark; and
 // step_ops<backend::cuda>, which step_batch submits through.
 #pragma once
 
@@ -10,7 +11,7 @@
 #include <ferry/backend/detail/kernel_mark.cuh>
 #include <ferry/config.hpp>
 #include <ferry/error.hpp>
-#include <ferry/staged/detail/apply_kernel.cuh>
+#include <ferry/staged/detail/write_kernel.cuh>
 #include <ferry/step/detail/plan.hpp>
 
 #include <cuda_runtime.h>
@@ -24,17 +25,9 @@ namespace ferry {
 inline namespace FERRY_KERNEL_NAMESPACE {
 namespace step_kernels {
 
-/// Writes the `sizeof(U)`-byte value at `src` over `bytes` bytes at `dst` with the whole block.
-template <class U>
-__device__ __forceinline__ void fill_chunk(unsigned char* dst, const unsigned char* src, unsigned bytes) {
-  const U v = *reinterpret_cast<const U*>(src);
-  U* d = reinterpret_cast<U*>(dst);
-  for (unsigned i = threadIdx.x; i < bytes / sizeof(U); i += blockDim.x) d[i] = v;
-}
-
 /// The step kernel: block b runs descriptor b when b < the table's work count; every block
 /// finishes the kernel mark written in the table's header.
-FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::step_block_threads)
+FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::write_block_threads)
     run_step(const detail::step_header* table) {
   // Header words 0-3 (work, mark), descriptor b's three words. Plain loads: the launch orders them
   // after the host's writes, and __ldcv of mapped memory is slow on the H200 (docs/design.md).
@@ -46,18 +39,7 @@ FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::step_block_thr
   else if (threadIdx.x < 7)
     w[threadIdx.x] = words[first_desc + 3ull * blockIdx.x + (threadIdx.x - 4)];
   __syncthreads();
-  if (blockIdx.x < w[0]) {
-    auto* dst = reinterpret_cast<unsigned char*>(w[4]);
-    const auto* src = reinterpret_cast<const unsigned char*>(w[5]);
-    const auto bytes = static_cast<unsigned>(w[6] & 0xffffffffu);
-    switch (static_cast<unsigned>(w[6] >> 32)) {
-      case 0: staged_kernels::copy_chunk<unsigned char>(dst, src, bytes); break;
-      case 1: fill_chunk<unsigned char>(dst, src, bytes); break;
-      case 2: fill_chunk<unsigned short>(dst, src, bytes); break;
-      case 4: fill_chunk<unsigned>(dst, src, bytes); break;
-      default: fill_chunk<unsigned long long>(dst, src, bytes); break;
-    }
-  }
+  if (blockIdx.x < w[0]) write_kernels::run_chunk<unsigned char>(w + 4, 0, 0);
   detail::finish_kernel_mark(detail::kernel_mark{reinterpret_cast<std::uint64_t*>(w[1]),
                                                  reinterpret_cast<unsigned*>(w[2]), w[3]});
 }
@@ -83,7 +65,7 @@ FERRY_KERNEL_VISIBILITY inline void launch_step_kernel(const void* table, std::s
     throw capacity_error("ferry: a step of " + std::to_string(blocks) +
                          " descriptors exceeds the grid limit of 2^31-1 blocks");
   launch_kernel("launch of ferry::step_kernels::run_step", step_kernels::run_step,
-                static_cast<unsigned>(blocks), step_block_threads, s, static_cast<const step_header*>(table));
+                static_cast<unsigned>(blocks), write_block_threads, s, static_cast<const step_header*>(table));
 }
 
 /// The graph of one slot, on `device`: the step kernel over `blocks` blocks reading `table`, and
@@ -100,7 +82,7 @@ FERRY_KERNEL_VISIBILITY inline step_graph make_step_graph(const void* table, std
   cudaKernelNodeParams p{};
   p.func = reinterpret_cast<void*>(&step_kernels::run_step);
   p.gridDim = dim3(static_cast<unsigned>(blocks));
-  p.blockDim = dim3(step_block_threads);
+  p.blockDim = dim3(write_block_threads);
   p.kernelParams = args;
   cudaGraphNode_t node = nullptr;
   cudaGraphExec_t exec = nullptr;
