@@ -1125,3 +1125,34 @@ TEMPLATE_TEST_CASE("reserve past what the arena holds throws capacity_error befo
     run(t);
   }
 }
+
+// A reserve whose slots fit the arena one by one but not all together: refused before any block
+// is taken. It once took the slots that fit and then threw, leaving them held: a later small write
+// needed a fresh slot and found the arena full (fuzz: tests/fuzz/corpus/staged/regression-reserve-fills-arena).
+TEMPLATE_TEST_CASE("reserve of more slots than the arena's cap holds takes no block, and later writes go on",
+                   "[staged][bad_input]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using T = std::int32_t;
+  ferry::stream<B> s;
+  ferry::pinned_arena<B> arena(std::size_t{64} << 20);  // two 32 MiB blocks at most
+  ferry::staged_write_tensor<T, B> t(8, 64, s, 3, {.arena = &arena});
+  model<T> ref(8, 64);
+  std::mt19937_64 rng(0xf024);
+  const auto before = arena.stats();
+  // 20 MB of contents: a 32 MiB block per slot, three slots.
+  REQUIRE_THROWS_AS(t.reserve(1, 5'000'000), ferry::capacity_error);
+  REQUIRE_THROWS_WITH(t.reserve(1, 5'000'000), Catch::Matchers::StartsWith("ferry: "));
+  CHECK(arena.stats().bytes_in_use == before.bytes_in_use);
+  CHECK(arena.stats().bytes_reserved == before.bytes_reserved);
+  for (int batch = 0; batch < 4; ++batch) {
+    for (std::size_t row = 0; row < 8; row += 3) {
+      auto v = random_bits<T>(17, rng);
+      t.stage_write(row, static_cast<std::size_t>(batch) * 5, v);
+      ref.write(row, static_cast<std::size_t>(batch) * 5, v);
+    }
+    t.apply_write(s);
+    REQUIRE(read_back<T, B>(t, s) == ref.data);
+  }
+  t.reserve(4, 1'000'000);  // what fits is still taken
+}

@@ -14,6 +14,7 @@
 #include <ferry/staged/staging_memory.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -35,7 +36,7 @@ class staging_core {
 
   staging_core(std::size_t rows, std::size_t cols, std::size_t slots, int device,
                const staging_memory<B>& memory)
-      : pool_(slots, device, memory), recorder_(rows, cols) {}
+      : slots_(slots), arena_(memory.arena), pool_(slots, device, memory), recorder_(rows, cols) {}
 
   // ---- staging --------------------------------------------------------------------------------
 
@@ -122,6 +123,7 @@ class staging_core {
     want_descs_ = wd;
     want_bytes_ = wb;
     try {
+      refuse_past_arena_cap();
       // The pinned slots first: the arena (its cap, its largest block) refuses what no slot can
       // hold. Only then the resolver's host memory, bounded by the descriptors a slot now holds.
       if (pool_.has_current() && (desc_cap_ < want_descs_ || content_cap_ < want_bytes_))
@@ -194,6 +196,25 @@ class staging_core {
   pool_type& pool() noexcept { return pool_; }
 
  private:
+  // reserve(): throws ferry::capacity_error, before any block is taken, when the slots the pool
+  // must add and the current slot's regrowth at the wanted size cannot fit under the arena's cap
+  // even if nothing else were held (a lower bound of what reserve takes: were it to fail half-way,
+  // the blocks taken would stay held, and a later write could find the arena full).
+  void refuse_past_arena_cap() {
+    const std::size_t bytes = slot_bytes();
+    if (bytes > (std::size_t{1} << 62)) return;  // no block that large: the arena refuses it first
+    const std::size_t block = std::bit_ceil(std::max(bytes, pinned_arena<B>::min_block));
+    const bool regrows = pool_.has_current() && (desc_cap_ < want_descs_ || content_cap_ < want_bytes_);
+    const std::size_t blocks = (regrows ? 1 : 0) + (slots_ > pool_.owned() ? slots_ - pool_.owned() : 0);
+    const auto st = arena_->stats();
+    std::size_t in_use = st.bytes_in_use - (regrows ? pool_.current().block.capacity : 0), need = 0;
+    if (blocks == 0 || (mul_fits(blocks, block, need) && add_fits(in_use, need, in_use) && in_use <= st.byte_cap))
+      return;
+    throw capacity_error("ferry: staged_write_tensor::reserve: " + std::to_string(blocks) + " staging slots of " +
+                         std::to_string(block) + " bytes do not fit the pinned arena's cap of " +
+                         std::to_string(st.byte_cap) + " bytes (" + std::to_string(st.bytes_in_use) + " in use)");
+  }
+
   // growth::fixed: whether one more write of `len` elements exceeds what reserve() set.
   [[nodiscard]] bool over_fixed_limits(std::size_t len) const noexcept {
     if constexpr (fixed)
@@ -289,6 +310,8 @@ class staging_core {
   chunk_desc* descs() noexcept { return reinterpret_cast<chunk_desc*>(pool_.current().block.data); }
   std::byte* contents() noexcept { return pool_.current().block.data + content_off_; }
 
+  std::size_t slots_;          // the slots the pool keeps
+  pinned_arena<B>* arena_;     // the pool's arena
   pool_type pool_;
   write_recorder recorder_;
   // capacities wanted for every slot, and the current slot's layout
