@@ -505,6 +505,7 @@ class uva_pool {
       fresh.capacity = new_cap;
     }
     T* const dst = fresh.block ? data_of(fresh) : data_of(slots_[at]);
+    if (!insert) slots_[at].generation.bump();  // its earlier views are stale from here
     try {
       detail::fill(src, dst, n);
       // The grown-out block goes back to the arena behind a fence on this stream (its own fences
@@ -530,7 +531,7 @@ class uva_pool {
     if constexpr (event_fenced) unfenced_ = at;
     stats_.fences += recorded;
     ++stats_.calls;
-    return {data_of(slots_[at]), n};
+    return detail::stamp_view(device_span<const T>(data_of(slots_[at]), n), slots_[at].generation, name_);
   }
 
   // Destruction is a use of every slot. The last view's readers carry no fence yet (the next

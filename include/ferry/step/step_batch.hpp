@@ -220,8 +220,13 @@ class step_batch {
     /// empty before the step's span() call and after cancel(). ferry::error for an empty handle
     /// or one whose batch was assigned over or destroyed.
     [[nodiscard]] device_span<const T> view() const {
-      const auto& r = c("publish").publishes_[i_];
-      return {static_cast<const T*>(ops::mapped(r.at)), r.n};
+      core& k = c("publish");
+      const auto& r = k.publishes_[i_];
+      const device_span<const T> v(static_cast<const T*>(ops::mapped(r.at)), r.n);
+#if FERRY_CHECKED_VIEWS
+      if (r.n != 0 && k.cur_ != none) return detail::stamp_view(v, k.slots_[k.cur_].generation, "step_batch");
+#endif
+      return v;
     }
 
    private:
@@ -498,6 +503,7 @@ class step_batch {
     }
     auto& s = k.slots_[next];
     s.stamps.clear();  // all passed (or caller_fenced)
+    s.generation.bump();  // the views of its last step are stale from here
     k.cur_ = next;
     k.base_ = s.content.data;
     k.room_ = s.content.capacity;
