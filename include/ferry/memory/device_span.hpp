@@ -26,12 +26,8 @@
 
 namespace ferry {
 
-template <class T>
-class FERRY_VIEW_ABI device_span;
-
 namespace detail {
-template <class T>
-device_span<T> stamp_view(device_span<T> v, slot_generation& g, const char* owner);
+struct view_stamper;  // (no forward declaration of device_span: nvcc would drop its ABI tag there)
 }  // namespace detail
 
 /// A view of `size()` elements at a device-accessible address (device memory, or pinned memory
@@ -123,8 +119,7 @@ class FERRY_VIEW_ABI device_span {
  private:
   template <class>
   friend class device_span;
-  template <class U>
-  friend device_span<U> detail::stamp_view(device_span<U>, detail::slot_generation&, const char*);
+  friend struct detail::view_stamper;
 
   // A view of other elements of the same slot (first, subspan): the same generation.
   FERRY_HOST_DEVICE constexpr device_span same_slot(T* p, std::size_t n) const noexcept {
@@ -154,17 +149,24 @@ class FERRY_VIEW_ABI device_span {
 };
 
 namespace detail {
+struct view_stamper {
+  template <class T>
+  static device_span<T> stamp([[maybe_unused]] device_span<T> v, [[maybe_unused]] slot_generation& g,
+                              [[maybe_unused]] const char* owner) {
+#if FERRY_CHECKED_VIEWS
+    const auto [counter, count] = g.stamp(owner);
+    v.gen_ = counter;
+    v.seen_ = count;
+#endif
+    return v;
+  }
+};
+
 /// `v`, a view of the slot whose generation is `g`, owned by the component `owner`: carries the
 /// slot's generation under FERRY_CHECKED_VIEWS, and is `v` itself otherwise (no cost).
 template <class T>
-inline device_span<T> stamp_view(device_span<T> v, [[maybe_unused]] slot_generation& g,
-                                    [[maybe_unused]] const char* owner) {
-#if FERRY_CHECKED_VIEWS
-  const auto [counter, count] = g.stamp(owner);
-  v.gen_ = counter;
-  v.seen_ = count;
-#endif
-  return v;
+device_span<T> stamp_view(device_span<T> v, slot_generation& g, const char* owner) {
+  return view_stamper::stamp(v, g, owner);
 }
 }  // namespace detail
 
