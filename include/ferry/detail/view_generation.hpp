@@ -57,9 +57,13 @@ class slot_generation {
   void bump() noexcept {
     if (c_) c_->count.fetch_add(1, std::memory_order_acq_rel);
   }
+  /// Takes the slot's counter now (it may allocate), so that a later stamp() cannot throw.
+  void prepare(const char* owner) {
+    if (!c_) c_ = take(owner);
+  }
   /// The counter and count a view of the slot carries now (takes a counter on first use).
   std::pair<const view_counter*, std::uint64_t> stamp(const char* owner) {
-    if (!c_) c_ = take(owner);
+    prepare(owner);
     return {c_, c_->count.load(std::memory_order_acquire)};
   }
 
@@ -104,6 +108,7 @@ class slot_generation {
 /// Unchecked views (FERRY_CHECKED_VIEWS 0): nothing to count.
 struct slot_generation {
   constexpr void bump() noexcept {}
+  constexpr void prepare(const char*) noexcept {}
 };
 #endif
 

@@ -339,6 +339,7 @@ class uva_pool {
   detail::uva_slot make_slot(std::size_t bytes, std::size_t capacity) {
     detail::uva_slot s;
     s.stamps.reserve(detail::uva_slot::reserved_stamps);
+    s.generation.prepare(name_);  // checked views: a call's commit then never allocates
     s.block = arena_->acquire(bytes);
     s.capacity = capacity;
     return s;
