@@ -39,7 +39,7 @@
 #endif
 
 // FERRY_CHECKED_VIEWS 1: the views of rotating slots (uva_pool, uva_backed, step_batch
-// publishes) carry their slot's generation, and a host read through a view whose slot has been
+// publishes; device_span and the 2-D staged_view of rows) carry their slot's generation, and a host read through a view whose slot has been
 // handed out again throws ferry::error (docs/troubleshooting.md, "Checked views"). A debugging
 // mode: the views grow by two words and each host read compares; 0 (the default) keeps them a
 // pointer and a size. Like FERRY_DEFAULT_BACKEND, it must be the same in every translation unit

@@ -1,9 +1,10 @@
-// Tests for FERRY_CHECKED_VIEWS (include/ferry/detail/view_generation.hpp, device_span): built with
-// the mode on, a view of a rotating slot (uva_pool::copy_to_uva, uva_backed::publish, step_batch's
-// publish::view) reads normally while its slot is not handed out again, and a host read through it
-// afterwards throws ferry::error naming the component, instead of returning the new step's data.
-// Built without the mode, each REQUIRE_THROWS below fails (the stale read returns other data). A
-// .cu: its CUDA cases submit step_batch kernels; without nvcc it builds as C++ for the host backend.
+// Tests for FERRY_CHECKED_VIEWS (include/ferry/detail/view_generation.hpp, device_span,
+// staged_view): built with the mode on, a view of a rotating slot (uva_pool::copy_to_uva and
+// copy_rows_to_uva, uva_backed::publish and publish_rows, step_batch's publish::view) reads
+// normally while its slot is not handed out again, and a host read through it afterwards throws
+// ferry::error naming the component, instead of returning the new step's data. Built without the
+// mode, each REQUIRE_THROWS below fails (the stale read returns other data). A .cu: its CUDA cases
+// submit step_batch kernels; without nvcc it builds as C++ for the host backend.
 #include <pool/pool_support.hpp>
 
 #include <ferry/pool/uva_backed.hpp>
@@ -186,4 +187,43 @@ TEMPLATE_TEST_CASE("checked views: a step_batch publish view throws once its slo
   REQUIRE_THROWS_MATCHES(vb[0], ferry::error, stale("step_batch"));
   batch.cancel();
   CHECK(read_each(vc) == c);
+}
+
+TEMPLATE_TEST_CASE("checked views: the 2-D views of rows (copy_rows_to_uva, publish_rows) throw once stale",
+                   "[pool][checked]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  ferry::stream<B> s;
+  constexpr std::size_t width = 6, rows = 5;
+  ferry::uva_pool<std::int32_t, B> pool(ferry::row_width{width}, rows, 2);
+  const auto a = ferry_test::random_values<std::int32_t>(rows * width, 71);
+  const auto b = ferry_test::random_values<std::int32_t>(rows * width, 72);
+  const auto c = ferry_test::random_values<std::int32_t>(rows * width, 73);
+  auto read_rows = [](const ferry::staged_view<const std::int32_t>& v) {
+    std::vector<std::int32_t> out;
+    for (std::size_t r = 0; r < v.extent(0); ++r)
+      for (std::size_t k = 0; k < v.extent(1); ++k) out.push_back(v(r, k));
+    return out;
+  };
+  const auto va = pool.copy_rows_to_uva(a, s);
+  s.synchronize();
+  const auto vb = pool.copy_rows_to_uva(b, s);
+  CHECK(read_rows(va) == a);
+  s.synchronize();
+  const auto vc = pool.copy_rows_to_uva(c, s);  // va's slot again
+  REQUIRE(vc.data_handle() == va.data_handle());
+  REQUIRE_THROWS_MATCHES(va(2, 3), ferry::error, stale("uva_pool"));
+  CHECK(read_rows(vb) == b);
+  CHECK(read_rows(vc) == c);
+
+  ferry::uva_backed<float, B> state(ferry::row_width{width}, rows, 2);
+  const auto x = ferry_test::random_values<float>(rows * width, 74);
+  std::copy(x.begin(), x.end(), state.host().begin());
+  const auto r0 = state.publish_rows(rows, s);
+  s.synchronize();
+  (void)state.publish_rows(1, s);
+  s.synchronize();
+  CHECK(r0(rows - 1, width - 1) == x.back());
+  (void)state.publish_rows(1, s);  // r0's slot again
+  REQUIRE_THROWS_MATCHES(r0(0, 0), ferry::error, stale("uva_backed"));
 }

@@ -160,6 +160,13 @@ struct view_stamper {
 #endif
     return v;
   }
+#if FERRY_CHECKED_VIEWS
+  /// The slot counter and count `v` carries (null: not a slot's view).
+  template <class T>
+  static std::pair<const view_counter*, std::uint64_t> generation_of(device_span<T> v) noexcept {
+    return {v.gen_, v.seen_};
+  }
+#endif
 };
 
 /// `v`, a view of the slot whose generation is `g`, owned by the component `owner`: carries the

@@ -241,7 +241,7 @@ class uva_pool {
   template <class R>
   [[nodiscard]] staged_view<const T> copy_rows_to_uva(R&& src, stream_ref<B> stream) {
     const device_span<const T> v = copy_to_uva(std::forward<R>(src), stream);
-    return staged_view<const T>(v.data(), v.size() / width_, width_);
+    return detail::rows_view(v, v.size() / width_, width_);
   }
 
   /// copy_to_uva(src, stream), then a stream-ordered copy of those elements into `out`; returns
