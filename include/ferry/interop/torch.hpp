@@ -57,7 +57,7 @@ tensor describe(const at::Tensor& t, const char* api) {
     device_type = cuda;
     device_id = t.get_device();
   } else if (t.is_cpu()) {
-    device_type = std::is_same_v<B, backend::host> || !t.is_pinned() ? cpu : cuda_host;
+    device_type = t.is_pinned() ? memory_kind<B>::pinned : cpu;
   } else {
     throw std::invalid_argument(std::string("ferry: ") + api +
                                 ": device type mismatch: expected a CUDA or CPU tensor, got " +
