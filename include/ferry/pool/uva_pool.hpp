@@ -241,7 +241,7 @@ class uva_pool {
   template <class R>
   [[nodiscard]] staged_view<const T> copy_rows_to_uva(R&& src, stream_ref<B> stream) {
     const device_span<const T> v = copy_to_uva(std::forward<R>(src), stream);
-    return staged_view<const T>(v.data(), v.size() / width_, width_);
+    return detail::rows_view(v, v.size() / width_, width_);
   }
 
   /// copy_to_uva(src, stream), then a stream-ordered copy of those elements into `out`; returns
@@ -339,6 +339,7 @@ class uva_pool {
   detail::uva_slot make_slot(std::size_t bytes, std::size_t capacity) {
     detail::uva_slot s;
     s.stamps.reserve(detail::uva_slot::reserved_stamps);
+    s.generation.prepare(name_);  // checked views: a call's commit then never allocates
     s.block = arena_->acquire(bytes);
     s.capacity = capacity;
     return s;
@@ -505,6 +506,7 @@ class uva_pool {
       fresh.capacity = new_cap;
     }
     T* const dst = fresh.block ? data_of(fresh) : data_of(slots_[at]);
+    if (!insert) slots_[at].generation.bump();  // its earlier views are stale from here
     try {
       detail::fill(src, dst, n);
       // The grown-out block goes back to the arena behind a fence on this stream (its own fences
@@ -530,7 +532,7 @@ class uva_pool {
     if constexpr (event_fenced) unfenced_ = at;
     stats_.fences += recorded;
     ++stats_.calls;
-    return {data_of(slots_[at]), n};
+    return detail::stamp_view(device_span<const T>(data_of(slots_[at]), n), slots_[at].generation, name_);
   }
 
   // Destruction is a use of every slot. The last view's readers carry no fence yet (the next

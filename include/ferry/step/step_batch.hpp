@@ -160,7 +160,7 @@ class step_batch {
     /// before submit(). A second call in one step replaces the first. n > destination().size():
     /// std::out_of_range; growth::fixed and n > the declared max_n: ferry::capacity_error
     /// (nothing changes either way).
-    std::span<T> span(std::size_t n) {
+    [[nodiscard]] std::span<T> span(std::size_t n) {
       core& k = c("upload");
       auto& r = k.uploads_[i_];
       k.check_open("upload::span");
@@ -201,7 +201,7 @@ class step_batch {
     /// This step's n elements, uninitialized: write every one before submit(). A second call in
     /// one step replaces the first. growth::fixed and n > the declared max_n:
     /// ferry::capacity_error (nothing changes).
-    std::span<T> span(std::size_t n) {
+    [[nodiscard]] std::span<T> span(std::size_t n) {
       core& k = c("publish");
       auto& r = k.publishes_[i_];
       k.check_open("publish::span");
@@ -220,8 +220,13 @@ class step_batch {
     /// empty before the step's span() call and after cancel(). ferry::error for an empty handle
     /// or one whose batch was assigned over or destroyed.
     [[nodiscard]] device_span<const T> view() const {
-      const auto& r = c("publish").publishes_[i_];
-      return {static_cast<const T*>(ops::mapped(r.at)), r.n};
+      core& k = c("publish");
+      const auto& r = k.publishes_[i_];
+      const device_span<const T> v(static_cast<const T*>(ops::mapped(r.at)), r.n);
+#if FERRY_CHECKED_VIEWS
+      if (r.n != 0 && k.cur_ != none) return detail::stamp_view(v, k.slots_[k.cur_].generation, "step_batch");
+#endif
+      return v;
     }
 
    private:
@@ -345,7 +350,7 @@ class step_batch {
   /// Declares a packed upload of up to `max_n` elements into `dst` per step (max_n <= dst.size(),
   /// else std::invalid_argument; under growth::fixed max_n is the limit, under pow2 a hint).
   template <class T>
-  upload<T> add_upload(device_span<T> dst, std::size_t max_n) {
+  [[nodiscard]] upload<T> add_upload(device_span<T> dst, std::size_t max_n) {
     static_assert((detail::check_element<T>(), true));
     core& k = c();
     k.check_planning("add_upload");
@@ -359,7 +364,7 @@ class step_batch {
 
   /// Declares a UVA publish of up to `max_n` elements per step (fixed: the limit; pow2: a hint).
   template <class T>
-  publish<T> add_publish(std::size_t max_n) {
+  [[nodiscard]] publish<T> add_publish(std::size_t max_n) {
     static_assert((detail::check_element<T>(), true));
     core& k = c();
     k.check_planning("add_publish");
@@ -372,7 +377,7 @@ class step_batch {
   /// `max_writes` writes of `max_elements` elements in all per step (fixed: the limits; pow2:
   /// hints).
   template <class T>
-  writes<T> add_writes(staged_view<T> target, std::size_t max_writes = 0, std::size_t max_elements = 0) {
+  [[nodiscard]] writes<T> add_writes(staged_view<T> target, std::size_t max_writes = 0, std::size_t max_elements = 0) {
     static_assert((detail::check_element<T>(), true));
     core& k = c();
     k.check_planning("add_writes");
@@ -388,7 +393,7 @@ class step_batch {
   /// add_writes(tensor.view(), ...): writes into a staged_write_tensor's target (its own staged
   /// writes are independent of these; work on one stream applies both in stream order).
   template <class T, class... Ps>
-  writes<T> add_writes(staged_write_tensor<T, Ps...>& tensor, std::size_t max_writes = 0,
+  [[nodiscard]] writes<T> add_writes(staged_write_tensor<T, Ps...>& tensor, std::size_t max_writes = 0,
                        std::size_t max_elements = 0) {
     static_assert(std::is_same_v<typename staged_write_tensor<T, Ps...>::backend_type, B>,
                   "ferry: step_batch::add_writes: the tensor's backend differs from the batch's");
@@ -498,6 +503,7 @@ class step_batch {
     }
     auto& s = k.slots_[next];
     s.stamps.clear();  // all passed (or caller_fenced)
+    s.generation.bump();  // the views of its last step are stale from here
     k.cur_ = next;
     k.base_ = s.content.data;
     k.room_ = s.content.capacity;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ferry/backend/detail/timeline.hpp>
+#include <ferry/detail/view_generation.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 
 #include <cstddef>
@@ -17,6 +18,7 @@ struct uva_slot {
   pinned_block block;
   std::size_t capacity = 0;
   std::vector<stamp> stamps;
+  [[no_unique_address]] slot_generation generation;  // checked views (FERRY_CHECKED_VIEWS)
 
   /// Room for the stamps of a few streams, reserved when the slot is made (not on hot paths).
   static constexpr std::size_t reserved_stamps = 4;

@@ -11,6 +11,7 @@
 #include <ferry/backend/detail/timeline.hpp>
 #include <ferry/config.hpp>
 #include <ferry/detail/checked.hpp>
+#include <ferry/detail/view_generation.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/policies/growth.hpp>
@@ -41,6 +42,7 @@ class step_core {
     std::vector<pinned_block> extra;   // blocks taken by a step that outgrew `content`
     std::vector<stamp> stamps;         // its kernel's, the next submit's, record_use's
     step_graph graph;                  // launch::graph: the slot's graph and executable
+    [[no_unique_address]] slot_generation generation;  // checked views (FERRY_CHECKED_VIEWS)
   };
   struct upload_rec {
     std::uintptr_t dst;
