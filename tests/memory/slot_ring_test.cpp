@@ -140,6 +140,22 @@ TEMPLATE_TEST_CASE("slot_ring (warmest) takes fresh slots first, then the warmes
   }
   r.synchronize();
   CHECK(ring.free(2));
+  // A closed current slot (its use stamped, no view into it) is offered too: the warmest of all.
+  const std::size_t cur = ring.current();
+  s.synchronize();
+  CHECK(ring.choose() != cur);
+  ring.close();
+  CHECK(ring.choose() == cur);
+  // The current slot is left out by identity, not by its place in the use order: a slot taken and
+  // then given up (rotate_to the one before) is the newest by use and offered first.
+  const std::size_t before = cur;
+  use(ring, ring.choose(), ferry::stream_ref<B>(s));  // takes `cur` again (the warmest)
+  const std::size_t taken = ring.choose();
+  REQUIRE(taken != before);
+  ring.take(taken);
+  ring.rotate_to(before);  // as step_batch::cancel: the current goes back to the step before
+  s.synchronize();
+  CHECK(ring.choose() == taken);
   ring.release([](int&) {});
 }
 

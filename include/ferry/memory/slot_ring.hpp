@@ -7,6 +7,7 @@
 #include <ferry/backend/stats.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/error.hpp>
+#include <ferry/memory/detail/warm_reuse.hpp>
 #include <ferry/policies/reuse.hpp>
 
 #include <cstddef>
@@ -16,26 +17,6 @@
 #include <vector>
 
 namespace ferry::detail {
-
-/// The recently used blocks or slots that are still in the host's caches: a reuse takes the
-/// newest of them that has passed before any older one (docs/memory.md, "The pinned staging
-/// arena").
-inline constexpr std::size_t warm_slots = 3;
-
-/// The warm-reuse rule, one for every component that reuses memory behind a stamp. Of `n` used
-/// things, oldest first, of which `passed(k)` says whether the k-th may be reused: the newest of
-/// the `warm` newest that has passed (still in the host's caches), else the oldest that has;
-/// `n` when none has. `warm == 0` is plain rotation (the oldest that has passed). Asks `passed`
-/// at most once per thing.
-template <class Passed>
-std::size_t take_warmest(std::size_t n, Passed&& passed, std::size_t warm = warm_slots) {
-  const std::size_t hot = warm < n ? warm : n;
-  for (std::size_t k = n; k-- > n - hot;)
-    if (passed(k)) return k;
-  for (std::size_t k = 0; k < n - hot; ++k)
-    if (passed(k)) return k;
-  return n;
-}
 
 /// The stamps of one slot: at most one per line of the reuse core (within a line a later point
 /// covers every earlier one, so stamping a line the slot already has keeps the later point).
@@ -140,7 +121,7 @@ class slot_ring {
   slot_ring(ring_order order, std::size_t max_slots) : order_(order), max_(max_slots) {}
   slot_ring(slot_ring&& o) noexcept
       : order_(o.order_), max_(o.max_), slots_(std::move(o.slots_)), used_(std::move(o.used_)),
-        cur_(std::exchange(o.cur_, npos)) {
+        cur_(std::exchange(o.cur_, npos)), open_(o.open_) {
     o.slots_.clear();
     o.used_.clear();
   }
@@ -150,6 +131,7 @@ class slot_ring {
     slots_ = std::move(o.slots_);
     used_ = std::move(o.used_);
     cur_ = std::exchange(o.cur_, npos);
+    open_ = o.open_;
     o.slots_.clear();
     o.used_.clear();
     return *this;
@@ -218,7 +200,7 @@ class slot_ring {
   [[nodiscard]] std::size_t next() const noexcept {
     if (slots_.empty()) return npos;
     if (order_ == ring_order::rotation || !fences) return cur_ == npos ? 0 : (cur_ + 1) % slots_.size();
-    return used_.front() == cur_ && used_.size() > 1 ? used_[1] : used_.front();
+    return used_.front() == cur_ && open_ && used_.size() > 1 ? used_[1] : used_.front();
   }
 
   /// The free slot to use next, or npos when none is: in the ring's order, skipping the first
@@ -234,21 +216,27 @@ class slot_ring {
         // Candidates, oldest first: cur+1, cur+2, ... round to the slot before the current one
         // (the only slot, when the ring holds one).
         const std::size_t first = cur_ == npos ? 0 : (cur_ + 1) % n;
-        const std::size_t m = cur_ == npos || n == 1 ? n : n - 1;
+        const std::size_t m = cur_ == npos || n == 1 || !open_ ? n : n - 1;
         for (std::size_t k = skip; k < m; ++k)
           if (free((first + k) % n)) return (first + k) % n;
         return npos;
       }
       if (const std::size_t f = fresh_count(); f > 0) return skip < f ? used_[skip] : npos;
-      // Candidates by use, oldest first, the current slot (the newest) left out.
-      const std::size_t m = cur_ == npos || n == 1 ? n : n - 1;
+      // Candidates by use, oldest first; the current slot left out while open (wherever it stands
+      // by use: a cancelled step leaves its slot the newest and the one before it current).
+      std::size_t pos = n;
+      if (cur_ != npos && open_ && n > 1)
+        for (std::size_t k = 0; k < n; ++k)
+          if (used_[k] == cur_) pos = k;
+      const std::size_t m = pos == n ? n : n - 1;
       if (skip >= m) return npos;
+      const auto at = [&](std::size_t j) { return used_[j < pos ? j : j + 1]; };
+      // The warm ones are the warm_slots used last, the current one among them.
       const std::size_t k = take_warmest(
-          m - skip, [&](std::size_t j) { return free(used_[skip + j]); }, warm_slots - 1);
-      return k == m - skip ? npos : used_[skip + k];
+          m - skip, [&](std::size_t j) { return free(at(skip + j)); }, pos == n ? warm_slots : warm_slots - 1);
+      return k == m - skip ? npos : at(skip + k);
     }
   }
-
   /// Blocks until slot i's stamps have all passed (the ONE back-pressure wait); returns whether
   /// it blocked (counted in ring_waits for sync_guard).
   bool wait_free(std::size_t i) { return slots_[i].stamps.template wait_all<B>(); }
@@ -283,7 +271,9 @@ class slot_ring {
   }
 
   /// Slot i becomes the current one (a use: its stamps have all passed, or the caller fences).
+  /// choose() leaves it out until close().
   void take(std::size_t i) noexcept {
+    open_ = true;
     slots_[i].stamps.clear();
     slots_[i].fresh = false;
     for (std::size_t k = 0; order_ == ring_order::warmest && k < used_.size(); ++k) {
@@ -294,13 +284,18 @@ class slot_ring {
     }
     cur_ = i;
   }
+  /// The current slot's use is complete and stamped, and nothing of it stays in use beyond its
+  /// stamps (no view into it): choose() offers it like any other slot once it has passed (the
+  /// warmest of all). Rotation still starts after it.
+  void close() noexcept { open_ = false; }
   /// Slot i becomes the current one without a use (a rotation that writes nothing).
   void rotate_to(std::size_t i) noexcept { cur_ = i; }
   /// Forgets which slot is current (the next rotation starts at slot 0).
   void reset_current() noexcept { cur_ = npos; }
 
   /// Removes slot i without giving it back (its readers could not be stamped: leaked, never
-  /// rewritten under them), and returns it; the current slot is forgotten.
+  /// rewritten under them), and returns it. The slot before it becomes the current one (closed),
+  /// so that the rotation goes on where slot i stood.
   Slot abandon(std::size_t i) noexcept {
     Slot s = std::move(slots_[i].value);
     slots_.erase(slots_.begin() + static_cast<std::ptrdiff_t>(i));
@@ -312,7 +307,8 @@ class slot_ring {
       if (used_[k] > i) --used_[k];
       ++k;
     }
-    cur_ = npos;
+    cur_ = slots_.empty() ? npos : (i + slots_.size() - 1) % slots_.size();
+    open_ = false;
     return s;
   }
 
@@ -371,6 +367,7 @@ class slot_ring {
   std::vector<entry> slots_;      // in ring order
   std::vector<std::size_t> used_;  // slot indices by use, oldest first (never-used ones first)
   std::size_t cur_ = npos;
+  bool open_ = true;   // the current slot is in use beyond its stamps (left out of choose())
   slot_stamps spare_;  // the stamps' room of the next slot inserted (reserve_for_one)
 };
 
