@@ -105,7 +105,8 @@ enum class ring_order {
 ///    come next), while size() < max_slots();
 ///  - when_full(wait_for, describe): a full ring's back-pressure, as the ReusePolicy says
 ///    (ferry::detail::ring_full: wait for slot `wait_for`, or throw ferry::capacity_error);
-///  - take(i): slot i becomes the current one (its stamps have all passed);
+///  - take(i): slot i becomes the current one (its stamps have all passed), left out of choose()
+///    while it may still be read beyond its stamps (a view of it) and until close();
 ///  - release(give_back): on destroy, every slot is given back once its stamps have passed; a slot
 ///    whose wait fails is leaked, never handed out under a reader.
 /// Not thread-safe (its clients are not).
@@ -205,7 +206,7 @@ class slot_ring {
 
   /// The free slot to use next, or npos when none is: in the ring's order, skipping the first
   /// `skip` candidates (a component that asked about next() itself), never the current slot
-  /// while the ring holds two or more. When the caller fences, next().
+  /// while the ring holds two or more and it is not closed. When the caller fences, next().
   [[nodiscard]] std::size_t choose(std::size_t skip = 0) {
     if (slots_.empty()) return npos;
     if constexpr (!fences) {
