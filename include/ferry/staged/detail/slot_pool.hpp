@@ -171,7 +171,7 @@ class slot_pool {
 
   /// The work that reads the current slot (and the scratch the apply took, if any) has been
   /// enqueued and is done once `done` has passed (empty when nothing was stamped: caller_fenced):
-  /// the slot joins the used FIFO.
+  /// the slot goes back into the ring, closed (a candidate again once `done` has passed).
   void commit(stamp done) noexcept {
     handed_ = true;
     ++applies_;
@@ -204,8 +204,8 @@ class slot_pool {
   /// the scratch is ferry's, every scratch of at least that size (one, unclaimed, if none exists
   /// yet: the first stream to apply takes it), allocated now (a resource's is allocated in order
   /// on an apply's stream, at that stream's first copying apply). Slots and scratch in flight
-  /// that are too small are retired behind their stamps. New slots go before the used ones, which
-  /// keep their order (and so their time to be read).
+  /// that are too small are retired behind their stamps. New slots are taken before the used ones,
+  /// which keep their order (and so their time to be read).
   void reserve(std::size_t bytes, std::size_t scratch_bytes) {
     const std::size_t want = scratch_size(scratch_bytes);  // may throw: no change
     const std::size_t current = has_ ? ring_.current() : ring_type::npos;
