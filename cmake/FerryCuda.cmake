@@ -31,4 +31,13 @@ if(FERRY_HAS_CUDA AND PROJECT_IS_TOP_LEVEL AND (FERRY_BUILD_TESTS OR FERRY_BUILD
     set(FERRY_HAS_NVCC ON)
   endif()
 endif()
-message(STATUS "ferry: CUDA backend ${FERRY_HAS_CUDA}, nvcc for tests ${FERRY_HAS_NVCC}")
+# One line on the backend. A subproject builds none of ferry's tests, so it says nothing about
+# nvcc for them: it says where the kernels ferry launches are compiled, the consumer's .cu files.
+if(PROJECT_IS_TOP_LEVEL)
+  message(STATUS "ferry: CUDA backend ${FERRY_HAS_CUDA}, nvcc for tests ${FERRY_HAS_NVCC}")
+elseif(FERRY_HAS_CUDA)
+  message(STATUS "ferry: default backend cuda (CUDA toolkit ${CUDAToolkit_VERSION}); the kernels "
+                 "ferry launches build in your .cu files that include <ferry/ferry.cuh>")
+else()
+  message(STATUS "ferry: default backend host (no CUDA toolkit found, or FERRY_ENABLE_CUDA is OFF)")
+endif()

@@ -251,7 +251,7 @@ int main(int argc, char** argv) try {
   ferry::pinned_buffer<std::int32_t, B> pinned_packed(packed_elems);
   arena.reserve(packed_elems * 4, static_cast<std::size_t>(o.burst) * 2 + 16);
   auto ferry_packed_op = [&](std::size_t) {
-    ferry::async_h2d_packed(dev_packed.span(), s, parts[0], parts[1], parts[2], parts[3], parts[4],
+    (void)ferry::async_h2d_packed(dev_packed.span(), s, parts[0], parts[1], parts[2], parts[3], parts[4],
                             parts[5], parts[6], parts[7]);
   };
   // The correct floor: the parts packed into a slot of a ring of pinned slots, one

@@ -69,6 +69,8 @@ def staged_case(rng):
 
 def step_case(rng):
     reqs, blocks = 64, 512
+    start_pos = rng.integers(0, 4000, reqs).astype(np.int32)  # the same requests for both
+    tokens = rng.integers(0, 150000, reqs).tolist()
 
     def make(mod, is_base):
         if is_base:
@@ -83,8 +85,7 @@ def step_case(rng):
             table = mod.StagedWriteTensor((reqs, blocks), torch.int32, DEV, max_concurrency=2)
             slots = mod.CpuGpuBuffer(reqs, dtype=torch.int64, device=DEV, pin_memory=True)
             h2d = lambda d: mod.async_tensor_h2d(d, torch.int32, DEV, True)  # noqa: E731
-        state = {"pos": rng.integers(0, 4000, reqs).astype(np.int32), "k": 0}
-        tokens = rng.integers(0, 150000, reqs).tolist()
+        state = {"pos": start_pos, "k": 0}
 
         def step():
             k = state["k"] = state["k"] + 1

@@ -13,8 +13,8 @@
 //    through an H2D copy, metadata through UVA), and of cub::DeviceMemcpy::Batched doing the same
 //    scatter (pointer and size arrays in device memory, prepared outside the timing);
 //  - host time again with the GPU behind: every burst (ferry's and its floors') enqueued behind a
-//    kernel that holds the stream for at least 5x the burst's host time, so that applies queue up
-//    as when the host runs ahead of a long step;
+//    kernel that holds the stream until the burst's last call has returned (a gate the host
+//    opens: stream_gate), so that applies queue up as when the host runs ahead of a long step;
 //  - runtime API calls per apply in steady state (support/runtime_calls.hpp: CUPTI, 1000 applies
 //    counted after 1000 uncounted ones, apart from any timing), idle and behind: all of them, by
 //    name, and those on events (records and queries: zero once apply kernels store their own
@@ -40,11 +40,14 @@
 // floor's one cache-hot buffer, as a correct engine must once applies queue up. Rings are warmed as ferry's
 // pools are (a burst behind a hold): no timed burst grows one (column "floor ring growth in host
 // timing"). At every point, the correct floors' and ferry's results are checked against the
-// reference (random contents, applies to distinct rows queued behind a hold, read back after a
-// drain). Device times queue bursts of 32 operations behind a hold of at least 5x the burst's
-// host time (larger bursts of launches fill a held stream's launch queue and block the host,
-// which then sets the pace); "enqueue/hold" >= 1 would mean the host could not enqueue the burst
-// inside the hold (then the figure measures the host).
+// reference (random contents, applies to distinct rows queued behind a gate, read back after a
+// drain). Device times queue bursts of 32 operations behind a gate (larger bursts of launches fill
+// a held stream's launch queue and block the host, which then sets the pace); "device gates cut"
+// > 0 would mean a gate reached its cap before the host had queued the burst (then the figure
+// measures the host). Time: each point's host timings stop adding rounds once their budget is
+// spent and 5 rounds are in (ferry_bench::time_budget; "bursts idle", "bursts behind" and
+// "point s" say what ran): the small points still run all 40, the largest 5 to 10, and the whole
+// grid takes about a minute on an H200 (it printed its estimate and its time).
 // Targets (SPEC §10): host / the correct floor over every point and both configurations, median
 // <= 1.15x and worst <= 1.3x, idle and behind; no event call per apply in steady state; >= 20x
 // PyTorch + Triton at every point (judged only when the --torch file has every point of the run);
@@ -82,7 +85,6 @@
 #include <utility>
 #include <vector>
 
-using ferry_bench::device_us;
 using ferry_bench::host_us_interleaved;
 using B = ferry::backend::cuda;
 using T = std::int32_t;
@@ -110,6 +112,61 @@ __global__ void zero_copy_read(const uint4* p, std::size_t n, unsigned* sink) {
   }
   if (acc == 0x12345678u) sink[0] = acc;
 }
+
+// A hold that ends when the host opens it: a one-thread kernel polls a flag in mapped pinned memory
+// (about every microsecond) and returns once the host has set it, or after a cap (counted: then
+// the stream opened before the host was done, and the burst was not all queued behind it). Every
+// burst measured with the GPU behind (and every device-time burst) is enqueued while the stream is
+// closed, and the stream opens once the burst's last call has returned: the GPU is behind for the
+// whole burst whatever the burst costs, and no time goes into waiting out a fixed hold sized
+// from an estimate (a hold of 5x the burst's host time cost this benchmark minutes).
+__global__ void gate_kernel(const volatile unsigned* open, unsigned long long cap_ns, volatile unsigned* cut) {
+  unsigned long long t0 = 0, t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  while (*open == 0u) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t - t0 > cap_ns) {
+      *cut = *cut + 1u;  // one gate kernel at a time: no other writer
+      return;
+    }
+    __nanosleep(1000);
+  }
+}
+
+class stream_gate {
+ public:
+  explicit stream_gate(cudaStream_t s) : s_(s) {
+    void* p = nullptr;
+    BENCH_CUDA(cudaHostAlloc(&p, 2 * sizeof(unsigned), cudaHostAllocMapped));
+    flags_ = static_cast<unsigned*>(p);
+    flags_[0] = 1;  // open
+    flags_[1] = 0;  // gates cut by their cap
+    void* pd = nullptr;
+    BENCH_CUDA(cudaHostGetDevicePointer(&pd, p, 0));
+    dev_ = static_cast<unsigned*>(pd);
+  }
+  stream_gate(const stream_gate&) = delete;
+  stream_gate& operator=(const stream_gate&) = delete;
+  ~stream_gate() {
+    open();
+    cudaStreamSynchronize(s_);
+    cudaFreeHost(flags_);
+  }
+  // Closes the stream until open() or `cap_ms`. The stream must have passed the previous gate.
+  void close(double cap_ms) {
+    std::atomic_ref<unsigned>(flags_[0]).store(0, std::memory_order_release);
+    gate_kernel<<<1, 1, 0, s_>>>(dev_, static_cast<unsigned long long>(cap_ms * 1e6), dev_ + 1);
+    BENCH_CUDA(cudaPeekAtLastError());
+  }
+  void open() { std::atomic_ref<unsigned>(flags_[0]).store(1, std::memory_order_release); }
+  // Gates cut by their cap so far (read once the stream has passed them).
+  [[nodiscard]] unsigned cut() const { return std::atomic_ref<unsigned>(flags_[1]).load(std::memory_order_acquire); }
+
+ private:
+  cudaStream_t s_;
+  unsigned* flags_ = nullptr;
+  unsigned* dev_ = nullptr;
+};
 
 std::map<std::pair<int, int>, std::pair<double, double>> read_torch(const std::string& path) {
   std::map<std::pair<int, int>, std::pair<double, double>> r;
@@ -290,29 +347,33 @@ void floor_apply(floor_ring& ring, via path, int W, int per, Row&& row, Src&& sr
                                                     m, s);
 }
 
-// Runtime API calls per apply in steady state (support/runtime_calls.hpp: 1000 applies counted
-// after 1000 uncounted ones), with the GPU idle (the stream drained before each apply) or behind
-// (bursts of 64 applies, each queued behind a hold of `hold_ms`). Drains and holds are not counted.
+// Runtime API calls per apply in steady state (support/runtime_calls.hpp: `ops` applies counted
+// after `ops` uncounted ones), with the GPU idle (the stream drained before each apply) or behind
+// (bursts of 64 applies, each queued behind a closed gate, capped at `cap_ms`). Drains and gates
+// are not counted.
 template <class Op, class Drain>
-ferry_bench::calls_per_op count_calls(cudaStream_t s, Op&& op, Drain&& drain, bool behind, double hold_ms) {
+ferry_bench::calls_per_op count_calls(stream_gate& gate, Op&& op, Drain&& drain, bool behind, double cap_ms,
+                                      std::size_t ops) {
   constexpr std::size_t burst = 64;
   auto r = ferry_bench::steady_calls(op, [&](std::size_t i) {
     if (!behind) {
       drain();
     } else if (i % burst == 0) {
+      gate.open();
       drain();
-      ferry_bench::hold_stream(s, hold_ms);
+      gate.close(cap_ms);
     }
-  });
+  }, ops, ops);
+  gate.open();
   drain();
   return r;
 }
 
-// Device µs per operation (support/gpu.cuh's method: the stream held by a kernel, `burst`
-// operations queued behind it, events around the operations only, median of `reps` after one
-// warm-up rep, which also grows every pool to the burst's depth), plus the largest fraction of
-// the hold that the host spent enqueueing a burst: at or above 1 the host, not the device, set
-// the pace and the figure is not a device time.
+// Device µs per operation (support/gpu.cuh's method, the hold a gate: the stream closed, `burst`
+// operations queued behind it, events around the operations only, the gate opened once all are
+// queued; median of `reps` after one warm-up rep, which also grows every pool to the burst's
+// depth), plus the gates cut by their cap meanwhile: then the host, not the device, set the pace
+// and the figure is not a device time.
 // ferry's pinned and device allocations so far (a steady-state apply makes none).
 std::uint64_t allocations() {
   const auto st = ferry::backend_stats_of<B>();
@@ -321,37 +382,34 @@ std::uint64_t allocations() {
 
 struct device_result {
   double us;
-  double host_fraction;
+  double cut;          // gates cut by their cap during the reps (0: every burst was all queued)
   double allocations;  // ferry's allocations during the measured reps (after the warm-up rep)
 };
 template <class Op>
-device_result device_us_checked(cudaStream_t s, int burst, Op&& op, double hold_ms, int reps) {
+device_result device_us_checked(stream_gate& gate, cudaStream_t s, int burst, Op&& op, double cap_ms, int reps) {
   cudaEvent_t e0, e1;
   BENCH_CUDA(cudaEventCreate(&e0));
   BENCH_CUDA(cudaEventCreate(&e1));
   std::vector<double> v;
-  double worst = 0;
   std::size_t i = 0;
   std::uint64_t allocs_before = 0;
+  const unsigned cut_before = gate.cut();
   for (int r = 0; r < reps + 1; ++r) {
     if (r == 1) allocs_before = allocations();
-    ferry_bench::hold_stream(s, hold_ms);
+    gate.close(cap_ms);
     BENCH_CUDA(cudaEventRecord(e0, s));
-    const auto t0 = std::chrono::steady_clock::now();
     for (int k = 0; k < burst; ++k) op(i++);
-    const auto t1 = std::chrono::steady_clock::now();
     BENCH_CUDA(cudaEventRecord(e1, s));
+    gate.open();
     BENCH_CUDA(cudaEventSynchronize(e1));
     float ms = 0;
     BENCH_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-    if (r > 0) {  // the first rep is the warm-up
-      v.push_back(ms * 1e3 / burst);
-      worst = std::max(worst, std::chrono::duration<double, std::milli>(t1 - t0).count() / hold_ms);
-    }
+    if (r > 0) v.push_back(ms * 1e3 / burst);  // the first rep is the warm-up
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  return {ferry_bench::median(v), worst, static_cast<double>(allocations() - allocs_before)};
+  return {ferry_bench::median(v), static_cast<double>(gate.cut() - cut_before),
+          static_cast<double>(allocations() - allocs_before)};
 }
 
 }  // namespace
@@ -391,6 +449,29 @@ int main(int argc, char** argv) {
   ferry::stream<B> s;
   cudaStream_t cs = s.get();
   auto drain = [&] { BENCH_CUDA(cudaStreamSynchronize(cs)); };
+  stream_gate gate(cs);
+  auto open_and_drain = [&] {
+    gate.open();
+    drain();
+  };
+  const auto run_start = std::chrono::steady_clock::now();
+  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  // Time per point: its host timings have a budget each (ferry_bench::time_budget: no new round
+  // of bursts once it is spent and every variant has kMinBursts measured; small points, whose
+  // rounds take milliseconds, still run all o.bursts), the rest is bounded by its counts: the
+  // result checks (4 x 8 applies), the runtime-call counts (4 x 2 x call_ops applies) and the
+  // device times (8 variants x (reps + 1) bursts of 32, each queued behind a gate). On the H200
+  // (third run's figures) that is ~1 s for the smallest points and ~9 s for the largest (256
+  // writes of 4096: idle rounds ~0.36 s, rounds behind ~0.9 s), ~50 s for the grid, plus ~8 s of
+  // set-up (5 s of it the settling pause).
+  constexpr double kIdleBudgetS = 1.0, kBehindBudgetS = 2.0;
+  constexpr int kMinBursts = 5;
+  std::cout << "time: per point, host timing idle <= " << kIdleBudgetS << " s and behind <= " << kBehindBudgetS
+            << " s once " << kMinBursts << " rounds are in (of " << o.bursts << " bursts of " << o.burst
+            << "); estimated ~50 s for the 16 points and ~8 s of set-up on an H200; each point prints its time\n"
+            << std::flush;
 
   // Zero-copy read bandwidth of this machine, this run.
   double zero_copy_gbps = 0;
@@ -460,12 +541,12 @@ int main(int argc, char** argv) {
   {
     const std::vector<T> row(1024, 7);  // beyond the inline path's 4 KiB: the apply reads a slot
     auto grow = [&](auto& t) {
-      ferry_bench::hold_stream(cs, 3000);
+      gate.close(3000);
       for (int i = 0; i < 256; ++i) {
         t.stage_write(static_cast<std::size_t>(i), 0, row);
         t.apply_write(s);
       }
-      drain();
+      open_and_drain();
     };
     grow(t_uva);
     grow(t_h2d);
@@ -473,11 +554,11 @@ int main(int argc, char** argv) {
     grow(t_uvat);
     // The floors' rings likewise (one buffer more per apply still queued behind the hold).
     auto grow_ring = [&](floor_ring& ring, via path) {
-      ferry_bench::hold_stream(cs, 3000);
+      gate.close(3000);
       for (int i = 0; i < 256; ++i)
         floor_apply(ring, path, 1, 1024, [i](int) { return static_cast<std::size_t>(i); },
                     [&](int) { return row.data(); }, raw_dst.data(), dev_contents.data(), cs);
-      drain();
+      open_and_drain();
     };
     grow_ring(ring_uva, via::uva);
     grow_ring(ring_h2d, via::h2d);
@@ -493,8 +574,9 @@ int main(int argc, char** argv) {
   std::vector<double> host_floor_ratios, behind_floor_ratios, torch_ratios, uva_h2d_ratios;
   double worst_event_calls = 0;
   double large_fraction = nan_value;  // the worst apply of >= 4 MiB
-  double worst_host_fraction = 0;
+  double device_cut = 0;  // device-time gates cut by their cap, every point
   for (const auto& point : points) {
+    const auto point_start = std::chrono::steady_clock::now();
     const int W = point.first, per = point.second;
     const std::size_t L = static_cast<std::size_t>(W) * per;
     std::vector<T> vals(per);
@@ -578,18 +660,20 @@ int main(int argc, char** argv) {
       auto clear = [&](T* target) { BENCH_CUDA(cudaMemsetAsync(target, 0, back.size() * sizeof(T), cs)); };
       auto check_floor = [&](floor_ring& ring, via path, const char* who) {
         clear(raw_dst.data());
-        ferry_bench::hold_stream(cs, 20);
+        gate.close(1000);
         for (int j = 0; j < K; ++j)
           floor_apply(ring, path, W, per, rows_k(j), src_k(j), raw_dst.data(), dev_contents.data(), cs);
+        gate.open();
         verify(raw_dst.data(), who);
       };
       auto check_ferry = [&](auto& t, const char* who) {
         clear(t.span().data());
-        ferry_bench::hold_stream(cs, 20);
+        gate.close(1000);
         for (int j = 0; j < K; ++j) {
           for (int w = 0; w < W; ++w) t.stage_write(rows_k(j)(w), 0, std::span<const T>(src_k(j)(w), per));
           t.apply_write(s);
         }
+        gate.open();
         verify(t.span().data(), who);
       };
       check_floor(ring_uva, uva_path, "floor (uva)");
@@ -599,29 +683,37 @@ int main(int argc, char** argv) {
     }
 
     // Host time: ferry and its floors in interleaved bursts (same burst, same drain, same
-    // machine state).
+    // machine state), within the point's budget.
     const auto allocs_before = allocations();
     const std::size_t rings_before = ring_uva.active() + ring_h2d.active();
+    ferry_bench::time_budget idle_budget{kIdleBudgetS, kMinBursts};
     const auto h = host_us_interleaved(o, {ferry_op(t_uva), floor_uva, ferry_op(t_h2d), floor_h2d,
-                                           ferry_op(t_uvat), launch_only, racy_uva, racy_h2d}, drain);
+                                           ferry_op(t_uvat), launch_only, racy_uva, racy_h2d}, drain,
+                                       ferry_bench::no_op{}, 3, &idle_budget);
     const double h_uva = h[0], f_uva = h[1], h_h2d = h[2], f_h2d = h[3], h_uvat = h[4], f_launch = h[5];
     const double fr_uva = h[6], fr_h2d = h[7];
-    // The GPU behind: every burst queued behind a kernel holding the stream for at least 5x
-    // the burst's host time.
-    const double behind_ms = std::max(2.0, 5 * o.burst * std::max(h_uva, h_h2d) / 1000);
+    // The GPU behind: every burst queued behind a closed gate, opened once the burst's last call
+    // has returned (stream_gate). The cap (20x the idle burst's host time, at least 200 ms) is
+    // only a guard: a gate that reaches it is counted ("behind: gates cut").
+    const double behind_cap_ms = std::max(200.0, 20 * o.burst * std::max(h_uva, h_h2d) / 1000);
+    const unsigned cut_before = gate.cut();
+    ferry_bench::time_budget behind_budget{kBehindBudgetS, kMinBursts};
     const auto hb = host_us_interleaved(o, {ferry_op(t_uva), floor_uva, ferry_op(t_h2d), floor_h2d,
-                                            racy_uva, racy_h2d}, drain, [&] { ferry_bench::hold_stream(cs, behind_ms); });
+                                            racy_uva, racy_h2d}, open_and_drain,
+                                        [&] { gate.close(behind_cap_ms); }, 3, &behind_budget);
     const double hb_uva = hb[0], fb_uva = hb[1], hb_h2d = hb[2], fb_h2d = hb[3], fbr_uva = hb[4], fbr_h2d = hb[5];
+    const double behind_cut = static_cast<double>(gate.cut() - cut_before);
     const double host_allocs = static_cast<double>(allocations() - allocs_before);
     const double ring_growth = static_cast<double>(ring_uva.active() + ring_h2d.active() - rings_before);
 
-    // Runtime API calls per apply in steady state (untimed: CUPTI callbacks cost time); behind:
-    // bursts of 64 behind a hold of at least 5x their host time.
-    const double calls_hold_ms = std::max(2.0, 5 * 64 * std::max(h_uva, h_h2d) / 1000);
-    const auto c_uva = count_calls(cs, ferry_op(t_uva), drain, false, calls_hold_ms);
-    const auto c_uva_behind = count_calls(cs, ferry_op(t_uva), drain, true, calls_hold_ms);
-    const auto c_h2d = count_calls(cs, ferry_op(t_h2d), drain, false, calls_hold_ms);
-    const auto c_h2d_behind = count_calls(cs, ferry_op(t_h2d), drain, true, calls_hold_ms);
+    // Runtime API calls per apply in steady state (untimed: CUPTI callbacks cost time): 1000
+    // counted after 1000 uncounted, 256 and 256 at points of 1 MiB and more (a call count does not
+    // vary with the size: those applies take 0.1-0.5 ms each); behind: bursts of 64 behind a gate.
+    const std::size_t call_ops = L * sizeof(T) >= (1u << 20) ? 256 : 1000;
+    const auto c_uva = count_calls(gate, ferry_op(t_uva), drain, false, behind_cap_ms, call_ops);
+    const auto c_uva_behind = count_calls(gate, ferry_op(t_uva), drain, true, behind_cap_ms, call_ops);
+    const auto c_h2d = count_calls(gate, ferry_op(t_h2d), drain, false, behind_cap_ms, call_ops);
+    const auto c_h2d_behind = count_calls(gate, ferry_op(t_h2d), drain, true, behind_cap_ms, call_ops);
     const double event_calls = std::max({c_uva.starting_with("cudaEvent"), c_uva_behind.starting_with("cudaEvent"),
                                          c_h2d.starting_with("cudaEvent"), c_h2d_behind.starting_with("cudaEvent")});
     // NaN (not measured) sticks: std::max keeps its first argument when either is NaN.
@@ -661,25 +753,29 @@ int main(int argc, char** argv) {
       BENCH_CUDA(cudaMemcpyAsync(dev_contents.data(), raw_contents.host().data(), L * sizeof(T), cudaMemcpyDefault, cs));
     };
 
-    // ---- device time (a burst of 32 behind a hold of at least 5x its host time; the warm-up
-    // rep grows the staging pools to the burst's depth; host_fraction reports whether the host
-    // still kept ahead)
+    // ---- device time (a burst of 32 behind a gate; the warm-up rep grows the staging pools to
+    // the burst's depth; gates cut by their cap would mean the host set the pace)
     const int burst = std::min(32, o.burst), reps = o.quick ? 3 : 11;
-    const double hold_ms = std::max(2.0, 5 * burst * std::max(h_uva, h_h2d) / 1000);
-    const auto dr_uva = device_us_checked(cs, burst, ferry_op(t_uva), hold_ms, reps);
-    const auto dr_h2d = device_us_checked(cs, burst, ferry_op(t_h2d), hold_ms, reps);
-    const auto dr_thr = device_us_checked(cs, burst, ferry_op(t_thr), hold_ms, reps);
+    const double cap_ms = std::max(200.0, 20 * burst * std::max(h_uva, h_h2d) / 1000);
+    const auto dr_uva = device_us_checked(gate, cs, burst, ferry_op(t_uva), cap_ms, reps);
+    const auto dr_h2d = device_us_checked(gate, cs, burst, ferry_op(t_h2d), cap_ms, reps);
+    const auto dr_thr = device_us_checked(gate, cs, burst, ferry_op(t_thr), cap_ms, reps);
     const double d_uva = dr_uva.us, d_h2d = dr_h2d.us, d_thr = dr_thr.us;
-    const double host_fraction = std::max({dr_uva.host_fraction, dr_h2d.host_fraction, dr_thr.host_fraction});
-    worst_host_fraction = std::max(worst_host_fraction, host_fraction);
-    const double d_naive_uva = device_us(cs, burst, [&](std::size_t) { naive(raw_contents.device().data()); }, reps, hold_ms);
-    const double d_naive_h2d = device_us(cs, burst, [&](std::size_t) { h2d_copy(); naive(dev_contents.data()); }, reps, hold_ms);
-    const double d_cub_uva = device_us(cs, burst, [&](std::size_t) { cub_run(reinterpret_cast<void**>(cub_src_uva.data())); }, reps, hold_ms);
-    const double d_cub_h2d = device_us(cs, burst, [&](std::size_t) { h2d_copy(); cub_run(reinterpret_cast<void**>(cub_src_dev.data())); }, reps, hold_ms);
-    const double d_kernel = device_us(cs, burst, [&](std::size_t) {
+    auto dev_us = [&](auto&& op) {
+      const auto r = device_us_checked(gate, cs, burst, op, cap_ms, reps);
+      device_cut += r.cut;
+      return r.us;
+    };
+    const double d_naive_uva = dev_us([&](std::size_t) { naive(raw_contents.device().data()); });
+    const double d_naive_h2d = dev_us([&](std::size_t) { h2d_copy(); naive(dev_contents.data()); });
+    const double d_cub_uva = dev_us([&](std::size_t) { cub_run(reinterpret_cast<void**>(cub_src_uva.data())); });
+    const double d_cub_h2d = dev_us([&](std::size_t) { h2d_copy(); cub_run(reinterpret_cast<void**>(cub_src_dev.data())); });
+    const double d_kernel = dev_us([&](std::size_t) {
       if (inline_point) raw_launch_inline();
       else raw_launch(raw_contents.device().data());
-    }, reps, hold_ms);
+    });
+    const double cut_here = dr_uva.cut + dr_h2d.cut + dr_thr.cut;
+    device_cut += cut_here;
 
     const double r_uva = h_uva / f_uva, r_h2d = h_h2d / f_h2d;
     const double rb_uva = hb_uva / fb_uva, rb_h2d = hb_h2d / fb_h2d;
@@ -712,7 +808,10 @@ int main(int argc, char** argv) {
                        {"naive uva /ferry", d_naive_uva / d_uva}, {"naive h2d /ferry", d_naive_h2d / d_uva},
                        {"cub uva /ferry", d_cub_uva / d_uva}, {"cub h2d /ferry", d_cub_h2d / d_uva},
                        {"bare kernel dev us", d_kernel}, {"inline", inline_point ? 1.0 : 0.0},
-                       {"enqueue/hold", host_fraction}, {"allocs in host timing", host_allocs},
+                       {"device gates cut", cut_here}, {"behind: gates cut", behind_cut},
+                       {"bursts idle", double(idle_budget.bursts)}, {"bursts behind", double(behind_budget.bursts)},
+                       {"host timing s", idle_budget.seconds_used + behind_budget.seconds_used},
+                       {"point s", seconds_since(point_start)}, {"run s", seconds_since(run_start)}, {"allocs in host timing", host_allocs},
                        {"floor ring growth in host timing", ring_growth},
                        {"allocs in device timing", dr_uva.allocations + dr_h2d.allocations + dr_thr.allocations}};
     if (auto it = torch.find({W, per}); it != torch.end()) {
@@ -747,10 +846,12 @@ int main(int argc, char** argv) {
   rep.add_target("device_h2d_vs_uva_median", ferry_bench::median(uva_h2d_ratios), ">=", 1.3);
   rep.add_target("large_apply_vs_zero_copy_read", large_fraction, ">=", 0.9);
   std::cout << "zero-copy read bandwidth (the target's denominator): " << zero_copy_gbps << " GB/s\n";
-  if (worst_host_fraction >= 1)
-    std::cout << "WARNING: a device-time burst took the host " << worst_host_fraction
-              << "x the hold to enqueue: those device times measure the host\n";
+  if (device_cut > 0)
+    std::cout << "WARNING: " << device_cut
+              << " device-time gates reached their cap before the host opened them: those device times measure the host\n";
   rep.print();
+  std::cout << "time: " << seconds_since(run_start) << " s in all (set-up included), stream gates cut by their cap: " << gate.cut()
+            << " (0: every burst measured behind was queued whole)\n";
   std::cout << "PyTorch + Triton (in Python, a separate process): " << torch_ratios.size() << " of " << points.size()
             << " points measured"
             << (torch_path.empty() ? " (pass --torch FILE, the output of peer_torch.py and staged_write_torch.py on this machine)"

@@ -96,24 +96,52 @@ inline double json_number(const std::string& file, const std::string& key) {
 /// microseconds it timed (all of them, or only the calls when it does untimed work between).
 using timed_burst = std::function<double(std::size_t count)>;
 
+/// A time budget for one interleaved measurement, for benchmarks whose largest cases would
+/// otherwise take minutes: once `seconds` (wall time, warm-up included) have passed and every
+/// variant has at least `min_bursts` measured bursts, no further round starts (`o.bursts` stays
+/// the most); when the first warm-up round alone shows that the warm-up and `min_bursts` rounds
+/// would not fit, the other warm-up rounds are left out. `bursts` and `seconds_used` report what
+/// ran. seconds = 0: no budget.
+struct time_budget {
+  double seconds = 0;
+  int min_bursts = 5;
+  int bursts = 0;           ///< out: measured rounds
+  double seconds_used = 0;  ///< out: wall time of the whole measurement
+};
+
 /// Host microseconds per operation of several variants measured alike (SPEC §10: bursts of
 /// `o.burst` operations, `drain()` between bursts, untimed; median over `o.bursts` bursts), their
 /// bursts interleaved: burst b of every variant runs before burst b + 1 of any, in an order
 /// rotated every burst, so that ferry and its baselines see the same machine state and any drift
-/// of clock or device load falls on all of them alike.
+/// of clock or device load falls on all of them alike. With a `budget`, fewer rounds where they
+/// are long (time_budget).
 template <class Drain>
 std::vector<double> interleaved_us(const options& o, const std::vector<timed_burst>& variants, Drain&& drain,
-                                   int warmup_bursts = 3) {
+                                   int warmup_bursts = 3, time_budget* budget = nullptr) {
   const std::size_t m = variants.size();
   const auto n = static_cast<std::size_t>(o.burst);
   std::vector<std::vector<double>> per(m);
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  const bool budgeted = budget != nullptr && budget->seconds > 0;
+  int measured = 0;
   for (int b = -warmup_bursts; b < o.bursts; ++b) {
+    if (budgeted && b >= 0 && measured >= budget->min_bursts && elapsed_s() >= budget->seconds) break;
     for (std::size_t j = 0; j < m; ++j) {
       const std::size_t k = (j + static_cast<std::size_t>(b + warmup_bursts)) % m;
       const double us = variants[k](n);
       drain();
       if (b >= 0) per[k].push_back(us / static_cast<double>(n));
     }
+    if (b >= 0) ++measured;
+    // One warm-up round done: skip the others when they and min_bursts rounds would overrun.
+    if (budgeted && b == -warmup_bursts && b < -1 &&
+        elapsed_s() * (warmup_bursts + budget->min_bursts) > budget->seconds)
+      b = -1;
+  }
+  if (budget != nullptr) {
+    budget->bursts = measured;
+    budget->seconds_used = elapsed_s();
   }
   std::vector<double> r(m);
   for (std::size_t k = 0; k < m; ++k) r[k] = median(per[k]);
@@ -129,7 +157,8 @@ struct no_op {
 /// stream: the GPU behind).
 template <class Drain, class Before = no_op>
 std::vector<double> host_us_interleaved(const options& o, const std::vector<std::function<void(std::size_t)>>& ops,
-                                        Drain&& drain, Before&& before = Before{}, int warmup_bursts = 3) {
+                                        Drain&& drain, Before&& before = Before{}, int warmup_bursts = 3,
+                                        time_budget* budget = nullptr) {
   std::vector<std::size_t> next(ops.size(), 0);
   std::vector<timed_burst> timed;
   for (std::size_t k = 0; k < ops.size(); ++k)
@@ -140,7 +169,7 @@ std::vector<double> host_us_interleaved(const options& o, const std::vector<std:
       const auto t1 = std::chrono::steady_clock::now();
       return std::chrono::duration<double, std::micro>(t1 - t0).count();
     });
-  return interleaved_us(o, timed, drain, warmup_bursts);
+  return interleaved_us(o, timed, drain, warmup_bursts, budget);
 }
 
 using value = std::variant<double, std::string>;

@@ -38,6 +38,17 @@
 #error "FERRY_HAS_CUDA is 1 (or FERRY_DEFAULT_BACKEND is cuda) but <cuda_runtime_api.h> is not on the include path: compile with nvcc, or add -I/usr/local/cuda/include (and link -lcudart), or use FERRY_DEFAULT_BACKEND=host."
 #endif
 
+// FERRY_CHECKED_VIEWS 1: the views of rotating slots (uva_pool, uva_backed, step_batch
+// publishes; device_span and the 2-D staged_view of rows) carry their slot's generation, and a host read through a view whose slot has been
+// handed out again throws ferry::error (docs/troubleshooting.md, "Checked views"). A debugging
+// mode: the views grow by two words and each host read compares; 0 (the default) keeps them a
+// pointer and a size. Like FERRY_DEFAULT_BACKEND, it must be the same in every translation unit
+// (the CMake option FERRY_CHECKED_VIEWS sets it on ferry::ferry); a program that mixes them fails
+// to link, since checked views have their own mangled names.
+#ifndef FERRY_CHECKED_VIEWS
+#define FERRY_CHECKED_VIEWS 0
+#endif
+
 #if defined(__CUDACC__)
 #define FERRY_HOST_DEVICE __host__ __device__
 #else

@@ -111,7 +111,7 @@ struct cast_fn {
 
 /// The explicit element conversion: a view of `range` whose elements are static_cast to T.
 template <element T, std::ranges::viewable_range R>
-constexpr auto cast(R&& range) {
+[[nodiscard]] constexpr auto cast(R&& range) {
   return std::views::transform(static_cast<R&&>(range), detail::cast_fn<T>{});
 }
 

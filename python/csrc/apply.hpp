@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 namespace ferry_vllm {
@@ -34,6 +35,8 @@ device_target<T> make_device_target(ferry::device_span<T> memory, std::size_t ro
 template <class T>
 uva_target<T> make_uva_target(ferry::pinned_span<T> memory, std::size_t rows, std::size_t cols,
                               std::size_t slots);
+template <class T>
+std::unique_ptr<fused_writer<T>> make_fused_writer(std::size_t max_tensors, std::size_t slots);
 template <class T>
 void apply(device_target<T>& t, stream_t s);
 template <class T>

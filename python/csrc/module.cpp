@@ -17,7 +17,6 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -467,14 +466,14 @@ struct Fused {
 
   template <class T>
   fused_writer<T>& writer() {
-    auto& w = std::get<std::optional<fused_writer<T>>>(writers);
-    if (!w) w.emplace(fused_group, slots);
+    auto& w = std::get<std::unique_ptr<fused_writer<T>>>(writers);
+    if (!w) w = make_fused_writer<T>(fused_group, slots);  // constructed where nvcc built the kernels
     return *w;
   }
 
   std::size_t slots;
-  std::tuple<std::optional<fused_writer<std::int32_t>>, std::optional<fused_writer<std::int64_t>>,
-             std::optional<fused_writer<float>>>
+  std::tuple<std::unique_ptr<fused_writer<std::int32_t>>, std::unique_ptr<fused_writer<std::int64_t>>,
+             std::unique_ptr<fused_writer<float>>>
       writers;
 };
 

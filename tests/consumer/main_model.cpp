@@ -28,7 +28,7 @@ int main() {
 
   ferry::stream<> stream;
   ferry::device_buffer<int> ids(n);
-  model_table table(rows, cols);
+  model_table table = make_table(rows, cols);
   ferry::uva_backed<std::int64_t> positions(n);
   ferry::device_buffer<std::int64_t> out(n, stream);
   ferry::pinned_buffer<std::int64_t> result(n);

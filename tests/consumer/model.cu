@@ -19,6 +19,8 @@ __global__ void model_kernel(ferry::device_span<int> ids, ferry::staged_view<int
 
 }  // namespace
 
+model_table make_table(std::size_t rows, std::size_t cols) { return model_table(rows, cols); }
+
 void apply_table(model_table& table, ferry::stream_ref<ferry::backend::cuda> stream) {
   table.apply_write(stream);
 }

@@ -5,9 +5,14 @@
 
 #include <ferry/ferry.hpp>
 
+#include <cstddef>
 #include <cstdint>
 
 using model_table = ferry::staged_write_tensor<int, ferry::presets::block_table>;
+
+/// A rows x cols table, constructed where nvcc builds ferry's kernels: its constructor loads the
+/// apply kernel, which a host-compiled file cannot (a static_assert says so there).
+model_table make_table(std::size_t rows, std::size_t cols);
 
 /// table.apply_write(stream): the apply kernel needs an nvcc translation unit.
 void apply_table(model_table& table, ferry::stream_ref<ferry::backend::cuda> stream);

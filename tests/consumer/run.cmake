@@ -96,7 +96,16 @@ else()
   message(FATAL_ERROR "unknown MODE=${MODE}")
 endif()
 
-execute_process(COMMAND ${env} ${CMAKE_COMMAND} -S ${project} ${args} COMMAND_ERROR_IS_FATAL ANY)
+execute_process(COMMAND ${env} ${CMAKE_COMMAND} -S ${project} ${args}
+                OUTPUT_VARIABLE configured ECHO_OUTPUT_VARIABLE COMMAND_ERROR_IS_FATAL ANY)
+# ferry's one configure line, as a consumer sees it: the backend chosen, nothing about ferry's own
+# tests (which a subproject or an installed ferry does not build).
+if(NOT configured MATCHES "-- ferry: default backend ${BACKEND}")
+  message(FATAL_ERROR "the consumer's configure did not print '-- ferry: default backend ${BACKEND}'")
+endif()
+if(configured MATCHES "nvcc for tests")
+  message(FATAL_ERROR "the consumer's configure speaks of ferry's tests ('nvcc for tests')")
+endif()
 if(MODE STREQUAL "cpm")
   # CPM fetched ferry itself: a clone of REPO at its main, where FetchContent puts it.
   execute_process(COMMAND ${GIT_EXECUTABLE} -C ${build}/app/_deps/ferry-src rev-parse HEAD

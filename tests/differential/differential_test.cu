@@ -520,12 +520,12 @@ void packed_episode(bench<B>& b, std::uint64_t ops) {
         if constexpr (pinned_only) {
           E* p = reinterpret_cast<E*>(dest[l].span().data());  // never read
           const auto big = ferry::assume_pinned(std::span<E>(p, huge_count<E> / 2 + 1));
-          ferry::async_h2d_packed<Pin>(out, b.lane[l], arena, big, big);
+          (void)ferry::async_h2d_packed<Pin>(out, b.lane[l], arena, big, big);
         } else {
           if (blocking) b.lane.open_all();
           auto big = std::views::iota(std::size_t{0}, huge_count<E> / 2 + 1) |
                      std::views::transform([](std::size_t i) { return static_cast<E>(i + 1); });
-          ferry::async_h2d_packed<Pin>(out, b.lane[l], arena, big, big);
+          (void)ferry::async_h2d_packed<Pin>(out, b.lane[l], arena, big, big);
         }
       }, "async_h2d_packed of counts whose byte size overflows");
       whole(l);

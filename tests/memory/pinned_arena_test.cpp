@@ -110,6 +110,34 @@ TEMPLATE_TEST_CASE("of the blocks known passed, the one given back last is hande
   CHECK(arena.stats().reuses == 64);
 }
 
+TEMPLATE_TEST_CASE("behind a block still in flight, the warmest passed block is handed out (the warm-reuse rule)",
+                   "[arena]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::pinned_arena<TestType> arena;
+  ferry::stream<TestType> held, s;
+  const auto a = arena.acquire(4096);
+  const auto b = arena.acquire(4096);
+  const auto c = arena.acquire(4096);
+  {
+    ferry_test::gate<TestType> g(held);
+    arena.release(a, held);  // the oldest, in flight behind the gate
+    arena.release(b, s);
+    arena.release(c, s);  // given back last: the warmest
+    ferry::event<TestType> e;
+    e.record(s);
+    e.synchronize();  // the core knows b and c passed; a is still held
+    // Oldest first, b would be handed out: memory used before c, colder in the host's caches.
+    const auto d = arena.acquire(4096);
+    CHECK(d.data == c.data);
+    CHECK(arena.stats().allocations == 3);
+    const auto e2 = arena.acquire(4096);
+    CHECK(e2.data == b.data);  // then the other passed one, never the held a
+    arena.release(d);
+    arena.release(e2);
+  }
+  held.synchronize();
+}
+
 TEMPLATE_TEST_CASE("a class whose stream passes unobserved cycles through 256 KiB of blocks, "
                    "not through every block it holds", "[arena]", FERRY_TEST_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);

@@ -11,6 +11,10 @@
 #include <utility>
 
 static_assert(std::is_trivially_copyable_v<ferry::device_span<int>>);
+#if !FERRY_CHECKED_VIEWS
+// Unchecked (the default), a view is a pointer and a size: FERRY_CHECKED_VIEWS adds nothing.
+static_assert(sizeof(ferry::device_span<int>) == sizeof(int*) + sizeof(std::size_t));
+#endif
 static_assert(std::is_convertible_v<ferry::device_span<int>, ferry::device_span<const int>>);
 static_assert(!std::is_convertible_v<ferry::device_span<const int>, ferry::device_span<int>>);
 // Element access in host-compiled code too (nvcc's view of the type has the same members), const kept.

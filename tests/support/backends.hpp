@@ -30,6 +30,16 @@
 
 namespace ferry_test {
 
+/// CUDA loads a kernel's module at its first launch (CUDA_MODULE_LOADING=LAZY, the default), and
+/// loading may wait for the whole context: a test whose first launch of a kernel is enqueued
+/// behind a closed gate waits for the gate (CUDA's documented lazy-loading hazard; seen on the
+/// H200 when the held-reader test ran alone, without the earlier cases that had launched its
+/// kernel). Every test process loads its modules at start-up instead, before CUDA initializes.
+inline const bool eager_module_loading = [] {
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  return true;
+}();
+
 inline bool gpu_required() {
   const char* v = std::getenv("FERRY_REQUIRE_GPU");
   return v != nullptr && std::string(v) == "1";

@@ -192,7 +192,7 @@ TEMPLATE_TEST_CASE("packed upload of a source is consumed on return", "[transfer
   ferry::device_buffer<std::uint16_t, TestType> out(150);
   {
     ferry_test::gate<TestType> g(s);
-    ferry::async_h2d_packed(out.span(), s, a, b);
+    (void)ferry::async_h2d_packed(out.span(), s, a, b);
     std::fill(a.begin(), a.end(), 0);
     std::fill(b.begin(), b.end(), 0);
   }

@@ -1,8 +1,9 @@
-// Tests of the ferry-internal job protocol of include/ferry/transfer/copy_pool.hpp
-// (detail::pool_job, detail::pool_session), which async_h2d's large pageable pipeline drives:
+// Tests of copy_pool's ferry-internal job protocol (include/ferry/transfer/detail/copy_pool_core.hpp:
+// detail::pool_job, detail::pool_session), which async_h2d's large pageable pipeline drives:
 // later chunks copied while an earlier one is unfinished (no barrier at chunk boundaries), and a
 // slice's error rethrown to the waiting caller.
 #include <ferry/transfer/copy_pool.hpp>
+#include <ferry/transfer/detail/copy_pool_core.hpp>
 
 #include <catch2/catch_test_macros.hpp>
 

@@ -8,8 +8,12 @@
 
 #include <catch2/catch_template_test_macros.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <bit>
+#include <cstdlib>
 #include <span>
+#include <string>
 #include <stdexcept>
 #include <list>
 #include <thread>
@@ -36,9 +40,26 @@ TEST_CASE("copy_pool validates its arguments and the default pool is shared", "[
   CHECK(p.stats().copies == 0);
   auto& d = ferry::default_copy_pool();
   CHECK(&d == &ferry::default_copy_pool());
-  CHECK(d.threads() == ferry::default_copy_threads);
-  CHECK(d.chunk_bytes() == ferry::default_copy_chunk_bytes);
   CHECK(d.threshold_bytes() == ferry::large_copy_threshold);
+  // Its structure: the environment's where set, else chosen from this host's measured copy rates
+  // (copy_tuning_test.cpp tests the choice): a measured team size (1 .. hardware threads - 1) and
+  // a power-of-two chunk within the tuning bounds.
+  const char* threads_env = std::getenv("FERRY_COPY_THREADS");
+  const char* chunk_env = std::getenv("FERRY_COPY_CHUNK_MIB");
+  if (threads_env != nullptr) {
+    CHECK(d.threads() == std::stoul(threads_env));
+  } else {
+    const std::size_t hw = ferry::detail::available_cpus();
+    CHECK(d.threads() >= 1);
+    CHECK(d.threads() <= std::max<std::size_t>(1, hw > 1 ? hw - 1 : 1));
+  }
+  if (chunk_env != nullptr) {
+    CHECK(d.chunk_bytes() == std::stoul(chunk_env) * MiB);
+  } else {
+    CHECK(std::has_single_bit(d.chunk_bytes()));
+    CHECK(d.chunk_bytes() >= ferry::detail::copy_chunk_min);
+    CHECK(d.chunk_bytes() <= ferry::detail::copy_chunk_max);
+  }
 }
 
 TEMPLATE_TEST_CASE("a 64 MiB pageable source goes through many chunks against the reference",

@@ -22,6 +22,10 @@
 #include <type_traits>
 #include <vector>
 
+static_assert(ferry::detail::dl_device::cpu == kDLCPU && ferry::detail::dl_device::cuda == kDLCUDA &&
+                  ferry::detail::dl_device::cuda_host == kDLCUDAHost,
+              "ferry: the DLDeviceType values in backend/detail/memory_kind.hpp differ from dlpack.h's");
+
 namespace ferry {
 
 namespace detail::dl {
@@ -165,12 +169,12 @@ struct exporter {
 /// the consumer must not write.
 template <class B = default_backend, class T>
 [[nodiscard]] dlpack_tensor to_dlpack(device_span<T> s, int device, std::span<const std::int64_t> shape = {}) {
-  constexpr bool host = std::is_same_v<B, backend::host>;
-  if (host && device != 0)
+  using kind = detail::memory_kind<B>;
+  if (kind::one_device && device != 0)
     throw std::invalid_argument(
         "ferry: to_dlpack: device id mismatch: expected 0 (the host backend's only device), got " +
         std::to_string(device));
-  const DLDevice where{host ? kDLCPU : kDLCUDA, device};
+  const DLDevice where{static_cast<DLDeviceType>(kind::device), device};
   return detail::dl::exporter::make(s.data(), s.size(), where, shape);
 }
 
@@ -184,7 +188,7 @@ template <class B = default_backend, class T>
 /// id 0 (host backend); `shape` as for device spans.
 template <class B = default_backend, class T>
 [[nodiscard]] dlpack_tensor to_dlpack(pinned_span<T> s, std::span<const std::int64_t> shape = {}) {
-  const DLDevice where{std::is_same_v<B, backend::host> ? kDLCPU : kDLCUDAHost, 0};
+  const DLDevice where{static_cast<DLDeviceType>(detail::memory_kind<B>::pinned), 0};
   return detail::dl::exporter::make(s.data(), s.size(), where, shape);
 }
 

@@ -57,7 +57,7 @@ tensor describe(const at::Tensor& t, const char* api) {
     device_type = cuda;
     device_id = t.get_device();
   } else if (t.is_cpu()) {
-    device_type = std::is_same_v<B, backend::host> || !t.is_pinned() ? cpu : cuda_host;
+    device_type = t.is_pinned() ? memory_kind<B>::pinned : cpu;
   } else {
     throw std::invalid_argument(std::string("ferry: ") + api +
                                 ": device type mismatch: expected a CUDA or CPU tensor, got " +
@@ -85,7 +85,7 @@ tensor describe(const at::Tensor& t, const char* api) {
 /// naming it. The span does not own the memory: keep the tensor (its storage) alive, and order
 /// ferry's stream after torch's work on it (ferry::from_torch(stream)).
 template <class T, class B = default_backend>
-device_span<T> from_torch(const at::Tensor& t, int device) {
+[[nodiscard]] device_span<T> from_torch(const at::Tensor& t, int device) {
   const auto v =
       detail::dl::check<T>(detail::dl::describe<B>(t, "from_torch"), detail::dl::device_memory<B>(device));
   return {v.data, v.size};
@@ -93,14 +93,14 @@ device_span<T> from_torch(const at::Tensor& t, int device) {
 
 /// from_torch(t, device) on the device current now.
 template <class T, class B = default_backend>
-device_span<T> from_torch(const at::Tensor& t) {
+[[nodiscard]] device_span<T> from_torch(const at::Tensor& t) {
   return from_torch<T, B>(t, detail::backend_ops<B>::current_device());
 }
 
 /// The elements of the pinned CPU tensor `t` (t.is_pinned(); any CPU tensor on the host backend)
 /// as a pinned_span<T>, with from_torch's checks.
 template <class T, class B = default_backend>
-pinned_span<T> from_torch_pinned(const at::Tensor& t) {
+[[nodiscard]] pinned_span<T> from_torch_pinned(const at::Tensor& t) {
   const auto v =
       detail::dl::check<T>(detail::dl::describe<B>(t, "from_torch_pinned"), detail::dl::pinned_memory<B>());
   return detail::make_pinned_span(v.data, v.size);
@@ -109,7 +109,7 @@ pinned_span<T> from_torch_pinned(const at::Tensor& t) {
 /// The elements of the CPU tensor `t` (pinned or not) as a host std::span<T>, with from_torch's
 /// checks: e.g. a pageable source for ferry::async_h2d.
 template <class T>
-std::span<T> from_torch_host(const at::Tensor& t) {
+[[nodiscard]] std::span<T> from_torch_host(const at::Tensor& t) {
   const auto v = detail::dl::check<T>(detail::dl::describe<backend::host>(t, "from_torch_host"),
                                       detail::dl::host_memory());
   return {v.data, v.size};
@@ -120,7 +120,7 @@ std::span<T> from_torch_host(const at::Tensor& t) {
 /// ordered with torch's work on it. Non-owning: torch's stream pool keeps the stream. Torch's
 /// default stream is the null handle, which ferry reads as an empty (moved-from) stream: it is
 /// named by its explicit handle, cudaStreamLegacy, instead.
-inline stream_ref<backend::cuda> from_torch(const c10::cuda::CUDAStream& s) {
+[[nodiscard]] inline stream_ref<backend::cuda> from_torch(const c10::cuda::CUDAStream& s) {
   const cudaStream_t handle = s.stream();
   return stream_ref<backend::cuda>(handle != nullptr ? handle : cudaStreamLegacy);
 }

@@ -6,6 +6,7 @@
 #include <ferry/backend/detail/timeline.hpp>
 #include <ferry/detail/ring.hpp>
 #include <ferry/error.hpp>
+#include <ferry/memory/detail/warm_reuse.hpp>
 #include <ferry/memory/resource.hpp>
 
 #include <algorithm>
@@ -197,8 +198,12 @@ class pinned_arena {
   // the warmest of those is taken. Each time another warm_bytes of blocks has been given back
   // unasked, the core is asked about the oldest (one answer, newest first, retires them all), so
   // that the class keeps cycling through memory still in the host's caches rather than through
-  // every block it holds. With no block known passed, the core is asked oldest first (it answers
-  // a scan over blocks of a stream still in flight with one backend query per stream).
+  // every block it holds. With no block known passed, the warm-reuse rule (take_warmest, as the
+  // slot ring) picks among those in flight: the newest of the warm_slots given back last that the
+  // core knows passed (a compare each: the newest are the least likely to have passed, so they
+  // cost no backend query), else the oldest that has passed (the core answers a scan over blocks
+  // of a stream still in flight with one backend query per stream), else one of the warm ones
+  // that has passed after all.
   pinned_block take_passed(size_class& c, std::size_t size) {
     auto& core = detail::shared_timeline<B>();
     const auto take_known = [&] {
@@ -215,9 +220,14 @@ class pinned_arena {
       c.passed.pop_back();
       return b;
     }
-    for (std::size_t i = 0; i < c.in_flight.size(); ++i)
-      if (core.passed(c.in_flight[i].at)) return c.in_flight.take(i).block;
-    return {};
+    const std::size_t n = c.in_flight.size();
+    const std::size_t warm = std::min(n, detail::warm_slots);
+    std::size_t i = detail::take_warmest(n, [&](std::size_t k) {
+      return k + warm >= n ? core.known(c.in_flight[k].at) : core.passed(c.in_flight[k].at);
+    });
+    for (std::size_t k = n - warm; i == n && k < n; ++k)
+      if (core.passed(c.in_flight[k].at)) i = k;
+    return i < n ? c.in_flight.take(i).block : pinned_block{};
   }
 
   // A new block of `size` bytes for class `c`, counted; the class's lists get room for it first,

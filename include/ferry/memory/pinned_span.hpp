@@ -92,7 +92,7 @@ constexpr pinned_span<T> make_pinned_span(T* p, std::size_t n) noexcept {
 /// Declares that `s` lies in memory the caller pinned and mapped (cudaHostAlloc with the mapped
 /// flag, or cudaHostRegister with mapped): the caller's promise, not checked on the hot path.
 template <class T, std::size_t Extent>
-constexpr pinned_span<T> assume_pinned(std::span<T, Extent> s) noexcept {
+[[nodiscard]] constexpr pinned_span<T> assume_pinned(std::span<T, Extent> s) noexcept {
   return detail::make_pinned_span(s.data(), s.size());
 }
 

@@ -5,14 +5,15 @@
 #include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/backend/detail/timeline.hpp>
 #include <ferry/detail/checked.hpp>
+#include <ferry/detail/view_generation.hpp>
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/device_span.hpp>
 #include <ferry/memory/pinned_arena.hpp>
+#include <ferry/memory/slot_ring.hpp>
 #include <ferry/memory/staged_view.hpp>
 #include <ferry/policies/detail/select.hpp>
 #include <ferry/pool/detail/source.hpp>
-#include <ferry/pool/detail/uva_slot.hpp>
 #include <ferry/pool/pool_stats.hpp>
 
 #include <algorithm>
@@ -109,9 +110,16 @@ class uva_pool {
  private:
   using B = backend_type;
   using ops = detail::backend_ops<B>;
-  static constexpr bool event_fenced = reuse_policy::ferry_fences;
   static constexpr bool fixed = growth_policy::stable_addresses;
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
+  // A slot: a pinned block from the arena and its logical capacity in rows (the GrowthPolicy's
+  // number, which may be below what the block could hold); the ring keeps its stamps.
+  struct slot {
+    pinned_block block{};
+    std::size_t capacity = 0;
+    [[no_unique_address]] detail::slot_generation generation{};  // checked views (FERRY_CHECKED_VIEWS)
+  };
+  using ring_type = detail::slot_ring<B, reuse_policy, slot>;
   // Largest request: its byte size, rounded up to a power of two, must stay representable.
   static constexpr std::size_t max_request = (std::size_t{1} << 62) / sizeof(T);
 
@@ -152,7 +160,8 @@ class uva_pool {
   };
   uva_pool(named n, row_width width, std::size_t initial_rows, std::size_t slots, std::size_t max_slots,
            pinned_arena<B>& arena)
-      : name_(n.name), arena_(&arena), width_(width.value), initial_(initial_rows), max_slots_(max_slots) {
+      : name_(n.name), arena_(&arena), width_(width.value), ring_(detail::ring_order::rotation, max_slots),
+        initial_(initial_rows) {
     if (width_ == 0)
       throw std::invalid_argument(prefix() + "rows need a width of at least one element (width 0)");
     if (slots == 0) throw std::invalid_argument(prefix() + "needs at least one slot (slots == 0)");
@@ -164,13 +173,14 @@ class uva_pool {
                            (width_ == 1 ? " elements" : " rows of " + std::to_string(width_)) +
                            " is too large");
     device_ = ops::current_device();
-    slots_.reserve(slots);
+    ring_.reserve(slots);
     try {
-      for (std::size_t i = 0; i < slots; ++i) slots_.push_back(make_slot(bytes_for(initial_rows), initial_rows));
+      for (std::size_t i = 0; i < slots; ++i) ring_.push_back(make_slot(bytes_for(initial_rows), initial_rows));
     } catch (...) {
       release_all();
       throw;
     }
+    ring_.rotate_to(0);  // as if the last call used slot 0: the first call uses slot 1 % slots
   }
 
  public:
@@ -181,16 +191,12 @@ class uva_pool {
       : name_(o.name_),
         arena_(o.arena_),
         width_(o.width_),
-        slots_(std::move(o.slots_)),
+        ring_(std::move(o.ring_)),
         initial_(o.initial_),
-        max_slots_(o.max_slots_),
         device_(o.device_),
-        cur_(std::exchange(o.cur_, 0)),
         view_(std::exchange(o.view_, none)),
         unfenced_(std::exchange(o.unfenced_, none)),
-        stats_(std::exchange(o.stats_, {})) {
-    o.slots_.clear();
-  }
+        stats_(std::exchange(o.stats_, {})) {}
   /// Releases this pool's slots (as the destructor does), then takes `o`'s.
   uva_pool& operator=(uva_pool&& o) noexcept {
     if (this != &o) {
@@ -198,12 +204,9 @@ class uva_pool {
       name_ = o.name_;
       arena_ = o.arena_;
       width_ = o.width_;
-      slots_ = std::move(o.slots_);
-      o.slots_.clear();
+      ring_ = std::move(o.ring_);
       initial_ = o.initial_;
-      max_slots_ = o.max_slots_;
       device_ = o.device_;
-      cur_ = std::exchange(o.cur_, 0);
       view_ = std::exchange(o.view_, none);
       unfenced_ = std::exchange(o.unfenced_, none);
       stats_ = std::exchange(o.stats_, {});
@@ -241,7 +244,7 @@ class uva_pool {
   template <class R>
   [[nodiscard]] staged_view<const T> copy_rows_to_uva(R&& src, stream_ref<B> stream) {
     const device_span<const T> v = copy_to_uva(std::forward<R>(src), stream);
-    return staged_view<const T>(v.data(), v.size() / width_, width_);
+    return detail::rows_view(v, v.size() / width_, width_);
   }
 
   /// copy_to_uva(src, stream), then a stream-ordered copy of those elements into `out`; returns
@@ -259,10 +262,8 @@ class uva_pool {
     const device_span<const T> v = put(src, n, stream);
     if (n == 0) return out.first(0);
     ops::copy_async(out.data(), v.data(), n * sizeof(T), stream);
-    if constexpr (event_fenced) {
-      fence_slot(cur_, stream);
-      unfenced_ = none;
-    }
+    fence_slot(ring_.current(), stream);
+    unfenced_ = none;
     return out.first(n);
   }
 
@@ -273,34 +274,34 @@ class uva_pool {
   /// before the first non-empty call.
   void record_use(stream_ref<B> stream) {
     [[maybe_unused]] const auto on_device = ops::enter(stream, device_);
-    if constexpr (event_fenced) {
-      if (view_ != none) fence_slot(view_, stream);
-    }
+    if (view_ != none) fence_slot(view_, stream);
   }
 
   /// Counters (see ferry::pool_stats).
   [[nodiscard]] pool_stats stats() const noexcept {
     pool_stats s = stats_;
-    s.slots = slots_.size();
-    s.max_slots = max_slots_;
+    s.slots = ring_.size();
+    s.max_slots = ring_.max_slots();
     return s;
   }
   /// Slots in the ring now (the constructor's `slots` plus inserted ones; 0 when moved-from).
-  [[nodiscard]] std::size_t slots() const noexcept { return slots_.size(); }
+  [[nodiscard]] std::size_t slots() const noexcept { return ring_.size(); }
   /// The most slots the ring may hold.
-  [[nodiscard]] std::size_t max_slots() const noexcept { return max_slots_; }
+  [[nodiscard]] std::size_t max_slots() const noexcept { return ring_.max_slots(); }
   /// The index of the slot the last call used (0 before the first call). An inserted slot takes
   /// the index after the previous slot; the slots after it move up by one.
-  [[nodiscard]] std::size_t current_slot() const noexcept { return cur_; }
+  [[nodiscard]] std::size_t current_slot() const noexcept {
+    return ring_.current() == ring_type::npos ? 0 : ring_.current();
+  }
   /// Elements per row (1 unless made with a ferry::row_width).
   [[nodiscard]] std::size_t width() const noexcept { return width_; }
   /// The capacity, in rows (elements unless made with a ferry::row_width), of slot `i`;
   /// std::out_of_range for i >= slots().
   [[nodiscard]] std::size_t capacity(std::size_t i) const {
-    if (i >= slots_.size())
+    if (i >= ring_.size())
       throw std::out_of_range("ferry: uva_pool::capacity: slot " + std::to_string(i) + " of " +
-                              std::to_string(slots_.size()));
-    return slots_[i].capacity;
+                              std::to_string(ring_.size()));
+    return ring_[i].capacity;
   }
 
  private:
@@ -329,90 +330,48 @@ class uva_pool {
                            std::to_string(capacity) + ")");
     }
   }
-  static T* data_of(const detail::uva_slot& s) noexcept {
+  static T* data_of(const slot& s) noexcept {
     return static_cast<T*>(ops::mapped(static_cast<void*>(s.block.data)));
   }
 
-  // The reuse core: slots hold its stamps, and ask it whether they have passed.
-  static detail::timeline<B>& core() { return detail::shared_timeline<B>(); }
-
-  detail::uva_slot make_slot(std::size_t bytes, std::size_t capacity) {
-    detail::uva_slot s;
-    s.stamps.reserve(detail::uva_slot::reserved_stamps);
+  slot make_slot(std::size_t bytes, std::size_t capacity) {
+    slot s{{}, capacity};
+    s.generation.prepare(name_);  // checked views: a call's commit then never allocates
     s.block = arena_->acquire(bytes);
-    s.capacity = capacity;
     return s;
   }
 
-  void fence_slot(std::size_t i, stream_ref<B> stream) {
-    slots_[i].add_stamp(core().mark(stream));
-    ++stats_.fences;
-  }
-
-  // True when every stamp of the slot has passed (and then forgets them); the core asks the
-  // backend only for stamps above its watermark. Changes nothing if the backend query throws.
-  static bool slot_free(detail::uva_slot& s) {
-    for (const auto& p : s.stamps)
-      if (!core().passed(p)) return false;
-    s.stamps.clear();
-    return true;
-  }
-
-  // Blocks until every stamp of the slot has passed (a full ring's back-pressure), then forgets
-  // them; returns whether it had to block (a synchronization, counted for sync_guard too).
-  static bool wait_free(detail::uva_slot& s) {
-    bool blocked = false;
-    for (const auto& p : s.stamps) blocked = core().wait(p) || blocked;
-    s.stamps.clear();
-    if (blocked) ++detail::ring_waits;
-    return blocked;
-  }
+  // A use of slot i by `stream`'s work so far: stamped when the ReusePolicy fences (the ring asks).
+  void fence_slot(std::size_t i, stream_ref<B> stream) { stats_.fences += ring_.stamp(i, stream); }
 
   // The message when no slot can be taken: each held slot, from the one coming into use round
   // the ring, with the first stream point (the reuse core's line and seq) it still waits for;
   // and the slot of the call before, when its readers are done (it is not taken twice in a row).
   std::string held_slots(std::size_t next) const {
-    constexpr std::size_t listed = 8;
-    std::string text;
-    std::size_t held = 0;
-    for (std::size_t k = 0; k < slots_.size(); ++k) {
-      const std::size_t i = (next + k) % slots_.size();
-      bool waits = false;
-      for (const auto& p : slots_[i].stamps) {
-        if (core().passed(p)) continue;
-        waits = true;
-        if (held++ < listed)
-          text += (held > 1 ? "; slot " : "slot ") + std::to_string(i) +
-                  " is held until stream point (line " + std::to_string(p.line) + ", seq " +
-                  std::to_string(p.seq) + ") has passed";
-        break;
-      }
-      if (!waits && i == cur_)
+    return ring_.held_text(next, [&](std::string& text, std::size_t i, bool waits) {
+      if (!waits && i == ring_.current())
         text += (text.empty() ? "slot " : "; slot ") + std::to_string(i) +
                 " was written by the call before (a slot is not written twice in a row)";
-    }
-    if (held > listed) text += "; and " + std::to_string(held - listed) + " more slots are held";
-    return text;
+    });
   }
 
   // The one write path. Everything that can fail happens before the commit; the commit itself
-  // cannot throw (the ring's storage is reserved before an insert, slots move without throwing).
+  // cannot throw (the ring has room for an inserted slot before it is made, slots move without
+  // throwing).
   template <class R>
   device_span<const T> put(R& src, std::size_t n, stream_ref<B> stream) {
-    if (slots_.empty()) throw error(prefix() + "used after it was moved from");
+    if (ring_.empty()) throw error(prefix() + "used after it was moved from");
     const std::size_t rows = width_ == 1 ? n : n / width_;
     if (rows * width_ != n)
       throw std::invalid_argument(prefix() + "a source of " + std::to_string(n) +
                                   " elements is not whole rows of " + std::to_string(width_));
-    const std::size_t next = (cur_ + 1) % slots_.size();
+    const std::size_t next = ring_.next();
     if (n == 0) {  // rotates; writes and grows nothing
       // The last view stays valid: its readers enqueued on this stream so far are fenced here.
-      if constexpr (event_fenced) {
-        if (unfenced_ != none) fence_slot(unfenced_, stream);
-      }
-      cur_ = next;
+      if (unfenced_ != none) fence_slot(unfenced_, stream);
+      ring_.rotate_to(next);
       ++stats_.calls;
-      return {data_of(slots_[next]), 0};
+      return {data_of(ring_[next]), 0};
     }
     if (n > max_request)
       throw capacity_error(prefix() + "a request of " + std::to_string(n) + " elements is too large");
@@ -420,41 +379,26 @@ class uva_pool {
     // Decided before anything is fenced: fixed never grows nor inserts, so every slot keeps the
     // capacity it was made with.
     if constexpr (fixed) {
-      if (rows > slots_[next].capacity)
+      if (rows > ring_[next].capacity)
         throw capacity_error(prefix() + "(growth::fixed) a request of " + rows_text(rows) +
-                             " exceeds the slot capacity of " + rows_text(slots_[next].capacity));
+                             " exceeds the slot capacity of " + rows_text(ring_[next].capacity));
     }
 
-    // 1. Which slot? (event_fenced). The previous view's slot is fenced on this call's stream:
-    //    first if it is the slot coming into use (one slot, or empty calls in between), else after
-    //    the check, so that the check asks about the older fence only (one query when the stream
-    //    is behind, not two). When the slot coming into use is still read, the ring is walked on
-    //    to the first free slot, up to but not including the slot of the call before.
-    //    Stamps made by a call that then throws stay (they only make reuse more conservative);
-    //    `fences` counts them at the commit, `fence_hits` counts a busy slot at once.
+    // 1. Which slot? The previous view's slot is fenced on this call's stream (when the
+    //    ReusePolicy fences): first if it is the slot coming into use (one slot, or empty calls in
+    //    between), else after the check, so that the check asks about the older fence only (one
+    //    query when the stream is behind, not two). When the slot coming into use is still read,
+    //    the ring is walked on to the first free slot, up to but not including the slot of the call
+    //    before. Stamps made by a call that then throws stay (they only make reuse more
+    //    conservative); `fences` counts them at the commit, `fence_hits` counts a busy slot at once.
     std::size_t at = next;
     std::uint64_t recorded = 0;
-    if constexpr (event_fenced) {
-      if (unfenced_ == next) {
-        slots_[next].add_stamp(core().mark(stream));
-        ++recorded;
-      }
-      const bool busy = !slot_free(slots_[next]);
-      if (unfenced_ != none && unfenced_ != next) {
-        slots_[unfenced_].add_stamp(core().mark(stream));
-        ++recorded;
-      }
-      if (busy) {
-        ++stats_.fence_hits;
-        at = none;
-        for (std::size_t k = 1; k + 1 < slots_.size(); ++k) {
-          const std::size_t i = (next + k) % slots_.size();
-          if (slot_free(slots_[i])) {
-            at = i;
-            break;
-          }
-        }
-      }
+    if (unfenced_ == next) recorded += ring_.stamp(next, stream);
+    const bool busy = !ring_.free(next);
+    if (unfenced_ != none && unfenced_ != next) recorded += ring_.stamp(unfenced_, stream);
+    if (busy) {
+      ++stats_.fence_hits;
+      at = ring_.choose(1);
     }
 
     // 2. Decide: insert a slot (none is free), grow the slot, or write it as it is. A capacity
@@ -463,23 +407,18 @@ class uva_pool {
     bool grow = false;
     std::size_t new_cap = 0;
     std::size_t new_bytes = 0;
-    if (at == none && (fixed || slots_.size() >= max_slots_)) {
+    if (at == none && (fixed || ring_.full())) {
       // The ring is full (growth::fixed never inserts): the ReusePolicy says what happens, waiting
       // for the slot coming into use (the one used longest ago; event_fenced, back-pressure) or
       // throwing (throw_when_full).
-      if constexpr (event_fenced) {
-        detail::ring_full<reuse_policy>(
-            [&] {
-              if (wait_free(slots_[next])) ++stats_.full_waits;
-              at = next;
-            },
-            [&] {
-              return prefix() + (fixed ? "(growth::fixed, which never inserts a slot) no slot is free: "
-                                       : "no slot is free and the ring already holds max_slots (" +
-                                             std::to_string(max_slots_) + "): ") +
-                     held_slots(next) + "; let the readers finish sooner, or allow more slots";
-            });
-      }
+      if (ring_.when_full(next, [&] {
+            return prefix() + (fixed ? "(growth::fixed, which never inserts a slot) no slot is free: "
+                                     : "no slot is free and the ring already holds max_slots (" +
+                                           std::to_string(ring_.max_slots()) + "): ") +
+                   held_slots(next) + "; let the readers finish sooner, or allow more slots";
+          }))
+        ++stats_.full_waits;
+      at = next;
     }
     if (at == none) {
       if constexpr (!fixed) {
@@ -487,29 +426,29 @@ class uva_pool {
         new_cap = rows > initial_ ? detail::grown_capacity<growth_policy>(rows, initial_) : initial_;
         new_bytes = grown_bytes(new_cap, rows, initial_);
       }
-    } else if (rows > slots_[at].capacity) {
+    } else if (rows > ring_[at].capacity) {
       if constexpr (!fixed) {
         grow = true;
-        new_cap = detail::grown_capacity<growth_policy>(rows, slots_[at].capacity);
-        new_bytes = grown_bytes(new_cap, rows, slots_[at].capacity);
+        new_cap = detail::grown_capacity<growth_policy>(rows, ring_[at].capacity);
+        new_bytes = grown_bytes(new_cap, rows, ring_[at].capacity);
       }
     }
 
     // 3. Prepare: a fresh block when inserting, or growing beyond what the block holds.
-    detail::uva_slot fresh;
+    slot fresh;
     if (insert) {
-      slots_.reserve(slots_.size() + 1);
+      ring_.reserve_for_one();
       fresh = make_slot(new_bytes, new_cap);
-    } else if (grow && slots_[at].block.capacity < new_bytes) {
-      fresh.block = arena_->acquire(new_bytes);
-      fresh.capacity = new_cap;
+    } else if (grow && ring_[at].block.capacity < new_bytes) {
+      fresh = make_slot(new_bytes, new_cap);
     }
-    T* const dst = fresh.block ? data_of(fresh) : data_of(slots_[at]);
+    T* const dst = fresh.block ? data_of(fresh) : data_of(ring_[at]);
+    if (!insert) ring_[at].generation.bump();  // its earlier views are stale from here
     try {
       detail::fill(src, dst, n);
       // The grown-out block goes back to the arena behind a fence on this stream (its own fences
       // have all passed: a busy slot is never grown, a new one is inserted instead).
-      if (grow && fresh.block) arena_->release(slots_[at].block, stream);
+      if (grow && fresh.block) arena_->release(ring_[at].block, stream);
     } catch (...) {
       if (fresh.block) arena_->release(fresh.block);
       throw;
@@ -517,36 +456,29 @@ class uva_pool {
 
     // 4. Commit (cannot throw).
     if (insert) {
-      at = cur_ + 1;
-      slots_.insert(slots_.begin() + static_cast<std::ptrdiff_t>(at), std::move(fresh));
+      at = ring_.insert(std::move(fresh));
       ++stats_.inserted;
     } else if (grow) {
-      if (fresh.block) slots_[at].block = fresh.block;
-      slots_[at].capacity = new_cap;
+      if (fresh.block) ring_[at].block = fresh.block;
+      ring_[at].capacity = new_cap;
       ++stats_.grows;
     }
-    cur_ = at;
+    ring_.take(at);
     view_ = at;
-    if constexpr (event_fenced) unfenced_ = at;
+    unfenced_ = ring_type::stamps_uses() ? at : none;
     stats_.fences += recorded;
     ++stats_.calls;
-    return {data_of(slots_[at]), n};
+    return detail::stamp_view(device_span<const T>(data_of(ring_[at]), n), ring_[at].generation, name_);
   }
 
   // Destruction is a use of every slot. The last view's readers carry no fence yet (the next
   // call would record it, on its own stream): when there is such a view, the device is
   // synchronized first, as freeing memory does, which needs no stream that may be gone by now.
+  // Then the ring gives every block back once its fences have passed.
   void release_all() noexcept {
-    if (unfenced_ != none && !slots_.empty())
+    if (unfenced_ != none && !ring_.empty())
       detail::destructor_guard([&] { ops::synchronize_device(device_); });
-    for (auto& s : slots_) {
-      // A block whose readers could not be waited for is leaked, never reused under a reader.
-      detail::destructor_guard([&] {
-        for (const auto& p : s.stamps) core().wait(p);
-        arena_->release(s.block);
-      });
-    }
-    slots_.clear();
+    ring_.release([&](slot& s) { arena_->release(s.block); });
     view_ = none;
     unfenced_ = none;
   }
@@ -554,11 +486,9 @@ class uva_pool {
   const char* name_ = "uva_pool";  // what messages call the object (see `named`)
   pinned_arena<B>* arena_;
   std::size_t width_ = 1;        // elements per row; capacities count rows
-  std::vector<detail::uva_slot> slots_;
+  ring_type ring_;               // the slots; its current one is the slot of the last call
   std::size_t initial_ = 0;
-  std::size_t max_slots_ = 0;
   int device_ = 0;
-  std::size_t cur_ = 0;          // the slot of the last call
   std::size_t view_ = none;      // the slot of the last non-empty view
   std::size_t unfenced_ = none;  // view_, until copy_to_device has fenced its only reader
   pool_stats stats_{};

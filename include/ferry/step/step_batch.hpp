@@ -106,12 +106,12 @@ class step_batch {
   using ops = detail::backend_ops<B>;
   using step_ops = detail::step_ops<B>;
   static constexpr bool fixed = growth_policy::stable_addresses;
-  static constexpr bool fenced = reuse_policy::ferry_fences;
   static constexpr bool graphs = launch_policy::replays_graph && step_ops::graphs;
   static_assert(!launch_policy::replays_graph || fixed,
                 "ferry: launch::graph replays a graph over fixed slot addresses and needs "
                 "growth::fixed (presets::graph_safe)");
-  using core = detail::step_core<B, fixed>;
+  using core = detail::step_core<B, fixed, reuse_policy>;
+  static constexpr bool fenced = decltype(core::slots_)::stamps_uses();
   static constexpr std::size_t none = core::none;
 
  public:
@@ -160,7 +160,7 @@ class step_batch {
     /// before submit(). A second call in one step replaces the first. n > destination().size():
     /// std::out_of_range; growth::fixed and n > the declared max_n: ferry::capacity_error
     /// (nothing changes either way).
-    std::span<T> span(std::size_t n) {
+    [[nodiscard]] std::span<T> span(std::size_t n) {
       return {reinterpret_cast<T*>(c("upload").upload_span(i_, n, sizeof(T))), n};
     }
     /// The device buffer this upload fills. ferry::error for an empty handle or one whose batch
@@ -186,15 +186,20 @@ class step_batch {
     /// This step's n elements, uninitialized: write every one before submit(). A second call in
     /// one step replaces the first. growth::fixed and n > the declared max_n:
     /// ferry::capacity_error (nothing changes).
-    std::span<T> span(std::size_t n) {
+    [[nodiscard]] std::span<T> span(std::size_t n) {
       return {reinterpret_cast<T*>(c("publish").publish_span(i_, n, sizeof(T))), n};
     }
     /// The kernel-readable view of the last span() of the current (or last submitted) step;
     /// empty before the step's span() call and after cancel(). ferry::error for an empty handle
     /// or one whose batch was assigned over or destroyed.
     [[nodiscard]] device_span<const T> view() const {
-      const auto& r = c("publish").publishes_[i_];
-      return {static_cast<const T*>(ops::mapped(r.at)), r.n};
+      core& k = c("publish");
+      const auto& r = k.publishes_[i_];
+      const device_span<const T> v(static_cast<const T*>(ops::mapped(r.at)), r.n);
+#if FERRY_CHECKED_VIEWS
+      if (r.n != 0 && k.cur_ != none) return detail::stamp_view(v, k.slots_[k.cur_].generation, "step_batch");
+#endif
+      return v;
     }
 
    private:
@@ -297,14 +302,14 @@ class step_batch {
   /// Declares a packed upload of up to `max_n` elements into `dst` per step (max_n <= dst.size(),
   /// else std::invalid_argument; under growth::fixed max_n is the limit, under pow2 a hint).
   template <class T>
-  upload<T> add_upload(device_span<T> dst, std::size_t max_n) {
+  [[nodiscard]] upload<T> add_upload(device_span<T> dst, std::size_t max_n) {
     static_assert((detail::check_element<T>(), true));
     return upload<T>(core_, c().add_upload(reinterpret_cast<std::uintptr_t>(dst.data()), sizeof(T), dst.size(), max_n));
   }
 
   /// Declares a UVA publish of up to `max_n` elements per step (fixed: the limit; pow2: a hint).
   template <class T>
-  publish<T> add_publish(std::size_t max_n) {
+  [[nodiscard]] publish<T> add_publish(std::size_t max_n) {
     static_assert((detail::check_element<T>(), true));
     return publish<T>(core_, c().add_publish(sizeof(T), max_n));
   }
@@ -313,7 +318,7 @@ class step_batch {
   /// `max_writes` writes of `max_elements` elements in all per step (fixed: the limits; pow2:
   /// hints).
   template <class T>
-  writes<T> add_writes(staged_view<T> target, std::size_t max_writes = 0, std::size_t max_elements = 0) {
+  [[nodiscard]] writes<T> add_writes(staged_view<T> target, std::size_t max_writes = 0, std::size_t max_elements = 0) {
     static_assert((detail::check_element<T>(), true));
     return writes<T>(core_, c().add_writes(reinterpret_cast<std::uintptr_t>(target.data_handle()), target.extent(0),
                                            target.extent(1), sizeof(T), max_writes, max_elements));
@@ -321,7 +326,7 @@ class step_batch {
   /// add_writes(tensor.view(), ...): writes into a staged_write_tensor's target (its own staged
   /// writes are independent of these; work on one stream applies both in stream order).
   template <class T, class... Ps>
-  writes<T> add_writes(staged_write_tensor<T, Ps...>& tensor, std::size_t max_writes = 0,
+  [[nodiscard]] writes<T> add_writes(staged_write_tensor<T, Ps...>& tensor, std::size_t max_writes = 0,
                        std::size_t max_elements = 0) {
     static_assert(std::is_same_v<typename staged_write_tensor<T, Ps...>::backend_type, B>,
                   "ferry: step_batch::add_writes: the tensor's backend differs from the batch's");
@@ -353,9 +358,9 @@ class step_batch {
     core& k = c();
     if (k.frozen_) return;
     const auto [table, content] = planned_capacity();
-    k.slots_.reserve(k.max_slots_);
     k.want_table_ = table;
     k.want_content_ = content;
+    k.slots_.reserve(k.slots_.max_slots());
     try {
       // The pinned slots first: the arena (its cap, its largest block) refuses a plan no slot can
       // hold. Only then each target's host memory, bounded by the descriptors a slot now holds.
@@ -384,55 +389,36 @@ class step_batch {
     if (k.open_)
       throw error("ferry: step_batch::begin: the step begun before was neither submitted nor cancelled");
     reserve();
-    bool insert = k.slots_.empty();  // every slot abandoned (see abandon_step)
-    std::size_t next = k.cur_ == none || insert ? 0 : (k.cur_ + 1) % k.slots_.size();
-    if constexpr (fenced) {
-      // While the stream keeps up, the slot of the step before the last is free again: taking it
-      // keeps the host writing two slots that stay in its caches. Else the ring is walked: a busy
-      // slot is stepped over once (a reader held on another stream); when the one after it is
-      // busy too, the stream itself is behind: a slot is inserted.
-      if (insert) {
-      } else if (k.before_ != none && slot_free(k.slots_[k.before_])) {
-        next = k.before_;
-      } else if (!slot_free(k.slots_[next])) {
-        const std::size_t after = (next + 1) % k.slots_.size();
-        insert = after == k.cur_ || after == next || !slot_free(k.slots_[after]);
-        if (!insert) next = after;
-      }
-    }
-    if (insert && k.slots_.size() >= k.max_slots_) {
+    // The ring offers the warmest free slot (while the stream keeps up, the slot of the step before
+    // the last: the host keeps writing slots that stay in its caches), else inserts one.
+    auto& ring = k.slots_;
+    std::size_t next = ring.choose();
+    if (next == none && ring.full()) {
       // The ring is full: the ReusePolicy says what happens, waiting for the slot coming into use
       // (event_fenced, back-pressure: the host runs at most max_slots - 1 steps ahead) or throwing
       // (throw_when_full). Nothing has changed yet either way.
-      detail::ring_full<reuse_policy>(
-          [&] {
-            wait_free(k.slots_[next]);
-            insert = false;
-          },
-          [&] {
-            const auto& st = k.slots_[next].stamps;
-            const auto held = std::find_if(st.begin(), st.end(), [](const detail::stamp& p) {
-              return !detail::shared_timeline<B>().passed(p);
-            });
-            return "ferry: step_batch: the next slot (slot " + std::to_string(next) +
-                   ") is still in use (its step or the readers of its publishes)" +
-                   (held == st.end() ? std::string()
-                                     : " until stream point (line " + std::to_string(held->line) +
-                                           ", seq " + std::to_string(held->seq) + ")") +
-                   " and the batch holds max_slots (" + std::to_string(k.max_slots_) +
-                   ") slots; use more slots, or let the stream catch up";
-          });
+      next = ring.next();
+      ring.when_full(next, [&] {
+        const detail::stamp held = ring.stamps(next).template held<B>();
+        return "ferry: step_batch: the next slot (slot " + std::to_string(next) +
+               ") is still in use (its step or the readers of its publishes)" +
+               (held.empty() ? std::string()
+                             : " until stream point (line " + std::to_string(held.line) + ", seq " +
+                                   std::to_string(held.seq) + ")") +
+               " and the batch holds max_slots (" + std::to_string(ring.max_slots()) +
+               ") slots; use more slots, or let the stream catch up";
+      });
     }
-    if (insert) {
-      next = k.cur_ == none ? 0 : k.cur_ + 1;
-      k.slots_.insert(k.slots_.begin() + static_cast<std::ptrdiff_t>(next), make_slot());
+    if (next == none) {
+      ring.reserve_for_one();
+      next = ring.insert(make_slot());
       if (k.prev_ != none && k.prev_ >= next) ++k.prev_;
-      if (k.before_ != none && k.before_ >= next) ++k.before_;
     } else if constexpr (!fixed) {
-      fit(k.slots_[next]);
+      fit(ring[next]);
     }
-    auto& s = k.slots_[next];
-    s.stamps.clear();  // all passed (or caller_fenced)
+    ring.take(next);  // its stamps have all passed (or caller_fenced)
+    auto& s = ring[next];
+    s.generation.bump();  // the views of its last step are stale from here
     k.cur_ = next;
     k.base_ = s.content.data;
     k.room_ = s.content.capacity;
@@ -450,6 +436,7 @@ class step_batch {
     if (!k.open_) return;
     k.clear_step();
     k.cur_ = k.prev_;
+    if (k.prev_ == none) k.slots_.reset_current(); else k.slots_.rotate_to(k.prev_);
     k.open_ = false;
   }
 
@@ -502,9 +489,8 @@ class step_batch {
     core& k = c();
     [[maybe_unused]] const auto on_device = ops::enter(s, k.device_);
     if (k.prev_ == none) return;
-    auto& sl = k.slots_[k.prev_];
-    reserve_stamp(sl);  // before the mark: a point made must be kept
-    add_stamp(sl, detail::shared_timeline<B>().mark(s));
+    k.slots_.reserve_stamp(k.prev_);  // before the mark: a point made must be kept
+    k.slots_.add_stamp(k.prev_, detail::shared_timeline<B>().mark(s));
   }
 
   /// Steps submitted so far.
@@ -540,7 +526,6 @@ class step_batch {
   typename core::slot make_slot() {
     core& k = *core_;
     typename core::slot s;
-    s.stamps.reserve(4);
     try {
       s.table = k.arena_->acquire(table_bytes(k.want_table_));
       s.table_cap = k.want_table_;
@@ -607,9 +592,9 @@ class step_batch {
       if (z.bytes > want_content) [[unlikely]]
         want_content = grown_content(z.bytes);
     }
-    reserve_stamp(sl);
+    k.slots_.reserve_stamp(k.cur_);
     const bool stamps_prev = k.prev_ != none && k.prev_ != k.cur_;
-    if (stamps_prev) reserve_stamp(k.slots_[k.prev_]);
+    if (stamps_prev) k.slots_.reserve_stamp(k.prev_);
     k.encode(sl);
     auto* header = reinterpret_cast<detail::step_header*>(sl.table.data);
     const void* table = ops::mapped(sl.table.data);
@@ -628,9 +613,8 @@ class step_batch {
       if (enqueued) abandon_step();
       throw;
     }
-    add_stamp(sl, st);  // room reserved above: no allocation, no throw
-    if (stamps_prev) add_stamp(k.slots_[k.prev_], st);
-    k.before_ = k.prev_ != k.cur_ ? k.prev_ : none;
+    k.slots_.add_stamp(k.cur_, st);  // room reserved above: no allocation, no throw
+    if (stamps_prev) k.slots_.add_stamp(k.prev_, st);
     k.prev_ = k.cur_;
     k.prev_published_ = z.published;
     k.want_content_ = want_content;
@@ -656,12 +640,6 @@ class step_batch {
     return want;
   }
 
-  // Room for one more stamp in `s`, so that add_stamp after the enqueue cannot throw.
-  static void reserve_stamp(typename core::slot& s) {
-    if (s.stamps.size() == s.stamps.capacity()) [[unlikely]]
-      s.stamps.reserve(2 * s.stamps.size() + 4);
-  }
-
   // The open step was enqueued but could not be stamped: its slot, and the previous step's (whose
   // readers on the stream this stamp would have covered), leave the ring without being released:
   // their blocks are leaked, never rewritten under a reader. The step counts as submitted.
@@ -670,41 +648,18 @@ class step_batch {
     std::size_t drop[2] = {k.cur_, k.prev_ != none && k.prev_ != k.cur_ ? k.prev_ : none};
     if (drop[1] != none && drop[1] > drop[0]) std::swap(drop[0], drop[1]);  // the higher index first
     for (const std::size_t i : drop)
-      if (i != none) k.slots_.erase(k.slots_.begin() + static_cast<std::ptrdiff_t>(i));
-    k.cur_ = k.prev_ = k.before_ = none;
+      if (i != none) (void)k.slots_.abandon(i);
+    k.cur_ = k.prev_ = none;
     k.prev_published_ = false;
     k.open_ = false;
     ++k.steps_;
   }
 
-  static void add_stamp(typename core::slot& s, detail::stamp st) {
-    for (auto& t : s.stamps) {
-      if (t.line == st.line) {
-        t.seq = std::max(t.seq, st.seq);
-        return;
-      }
-    }
-    s.stamps.push_back(st);
-  }
-  // Blocks until every stamp of the slot has passed (a full ring's back-pressure); counted once
-  // for sync_guard when it had to block (each blocking wait also counts in backend_stats_of).
-  static void wait_free(typename core::slot& s) {
-    bool blocked = false;
-    for (const auto& st : s.stamps) blocked = detail::shared_timeline<B>().wait(st) || blocked;
-    s.stamps.clear();
-    if (blocked) ++detail::ring_waits;
-  }
-  static bool slot_free(typename core::slot& s) {
-    auto& tl = detail::shared_timeline<B>();
-    return std::all_of(s.stamps.begin(), s.stamps.end(),
-                       [&](const detail::stamp& st) { return tl.passed(st); });
-  }
-
+  // Gives a slot's blocks (and graph) back; the ring calls it once the slot's stamps have passed
+  // (a slot whose readers could not be waited for is leaked, never reused under a reader).
   void release_slot(typename core::slot& s) noexcept {
     auto& arena = *core_->arena_;
-    // A block whose readers could not be waited for is leaked, never reused under a reader.
     detail::destructor_guard([&] {
-      for (const auto& st : s.stamps) detail::shared_timeline<B>().wait(st);
       if constexpr (graphs) step_ops::destroy_graph(s.graph);
       if (s.table) arena.release(s.table);
       if (s.content) arena.release(s.content);
@@ -713,8 +668,7 @@ class step_batch {
     s = {};
   }
   void release_all_slots() noexcept {
-    for (auto& s : core_->slots_) release_slot(s);
-    core_->slots_.clear();
+    core_->slots_.release([&](typename core::slot& s) { release_slot(s); });
   }
   // Destruction is a use of every slot: the last step's publishes may have readers that no stamp
   // covers (the next submit would have stamped them): the device is synchronized first, which

@@ -184,7 +184,7 @@ device_span<T> async_h2d(Src&& src, device_span<T> out, stream_ref<B> s) {
 /// blocking and source lifetime as for async_h2d into `out`; a single-pass source is gathered
 /// first. A source whose bytes do not fit in size_t → std::invalid_argument, nothing allocated.
 template <class... Policies, std::ranges::input_range Src, class B>
-auto async_h2d(Src&& src, stream_ref<B> s, pinned_arena<B>& arena) {
+[[nodiscard]] auto async_h2d(Src&& src, stream_ref<B> s, pinned_arena<B>& arena) {
   using T = detail::source_element_t<Src>;
   using ops = detail::backend_ops<B>;
   detail::check_h2d<Src, T, Policies...>();
@@ -206,7 +206,7 @@ auto async_h2d(Src&& src, stream_ref<B> s, pinned_arena<B>& arena) {
 
 /// async_h2d into a new stream-ordered device_buffer, staging through default_arena<B>().
 template <class... Policies, std::ranges::input_range Src, class B>
-auto async_h2d(Src&& src, stream_ref<B> s) {
+[[nodiscard]] auto async_h2d(Src&& src, stream_ref<B> s) {
   return async_h2d<Policies...>(static_cast<Src&&>(src), s, default_arena<B>());
 }
 

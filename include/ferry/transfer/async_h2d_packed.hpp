@@ -91,7 +91,7 @@ void packed_send(std::byte* dst, std::size_t total, const std::size_t* offsets,
 /// enqueued.
 template <class... Policies, class T, class B, class... Srcs>
   requires(sizeof...(Srcs) > 0 && (std::ranges::input_range<Srcs> && ...))
-auto async_h2d_packed(device_span<T> out, stream_ref<B> s, pinned_arena<B>& arena,
+[[nodiscard]] auto async_h2d_packed(device_span<T> out, stream_ref<B> s, pinned_arena<B>& arena,
                       Srcs&&... srcs) {
   using pin_policy = detail::transfer_pin_t<Policies...>;
   using ops = detail::backend_ops<B>;
@@ -165,7 +165,7 @@ auto async_h2d_packed(device_span<T> out, stream_ref<B> s, pinned_arena<B>& aren
 /// async_h2d_packed staging through default_arena<B>().
 template <class... Policies, class T, class B, class... Srcs>
   requires(sizeof...(Srcs) > 0 && (std::ranges::input_range<Srcs> && ...))
-auto async_h2d_packed(device_span<T> out, stream_ref<B> s, Srcs&&... srcs) {
+[[nodiscard]] auto async_h2d_packed(device_span<T> out, stream_ref<B> s, Srcs&&... srcs) {
   return async_h2d_packed<Policies...>(out, s, default_arena<B>(), static_cast<Srcs&&>(srcs)...);
 }
 

@@ -97,7 +97,7 @@ class cpu_gpu_buffer {
   /// once host()[0, n) may be read (a stamp of the reuse core: no backend event is created per
   /// call). Never blocks the host. n > size() → std::out_of_range, nothing enqueued; n == 0
   /// enqueues nothing and returns an event that is already ready.
-  event<B> copy_to_host(std::size_t n, stream_ref<B> s) {
+  [[nodiscard]] event<B> copy_to_host(std::size_t n, stream_ref<B> s) {
     [[maybe_unused]] const auto on_device = ops::enter(s, device_id_);
     check_count("copy_to_host", n);
     event<B> done;

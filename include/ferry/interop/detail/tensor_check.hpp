@@ -3,6 +3,7 @@
 // It speaks DLPack's numbering (stable ABI values) but needs no DLPack header.
 #pragma once
 
+#include <ferry/backend/detail/memory_kind.hpp>
 #include <ferry/config.hpp>
 #include <ferry/detail/checked.hpp>
 #include <ferry/element.hpp>
@@ -24,9 +25,9 @@ inline constexpr std::uint8_t int_code = 0;
 inline constexpr std::uint8_t uint_code = 1;
 inline constexpr std::uint8_t float_code = 2;
 inline constexpr std::uint8_t bfloat_code = 4;
-inline constexpr int cpu = 1;
-inline constexpr int cuda = 2;
-inline constexpr int cuda_host = 3;
+inline constexpr int cpu = dl_device::cpu;
+inline constexpr int cuda = dl_device::cuda;
+inline constexpr int cuda_host = dl_device::cuda_host;
 
 struct dtype {
   std::uint8_t code = 0;
@@ -105,21 +106,17 @@ struct accepts {
   int device_id;
 };
 
-// Device memory of backend B: the device's own memory, or (CUDA) pinned memory through UVA.
+// Device memory of backend B: the device's own memory, and pinned memory where the device reads
+// it in place (CUDA, through UVA).
 template <class B>
 accepts device_memory(int device) {
-  if constexpr (std::is_same_v<B, backend::host>)
-    return {{cpu, 0}, device};
-  else
-    return {{cuda, cuda_host}, device};
+  using kind = memory_kind<B>;
+  return {{kind::device, kind::device_reads_pinned ? kind::pinned : 0}, device};
 }
 // Pinned memory of backend B (on the host backend all memory is).
 template <class B>
 accepts pinned_memory() {
-  if constexpr (std::is_same_v<B, backend::host>)
-    return {{cpu, 0}, 0};
-  else
-    return {{cuda_host, 0}, 0};
+  return {{memory_kind<B>::pinned, 0}, 0};
 }
 
 // Memory the host reads and writes (pinned or pageable), on every backend.

@@ -152,11 +152,18 @@ using word_t = typename word_of<sizeof(T)>::type;
 /// dst_base, src_base, kernel_mark)` and `enqueue_inline<U>(stream, descs, n, contents,
 /// content_bytes, dst_base)` (false: nothing enqueued), for words U. Specialized per backend
 /// (apply_host.hpp; apply_kernel.cuh, nvcc only); this primary template is what a translation unit
-/// not built by nvcc gets for CUDA: nothing to preload, and an apply does not compile.
+/// not built by nvcc gets for CUDA: neither a construction (which preloads the kernels) nor an
+/// apply compiles.
 template <class B>
 struct apply_ops {
   template <class U>
-  static void preload() noexcept {}
+  static void preload() noexcept {
+    static_assert(dependent_false<U, B>,
+                  "ferry: staged_write_tensor and fused_staged_writer load their CUDA apply kernels "
+                  "when constructed (CUDA loads modules lazily, and a first apply behind a held "
+                  "stream would never return): construct them in a translation unit built with nvcc "
+                  "that includes <ferry/ferry.cuh>, e.g. a factory function returning the tensor.");
+  }
   template <class U, class... Args>
   static void enqueue(Args&&...) {
     static_assert(dependent_false<U, B>,

@@ -1,14 +1,15 @@
-// ferry/staged/detail/slot_pool.hpp: the rotating staging slots of staged writes and their
-// device scratch, a client of the reuse core (backend/detail/timeline.hpp).
+// ferry/staged/detail/slot_pool.hpp: the rotating staging slots of staged writes (on the slot
+// ring, memory/slot_ring.hpp) and their device scratch.
 //
 // A slot is a pinned, mapped arena block (the host writes it, the apply reads it through UVA).
 // The slot being staged into is "current"; an apply hands it to a stream with the stamp the core
-// gave that apply (reuse::event_fenced) and appends it to a FIFO of used slots. The next staging
-// takes the newest of the last few used slots whose stamp has passed (warm in the host's caches),
-// else the oldest that has; if none has, a fresh arena block (no blocking): a slot the GPU may
-// still read is never rewritten. Fresh slots (reserve) are taken before used ones.
-// reuse::caller_fenced stamps and checks nothing and cycles through `slots` slots: the slot of
-// apply k is rewritten first by the batch of apply k + slots.
+// gave that apply (reuse::event_fenced), and the slot goes back into the ring. The next staging
+// takes the warmest free slot (the warm-reuse rule: the newest of the last few used slots whose
+// stamp has passed, the one just applied included, else the oldest that has); if none has, a
+// fresh arena block is inserted (no blocking, no ceiling): a slot the GPU may still read is never
+// rewritten. Fresh slots (reserve) are taken before used ones. reuse::caller_fenced checks nothing
+// and cycles through `slots` slots: the slot of apply k is rewritten first by the batch of apply
+// k + slots.
 //
 // Device scratch (the H2D path) belongs to a stream, not to a slot: an apply copies into the
 // scratch of its stream, and stream order alone keeps the next apply's copy behind the last
@@ -22,10 +23,10 @@
 
 #include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/backend/detail/timeline.hpp>
-#include <ferry/detail/ring.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/memory/resource.hpp>
+#include <ferry/memory/slot_ring.hpp>
 #include <ferry/policies/growth.hpp>
 #include <ferry/policies/reuse.hpp>
 #include <ferry/staged/staging_memory.hpp>
@@ -44,18 +45,23 @@ namespace ferry::detail {
 template <class B, growth_policy Growth, reuse_policy Reuse>
 class slot_pool {
   using ops = backend_ops<B>;
-  static constexpr bool caller_fenced = !Reuse::ferry_fences;
   static constexpr bool exact_scratch = Growth::stable_addresses;
 
  public:
   struct slot {
     pinned_block block{};
-    stamp used{};  // the point after the last work that read the slot
   };
 
+ private:
+  using ring_type = slot_ring<B, Reuse, slot>;
+  // Whether slots are checked before reuse (the ReusePolicy fences): the ring says.
+  static constexpr bool checked = ring_type::stamps_uses();
+
+ public:
   /// `slots` slots of `memory.arena` (scratch from `memory.device`, if any) for work on `device`.
   slot_pool(std::size_t slots, int device, const staging_memory<B>& memory)
-      : slots_(slots), device_(device), arena_(memory.arena), resource_(memory.device) {
+      : slots_(slots), device_(device), arena_(memory.arena), resource_(memory.device),
+        ring_(ring_order::warmest, static_cast<std::size_t>(-1)) {
     if (slots == 0)
       throw std::invalid_argument("ferry: staged writes need at least one staging slot (slots == 0)");
     if (arena_ == nullptr)
@@ -69,18 +75,15 @@ class slot_pool {
   /// nothing: once a slot has been handed to a stream, it waits for the whole device instead.
   ~slot_pool() {
     destructor_guard([&] {
-      if constexpr (caller_fenced)
-        if (handed_) ops::synchronize_device(device_);
+      if (!checked && handed_) ops::synchronize_device(device_);
       auto& core = shared_timeline<B>();
       core.wait(fill_);
-      for (std::size_t i = 0; i < free_.size(); ++i) core.wait(free_[i].used);
-      for (auto& r : retired_) core.wait(r.used);
+      for (auto& r : retired_) r.stamps.template wait_all<B>();
       for (auto& e : scratch_) core.wait(e.used);
       for (auto& e : retired_scratch_) core.wait(e.used);
     });
+    ring_.release([&](slot& s) { arena_->release(s.block); });
     destructor_guard([&] {
-      while (!free_.empty()) arena_->release(free_.pop_front().block);
-      if (has_) arena_->release(cur_.block);
       for (auto& r : retired_) arena_->release(r.block);
       for (auto& e : scratch_)
         if (!e.pending) free_scratch(e);  // a pending one's copy may still run: it leaks
@@ -89,27 +92,25 @@ class slot_pool {
   }
 
   [[nodiscard]] bool has_current() const noexcept { return has_; }
-  [[nodiscard]] slot& current() noexcept { return cur_; }
-  [[nodiscard]] std::size_t owned() const noexcept { return owned_; }
+  [[nodiscard]] slot& current() noexcept { return *cur_; }
+  [[nodiscard]] std::size_t owned() const noexcept { return ring_.size(); }
 
-  /// Makes a current slot of at least `bytes` bytes exist: the oldest used slot whose stamp has
-  /// passed, else a fresh arena block. Throws (arena cap) with nothing changed.
+  /// Makes a current slot of at least `bytes` bytes exist: the warmest free slot once all `slots`
+  /// exist, else a fresh arena block inserted into the ring. Throws (arena cap) with nothing
+  /// changed.
   void acquire_current(std::size_t bytes) {
     if (has_) return;
-    free_.reserve(owned_ + 1);
-    if (const std::size_t k = reusable(); k < free_.size()) {
-      if (free_[k].block.capacity < bytes) {
-        pinned_block b = arena_->acquire(bytes);  // may throw: nothing changed
-        arena_->release(free_.take(k).block);     // passed: reusable at once
-        cur_ = slot{b};
-      } else {
-        cur_ = free_.take(k);
-      }
-    } else {
-      cur_ = slot{arena_->acquire(bytes)};  // may throw: nothing changed
-      ++owned_;
+    const std::size_t k = ring_.size() < slots_ ? ring_type::npos : ring_.choose();
+    std::size_t at = k;
+    if (k == ring_type::npos) {
+      ring_.reserve_for_one();
+      at = ring_.insert(slot{arena_->acquire(bytes)});  // may throw: nothing changed
+    } else if (ring_[k].block.capacity < bytes) {
+      const pinned_block b = arena_->acquire(bytes);       // may throw: nothing changed
+      arena_->release(std::exchange(ring_[k].block, b));  // passed: reusable at once
     }
-    cur_.used = {};
+    ring_.take(at);
+    cur_ = &ring_[at];
     has_ = true;
   }
 
@@ -117,7 +118,7 @@ class slot_pool {
   /// returns the old one, which stays readable until finish_grow(old).
   [[nodiscard]] pinned_block begin_grow(std::size_t bytes) {
     pinned_block b = arena_->acquire(bytes);  // may throw: nothing changed
-    return std::exchange(cur_.block, b);
+    return std::exchange(cur_->block, b);
   }
   void finish_grow(pinned_block old) noexcept { arena_->release(old); }
 
@@ -170,9 +171,9 @@ class slot_pool {
 
   /// The work that reads the current slot (and the scratch the apply took, if any) has been
   /// enqueued and is done once `done` has passed (empty when nothing was stamped: caller_fenced):
-  /// the slot joins the used FIFO.
+  /// the slot goes back into the ring, closed (a candidate again once `done` has passed).
   void commit(stamp done) noexcept {
-    if constexpr (caller_fenced) handed_ = true;
+    handed_ = true;
     ++applies_;
     if (current_scratch_ < scratch_.size()) {
       scratch_entry& e = scratch_[std::exchange(current_scratch_, no_scratch)];
@@ -180,9 +181,9 @@ class slot_pool {
       e.apply = applies_;
       e.pending = false;
     }
-    cur_.used = done;
-    free_.push_back(cur_);  // capacity reserved in acquire_current: no allocation, no throw
-    cur_ = slot{};
+    ring_.add_stamp(ring_.current(), done);  // one stamp per use: room made with the slot
+    ring_.close();  // its use is stamped: the next staging may take it again once it has passed
+    cur_ = nullptr;
     has_ = false;
   }
   /// The work that reads the current slot was enqueued but could not be stamped: the slot is
@@ -190,9 +191,9 @@ class slot_pool {
   /// order still guards it, and is never taken over.
   void abandon() noexcept {
     current_scratch_ = no_scratch;
-    cur_ = slot{};
+    (void)ring_.abandon(ring_.current());
+    cur_ = nullptr;
     has_ = false;
-    --owned_;
   }
 
   /// Marks `s` after work on the owner's memory that is no slot use (the target's zero fill):
@@ -203,25 +204,22 @@ class slot_pool {
   /// the scratch is ferry's, every scratch of at least that size (one, unclaimed, if none exists
   /// yet: the first stream to apply takes it), allocated now (a resource's is allocated in order
   /// on an apply's stream, at that stream's first copying apply). Slots and scratch in flight
-  /// that are too small are retired behind their stamps. New slots go before the used ones, which
-  /// keep their order (and so their time to be read).
+  /// that are too small are retired behind their stamps. New slots are taken before the used ones,
+  /// which keep their order (and so their time to be read).
   void reserve(std::size_t bytes, std::size_t scratch_bytes) {
     const std::size_t want = scratch_size(scratch_bytes);  // may throw: no change
-    free_.reserve(std::max(owned_, slots_) + 1);
-    retired_.reserve(retired_.size() + free_.size());
-    for (std::size_t i = 0; i < free_.size(); ++i) {
-      slot& e = free_[i];
-      if (e.block.capacity < bytes) {
-        pinned_block b = arena_->acquire(bytes);
-        retired_.push_back(e);
-        e.block = b;
-      }
+    const std::size_t current = has_ ? ring_.current() : ring_type::npos;
+    ring_.reserve(std::max(ring_.size(), slots_) + 1);
+    retired_.reserve(retired_.size() + ring_.size());
+    for (std::size_t i = 0; i < ring_.size(); ++i) {
+      if (i == current || ring_[i].block.capacity >= bytes) continue;
+      slot_stamps behind = ring_.stamps(i);
+      const pinned_block b = arena_->acquire(bytes);
+      retired_.push_back({ring_[i].block, std::move(behind)});  // room reserved: no throw
+      ring_[i].block = b;
     }
-    while (owned_ < slots_) {  // each new slot goes to the front
-      free_.push_back(slot{arena_->acquire(bytes)});
-      ++owned_;
-      for (std::size_t i = 1; i < free_.size(); ++i) free_.push_back(free_.pop_front());
-    }
+    while (ring_.size() < slots_) ring_.push_back(slot{arena_->acquire(bytes)});  // fresh: taken first
+    if (has_) cur_ = &ring_[current];
     if (scratch_bytes == 0 || resource_) return;
     if (scratch_.empty()) {
       scratch_.reserve(1);
@@ -251,24 +249,6 @@ class slot_pool {
   };
   static constexpr std::size_t no_scratch = static_cast<std::size_t>(-1);
 
-  // The used slot to take, free_.size() for none (a fresh slot then). Only once all `slots` slots
-  // exist; caller_fenced: the oldest (the rotation); else the newest of the `warm` most recently
-  // used slots whose stamp has passed (its contents are still in the host's caches: a deep ring
-  // cycled oldest first writes every batch into cold memory), else the oldest that has passed.
-  std::size_t reusable() {
-    if (free_.empty() || owned_ < slots_) return free_.size();
-    if constexpr (caller_fenced) {
-      return 0;
-    } else {
-      constexpr std::size_t warm = 3;
-      auto& core = shared_timeline<B>();
-      for (std::size_t k = free_.size(); k-- > 0 && free_.size() - k <= warm;)
-        if (core.passed(free_[k].used)) return k;
-      std::size_t k = 0;
-      while (k < free_.size() && !core.passed(free_[k].used)) ++k;
-      return k;
-    }
-  }
   // A scratch no stream holds (reserve's), else one whose last apply has passed (caller_fenced:
   // `slots` applies ago, the rotation's promise); scratch_.size() for none.
   std::size_t takeover() {
@@ -277,7 +257,7 @@ class slot_pool {
     for (std::size_t k = 0; k < scratch_.size(); ++k) {
       const scratch_entry& e = scratch_[k];
       if (e.pending) continue;
-      if constexpr (caller_fenced) {
+      if constexpr (!checked) {
         if (applies_ - e.apply >= slots_) return k;
       } else if (shared_timeline<B>().passed(e.used)) {
         return k;
@@ -306,17 +286,21 @@ class slot_pool {
   int device_;
   pinned_arena<B>* arena_;
   std::optional<device_resource_ref<B>> resource_;  // the scratch's, if not ferry's
-  ring<slot> free_;                 // used slots, oldest first, each behind its stamp
-  std::vector<slot> retired_;       // outgrown blocks still behind a stamp (freed at the end)
+  // An outgrown block still behind its slot's stamps (freed at the end).
+  struct retired_block {
+    pinned_block block;
+    slot_stamps stamps;
+  };
+  ring_type ring_;                     // the slots; its current one is being staged into
+  std::vector<retired_block> retired_;
   std::vector<scratch_entry> scratch_;          // a scratch per stream that has applied
   std::vector<scratch_entry> retired_scratch_;  // outgrown in reserve, behind a stamp
   std::size_t current_scratch_ = no_scratch;    // the entry the apply in progress took
   std::uint64_t applies_ = 0;       // applies committed
   stamp fill_{};                    // the target's zero fill
-  slot cur_{};
+  slot* cur_ = nullptr;             // the ring's current slot while has_ (the hot path's one load)
   bool has_ = false;
-  std::size_t owned_ = 0;           // slots in free_ plus the current one
-  bool handed_ = false;             // caller_fenced: a slot has been handed to a stream
+  bool handed_ = false;             // a slot has been handed to a stream
 };
 
 }  // namespace ferry::detail

@@ -50,12 +50,19 @@ struct step_graph {
 /// over `blocks` blocks; `table` is the mapped address), and for launch::graph (`graphs`) the
 /// per-slot graph: `make_graph(table, blocks, device)`, `replay(stream, graph)`,
 /// `destroy_graph(graph)`. Specialized per backend (below; step_kernel.cuh, nvcc only); this
-/// primary template is what a translation unit not built by nvcc gets for CUDA: a submit does not
-/// compile.
+/// primary template is what a translation unit not built by nvcc gets for CUDA: neither a
+/// construction (which preloads the step kernel) nor a submit compiles.
 template <class B>
 struct step_ops {
   static constexpr bool graphs = true;
-  static void preload() noexcept {}
+  template <class... None>
+  static void preload() noexcept {
+    static_assert(dependent_false<B, None...>,
+                  "ferry: step_batch loads its CUDA step kernel when constructed (CUDA loads "
+                  "modules lazily, and a first submit behind a held stream would never return): "
+                  "construct it in a translation unit built with nvcc that includes "
+                  "<ferry/ferry.cuh>, e.g. a factory function returning the batch.");
+  }
   template <class... Args>
   static void launch(Args&&...) {
     static_assert(dependent_false<B, Args...>,

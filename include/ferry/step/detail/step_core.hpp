@@ -1,7 +1,7 @@
 // ferry/step/detail/step_core.hpp: the state of a step_batch that its handles write into: the
-// declared plan and its checks, the slots (pinned table and content blocks from the arena, each
-// stamped by the reuse core), the open step's records (writes through the write plan's recorder,
-// staged/detail/write_plan.hpp), and the step's encoding into a slot's table (plan.hpp).
+// declared plan and its checks, the slots (pinned table and content blocks from the arena, on the
+// slot ring: memory/slot_ring.hpp), the open step's records (writes through the write plan's
+// recorder, staged/detail/write_plan.hpp), and the step's encoding into a slot's table (plan.hpp).
 //
 // Contents are bump-allocated in the slot's content block; a step that outgrows it (pow2) takes
 // another block for the rest of the step, so nothing handed out moves, and the next use of the
@@ -15,9 +15,12 @@
 #include <ferry/detail/checked.hpp>
 #include <ferry/detail/math.hpp>
 #include <ferry/detail/source_range.hpp>
+#include <ferry/detail/view_generation.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/pinned_arena.hpp>
+#include <ferry/memory/slot_ring.hpp>
 #include <ferry/policies/growth.hpp>
+#include <ferry/policies/reuse.hpp>
 #include <ferry/staged/detail/layout.hpp>
 #include <ferry/staged/detail/write_plan.hpp>
 #include <ferry/step/detail/plan.hpp>
@@ -33,7 +36,7 @@
 
 namespace ferry::detail {
 
-template <class B, bool Fixed>
+template <class B, bool Fixed, reuse_policy Reuse>
 class step_core {
   using ops = backend_ops<B>;
 
@@ -45,8 +48,8 @@ class step_core {
     std::size_t table_cap = 0;         // descriptors
     pinned_block content;              // bump-allocated contents
     std::vector<pinned_block> extra;   // blocks taken by a step that outgrew `content`
-    std::vector<stamp> stamps;         // its kernel's, the next submit's, record_use's
     step_graph graph;                  // launch::graph: the slot's graph and executable
+    [[no_unique_address]] slot_generation generation;  // checked views (FERRY_CHECKED_VIEWS)
   };
   struct upload_rec {
     std::uintptr_t dst;
@@ -73,7 +76,7 @@ class step_core {
   };
 
   step_core(std::size_t slots, std::size_t max_slots, int device, pinned_arena<B>& arena)
-      : arena_(&arena), initial_slots_(slots), max_slots_(max_slots), device_(device) {}
+      : arena_(&arena), initial_slots_(slots), device_(device), slots_(ring_order::warmest, max_slots) {}
   step_core(const step_core&) = delete;
   step_core& operator=(const step_core&) = delete;
 
@@ -346,19 +349,20 @@ class step_core {
   // ---- state -----------------------------------------------------------------------------------
 
   pinned_arena<B>* arena_;
-  std::size_t initial_slots_, max_slots_;
+  std::size_t initial_slots_;
   int device_;
   std::vector<upload_rec> uploads_;
   std::vector<publish_rec> publishes_;
   std::vector<writes_rec> writes_;
   std::vector<fill_rec> fills_;
-  std::vector<slot> slots_;
+  // The slots, stamped by the step's kernel, the next submit and record_use (the ring keeps the
+  // stamps, chooses the warmest free slot and waits when full).
+  slot_ring<B, Reuse, slot> slots_;
   bool frozen_ = false;
   bool open_ = false;
   bool dead_ = false;  // the batch was destroyed or assigned over: its handles throw
   std::size_t cur_ = none;   // the slot of the open (or last) step
   std::size_t prev_ = none;  // the slot of the last submitted step
-  std::size_t before_ = none;  // the slot of the step submitted before it
   bool prev_published_ = false;  // its publishes may have readers no stamp covers yet
   std::uint64_t steps_ = 0;
   // capacities wanted for every slot (fixed: the plan's bounds)

@@ -9,6 +9,7 @@
 #include <ferry/error.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/transfer/copy_pool.hpp>
+#include <ferry/transfer/detail/copy_pool_core.hpp>
 
 #include <algorithm>
 #include <cstddef>
