@@ -979,3 +979,34 @@ TEMPLATE_TEST_CASE("step_batch: a writes plan past what the arena holds throws c
   want.insert(want.end(), b.begin(), b.end());
   CHECK(got == want);
 }
+
+// A second, larger span() of one handle in one step, within its max_n, under growth::fixed: it
+// once took the slot's room twice and threw capacity_error (fuzz:
+// tests/fuzz/corpus/step/regression-span-grows-in-step).
+TEMPLATE_TEST_CASE("step_batch: a span() that grows within a step stays within the declared capacity",
+                   "[step][bad_input]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  std::mt19937_64 rng(0xf025);
+  ferry::stream<B> s;
+  ferry::device_buffer<std::int32_t, B> dst(19);
+  ferry::step_batch<B, ferry::growth::fixed> batch(2, 2);
+  auto pub = batch.template add_publish<std::int32_t>(19);
+  auto up = batch.add_upload(dst.span(), 19);
+  for (int step = 0; step < 3; ++step) {
+    batch.begin();
+    for (std::size_t n = 15; n <= 18; ++n) (void)pub.span(n);  // each larger than the last
+    const auto p = random_bits<std::int32_t>(19, rng);
+    auto last = pub.span(19);
+    std::copy(p.begin(), p.end(), last.begin());
+    for (std::size_t n = 10; n <= 19; n += 3) (void)up.span(n);
+    auto u = up.span(19);
+    const auto a = random_bits<std::int32_t>(19, rng);
+    std::copy(a.begin(), a.end(), u.begin());
+    batch.submit(s);
+    CHECK(read<std::int32_t, B>(ferry::device_span<const std::int32_t>(dst.span()), ferry::stream_ref<B>(s)) == a);
+    const auto v = pub.view();
+    REQUIRE(v.size() == 19);
+    CHECK(std::vector<std::int32_t>(v.data(), v.data() + v.size()) == p);
+  }
+}

@@ -234,7 +234,7 @@ class step_core {
                            " elements exceeds its declared max_n of " + std::to_string(r.max_n));
     const std::size_t bytes = n * elem;
     if (r.at == nullptr || bytes > r.room) {
-      r.at = place(bytes, r.dst);
+      r.at = place_again(r.at, r.room, bytes, r.dst);
       r.room = bytes;
     }
     r.bytes = bytes;
@@ -249,7 +249,7 @@ class step_core {
                            " elements exceeds its declared max_n of " + std::to_string(r.max_n));
     const std::size_t bytes = checked_bytes<capacity_error>(n, elem, "a publish");
     if (r.at == nullptr || bytes > r.room) {
-      r.at = place(bytes, 0);
+      r.at = place_again(r.at, r.room, bytes, 0);
       r.room = bytes;
     }
     r.n = n;
@@ -333,6 +333,21 @@ class step_core {
       put(f.dst, src, f.bytes, static_cast<std::uint32_t>(f.elem));
     }
     reinterpret_cast<step_header*>(s.table.data)->work = n;
+  }
+
+  /// `bytes` of contents for a record that holds `room` bytes at `at` this step (null: none yet),
+  /// too few: grown in place when it is the step's last placement and the block holds it (a
+  /// second, larger span() call would otherwise take the slot's room twice, which growth::fixed's
+  /// capacity does not plan for), else placed anew.
+  std::byte* place_again(std::byte* at, std::size_t room, std::size_t bytes, std::uintptr_t dst) {
+    if (at != nullptr && at + room == base_ + used_) {
+      const auto off = static_cast<std::size_t>(at - base_);
+      if (bytes <= room_ - off) {
+        used_ = off + bytes;
+        return at;
+      }
+    }
+    return place(bytes, dst);
   }
 
   /// The records of the open step dropped (begin() starts each step with this; cancel() ends one).
