@@ -210,6 +210,7 @@ class slot_pool {
     const std::size_t want = scratch_size(scratch_bytes);  // may throw: no change
     const std::size_t current = has_ ? ring_.current() : ring_type::npos;
     ring_.reserve(std::max(ring_.size(), slots_) + 1);
+    if (has_) cur_ = &ring_[current];  // the reserve may have moved the slots; a throw below keeps it valid
     retired_.reserve(retired_.size() + ring_.size());
     for (std::size_t i = 0; i < ring_.size(); ++i) {
       if (i == current || ring_[i].block.capacity >= bytes) continue;
@@ -219,7 +220,6 @@ class slot_pool {
       ring_[i].block = b;
     }
     while (ring_.size() < slots_) ring_.push_back(slot{arena_->acquire(bytes)});  // fresh: taken first
-    if (has_) cur_ = &ring_[current];
     if (scratch_bytes == 0 || resource_) return;
     if (scratch_.empty()) {
       scratch_.reserve(1);
