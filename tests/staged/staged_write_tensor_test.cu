@@ -1129,6 +1129,36 @@ TEMPLATE_TEST_CASE("reserve past what the arena holds throws capacity_error befo
 // A reserve whose slots fit the arena one by one but not all together: refused before any block
 // is taken. It once took the slots that fit and then threw, leaving them held: a later small write
 // needed a fresh slot and found the arena full (fuzz: tests/fuzz/corpus/staged/regression-reserve-fills-arena).
+TEMPLATE_TEST_CASE("a reserve refused by the arena after the ring grew keeps the current slot, and the next apply lands",
+                   "[staged][bad_input]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using T = std::uint8_t;
+  // The fuzz input staged/regression-reserve-moves-ring: the ring's storage grows (moving its
+  // slots) before the arena refuses a block; the current slot must still be the one applied next.
+  ferry::stream<B> s;
+  ferry::pinned_arena<B> arena(std::size_t{64} << 20);
+  ferry::staged_write_tensor<T, B> t(1, 1, s, 2, {.arena = &arena});
+  model<T> ref(1, 1);
+  t.stage_write_elem(0, T{0x5e});
+  ref.write(0, 0, std::vector<T>{0x5e});
+  const std::size_t huge = std::numeric_limits<std::size_t>::max();
+  for (int i = 0; i < 3; ++i) REQUIRE_THROWS_AS(t.reserve(huge, huge), ferry::capacity_error);
+  CHECK(t.pending() == 1);
+  try {
+    t.reserve(262143, 1);
+  } catch (const ferry::capacity_error&) {
+    // refused or not, the staged write and the current slot are kept
+  }
+  CHECK(t.pending() == 1);
+  t.apply_write(s);
+  REQUIRE(read_back<T, B>(t, s) == ref.data);
+  t.stage_write_elem(0, T{0x21});
+  ref.write(0, 0, std::vector<T>{0x21});
+  t.apply_write(s);
+  REQUIRE(read_back<T, B>(t, s) == ref.data);
+}
+
 TEMPLATE_TEST_CASE("reserve of more slots than the arena's cap holds takes no block, and later writes go on",
                    "[staged][bad_input]", STAGED_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);
