@@ -3,19 +3,26 @@
 
 #include <ferry/ferry.hpp>
 
+#if FERRY_HAS_CUDA
+#include <cuda.h>
+#endif
+
 #include <catch2/catch_test_macros.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <source_location>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -116,15 +123,82 @@ inline unsigned gate_watchdog_seconds() {
   return v ? static_cast<unsigned>(std::strtoul(v, nullptr, 10)) : 0U;
 }
 
+#if FERRY_HAS_CUDA
+namespace detail {
+/// The flags CUDA gates wait on: one pinned, mapped page that lives as long as the process (a gate's
+/// wait may still be queued when its gate is destroyed). Gate k waits until flags[k % size] reaches
+/// its ticket; tickets only grow, so a later gate on the same flag is never opened by an earlier one.
+struct gate_flags {
+  static constexpr std::uint32_t size = 4096;
+  std::uint32_t* host = nullptr;
+  CUdeviceptr device = 0;
+  CUresult (*wait_value)(CUstream, CUdeviceptr, cuuint32_t, unsigned) = nullptr;
+  std::atomic<std::uint32_t> next{0};
+
+  static gate_flags& get() {
+    static gate_flags f;
+    return f;
+  }
+
+ private:
+  gate_flags() {
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, size * sizeof(std::uint32_t), cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess)
+      throw std::runtime_error("ferry_test::gate: cudaHostAlloc failed");
+    host = static_cast<std::uint32_t*>(p);
+    std::memset(p, 0, size * sizeof(std::uint32_t));
+    void* d = nullptr;
+    if (cudaHostGetDevicePointer(&d, p, 0) != cudaSuccess)
+      throw std::runtime_error("ferry_test::gate: cudaHostGetDevicePointer failed");
+    device = reinterpret_cast<CUdeviceptr>(d);
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      throw std::runtime_error("ferry_test::gate: no cuStreamWaitValue32 in this driver");
+    wait_value = reinterpret_cast<decltype(wait_value)>(fn);
+  }
+};
+}  // namespace detail
+#endif
+
 /// A gate the test holds closed: work enqueued behind it cannot run until open() (not a sleep).
 /// With FERRY_GATE_WATCHDOG_S set it opens itself after that long, saying so on stderr with the
 /// place it was made (the test's later checks then judge a gate opened early).
+///
+/// On the host backend the gate is a host function that blocks its stream's worker. On CUDA it is
+/// a stream wait on a pinned flag (cuStreamWaitValue32), with a host function before it that marks
+/// the stream's arrival: CUDA runs host functions of different streams on one thread and "may
+/// serialize" them (cudaLaunchHostFunc), so a blocking host function would also hold every other
+/// stream's host functions, and a test holding two gates could wait on itself.
 template <class B>
 class gate {
  public:
   explicit gate(ferry::stream_ref<B> s, std::source_location where = std::source_location::current())
       : state_(std::make_shared<state>()) {
-    ferry::enqueue_host(s, [st = state_, where, limit = gate_watchdog_seconds()] {
+    state_->where = where;
+#if FERRY_HAS_CUDA
+    if constexpr (std::is_same_v<B, ferry::backend::cuda>) {
+      auto& flags = detail::gate_flags::get();
+      const std::uint32_t ticket = flags.next.fetch_add(1) + 1;
+      state_->flag = &flags.host[ticket % detail::gate_flags::size];
+      state_->ticket = ticket;
+      ferry::enqueue_host(s, [st = state_] {
+        std::lock_guard lock(st->m);
+        st->entered = true;
+        st->cv.notify_all();
+      });
+      if (flags.wait_value(reinterpret_cast<CUstream>(s.get()),
+                           flags.device + (ticket % detail::gate_flags::size) * sizeof(std::uint32_t), ticket,
+                           CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS)
+        throw std::runtime_error("ferry_test::gate: cuStreamWaitValue32 failed");
+      if (const unsigned limit = gate_watchdog_seconds(); limit != 0)
+        state_->watchdog = std::thread([st = state_, limit] { watch(*st, limit); });
+      return;
+    }
+#endif
+    ferry::enqueue_host(s, [st = state_, limit = gate_watchdog_seconds()] {
       std::unique_lock lock(st->m);
       st->entered = true;
       st->cv.notify_all();
@@ -132,17 +206,19 @@ class gate {
       if (limit == 0) {
         st->cv.wait(lock, is_open);
       } else if (!st->cv.wait_for(lock, std::chrono::seconds(limit), is_open)) {
-        std::fprintf(stderr, "ferry_test::gate (%s:%u): opened by the watchdog after %u s\n",
-                     where.file_name(), static_cast<unsigned>(where.line()), limit);
+        report_watchdog(*st, limit);
         st->open = true;
       }
     });
   }
   gate(const gate&) = delete;
-  ~gate() { open(); }
+  ~gate() {
+    open();
+    if (state_->watchdog.joinable()) state_->watchdog.join();
+  }
   void open() {
     std::lock_guard lock(state_->m);
-    state_->open = true;
+    release(*state_);
     state_->cv.notify_all();
   }
   /// Blocks until the stream has reached the gate.
@@ -157,7 +233,27 @@ class gate {
     std::condition_variable cv;
     bool open = false;
     bool entered = false;
+    std::source_location where;
+    std::uint32_t* flag = nullptr;  // CUDA: the pinned flag the stream waits on, and its ticket
+    std::uint32_t ticket = 0;
+    std::thread watchdog;
   };
+  // Called with st.m held.
+  static void release(state& st) {
+    st.open = true;
+    if (st.flag != nullptr) std::atomic_ref<std::uint32_t>(*st.flag).store(st.ticket, std::memory_order_release);
+  }
+  static void report_watchdog(const state& st, unsigned limit) {
+    std::fprintf(stderr, "ferry_test::gate (%s:%u): opened by the watchdog after %u s\n", st.where.file_name(),
+                 static_cast<unsigned>(st.where.line()), limit);
+  }
+  static void watch(state& st, unsigned limit) {
+    std::unique_lock lock(st.m);
+    if (!st.cv.wait_for(lock, std::chrono::seconds(limit), [&] { return st.open; })) {
+      report_watchdog(st, limit);
+      release(st);
+    }
+  }
   std::shared_ptr<state> state_;
 };
 
