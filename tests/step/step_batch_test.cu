@@ -1010,3 +1010,35 @@ TEMPLATE_TEST_CASE("step_batch: a span() that grows within a step stays within t
     CHECK(std::vector<std::int32_t>(v.data(), v.data() + v.size()) == p);
   }
 }
+
+TEMPLATE_TEST_CASE("step_batch: spans that grow in turns, each after another's placement, stay within the declared capacity",
+                   "[step][bad_input]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  // The fuzz input step/regression-spans-grow-in-turns: under growth::fixed, a span() larger than
+  // the handle's earlier one in the step, placed after another handle's, took the slot's room
+  // again (capacity_error within max_n).
+  std::mt19937_64 rng(0xf026);
+  ferry::stream<B> s;
+  ferry::device_buffer<std::int64_t, B> dst(42);
+  ferry::step_batch<B, ferry::growth::fixed> batch(3, 3);
+  auto pub = batch.template add_publish<std::int64_t>(19);
+  auto up = batch.add_upload(dst.span(), 21);
+  for (int step = 0; step < 4; ++step) {
+    batch.begin();
+    (void)up.span(14);
+    (void)pub.span(12);
+    auto u = up.span(21);
+    auto last = pub.span(19);
+    const auto a = random_bits<std::int64_t>(21, rng);
+    const auto p = random_bits<std::int64_t>(19, rng);
+    std::copy(a.begin(), a.end(), u.begin());
+    std::copy(p.begin(), p.end(), last.begin());
+    batch.submit(s);
+    const auto got = read<std::int64_t, B>(ferry::device_span<const std::int64_t>(dst.span()), ferry::stream_ref<B>(s));
+    CHECK(std::vector<std::int64_t>(got.begin(), got.begin() + 21) == a);
+    const auto v = pub.view();
+    REQUIRE(v.size() == 19);
+    CHECK(std::vector<std::int64_t>(v.data(), v.data() + v.size()) == p);
+  }
+}

@@ -234,8 +234,9 @@ class step_core {
                            " elements exceeds its declared max_n of " + std::to_string(r.max_n));
     const std::size_t bytes = n * elem;
     if (r.at == nullptr || bytes > r.room) {
-      r.at = place_again(r.at, r.room, bytes, r.dst);
-      r.room = bytes;
+      const std::size_t room = Fixed ? r.max_n * elem : bytes;  // checked when declared
+      r.at = place_again(r.at, r.room, room, r.dst);
+      r.room = room;
     }
     r.bytes = bytes;
     return r.at;
@@ -249,8 +250,9 @@ class step_core {
                            " elements exceeds its declared max_n of " + std::to_string(r.max_n));
     const std::size_t bytes = checked_bytes<capacity_error>(n, elem, "a publish");
     if (r.at == nullptr || bytes > r.room) {
-      r.at = place_again(r.at, r.room, bytes, 0);
-      r.room = bytes;
+      const std::size_t room = Fixed ? r.max_n * elem : bytes;  // checked when declared
+      r.at = place_again(r.at, r.room, room, 0);
+      r.room = room;
     }
     r.n = n;
     return r.at;
@@ -336,9 +338,9 @@ class step_core {
   }
 
   /// `bytes` of contents for a record that holds `room` bytes at `at` this step (null: none yet),
-  /// too few: grown in place when it is the step's last placement and the block holds it (a
-  /// second, larger span() call would otherwise take the slot's room twice, which growth::fixed's
-  /// capacity does not plan for), else placed anew.
+  /// too few: grown in place when it is the step's last placement and the block holds it, else
+  /// placed anew. (growth::fixed places a record's whole max_n at its first span(), so that a
+  /// second, larger span() never takes the slot's room twice: its capacity plans one max_n each.)
   std::byte* place_again(std::byte* at, std::size_t room, std::size_t bytes, std::uintptr_t dst) {
     if (at != nullptr && at + room == base_ + used_) {
       const auto off = static_cast<std::size_t>(at - base_);
