@@ -45,13 +45,11 @@
 //    scheduler writing the step into one warm slot, no launch, no slot choice) and "prepared
 //    data" (B′ with the step's slot image memcpy'd from a buffer prepared once, no scheduler);
 //  - libtorch C++ in this process (where CMake found Torch: support/libtorch_peer.hpp): the step
-//    of libtorch_step/libtorch_step.cpp (packed; 5 copies; packed with slots not fenced), on a
+//    written with libtorch (packed; 5 copies; packed with slots not fenced), on a
 //    stream of torch's pool, in the same rounds as ferry's rows; its results checked against a
 //    host replay after the run.
 // Row read from a file written just before by a separate process on the same machine (a process
 // cannot be interleaved; its label says so): --torch-step FILE (decode_step_torch.py --json).
-// --libtorch-step FILE (the separate libtorch_step program) is read too, for comparison with the
-// in-process libtorch rows; the targets use the in-process rows.
 //
 // Host time, three regimes, each row's figure the median:
 //  - bursts: --burst steps, the stream drained between bursts (not timed), --bursts rounds after
@@ -149,12 +147,6 @@ constexpr std::pair<const char*, ferry_bench::libtorch_peer::step_variant> libto
     {"libtorch C++ 5 copies (in process)", ferry_bench::libtorch_peer::step_variant::five_copies},
     {"libtorch C++ packed, slots not fenced (in process)", ferry_bench::libtorch_peer::step_variant::packed_nofence}};
 #endif
-/// The rows of the separate libtorch_step program's --json output: label and variant (its keys
-/// are <variant>_host_us, ...).
-constexpr std::pair<const char*, const char*> libtorch_process_rows[] = {
-    {"libtorch C++ packed (libtorch_step, separate process, run just before)", "packed"},
-    {"libtorch C++ 5 copies (libtorch_step, separate process, run just before)", "5copies"},
-    {"libtorch C++ packed, slots not fenced (libtorch_step, separate process, run just before)", "packed_nofence"}};
 
 // ---- the hand-written floors ---------------------------------------------------------------------
 
@@ -939,13 +931,6 @@ static int run(int argc, char** argv) {
     rows.push_back({label_torch, ferry_bench::json_number(o.torch_step, "host_us"),
                     ferry_bench::json_number(o.torch_step, "device_us"),
                     "burst behind a 300 ms spin; host-paced once the launch queue fills"});
-  if (!o.libtorch_step.empty())
-    for (const auto& [label, name] : libtorch_process_rows) {
-      auto figure = [&](const char* key) { return ferry_bench::json_number(o.libtorch_step, std::string(name) + key); };
-      const double burst = figure("_device_burst");
-      rows.push_back({label, figure("_host_us"), figure("_device_us"),
-                      "held (host function), burst " + (std::isfinite(burst) ? std::to_string(static_cast<int>(burst)) : "?")});
-    }
 
   auto find = [&](const char* label) -> const row_figures* {
     for (const auto& r : rows)
@@ -1049,7 +1034,6 @@ static int run(int argc, char** argv) {
     if (!v.guard_report.empty()) std::cout << "sync_guard saw in " << v.label << ": " << v.guard_report << "\n";
   if (!libtorch_why.empty()) std::cout << "(the in-process libtorch rows are absent: " << libtorch_why << ")\n";
   if (o.torch_step.empty()) std::cout << "(no --torch-step FILE: the PyTorch-in-Python row is absent)\n";
-  if (o.libtorch_step.empty()) std::cout << "(no --libtorch-step FILE: the separate libtorch_step process's rows are absent)\n";
   std::cout << "(the warm ring: a " << warm_model_ms * 1e3 << " us kernel after each step stands in for the model; "
                "the host waits for the previous step's before the next step)\n";
   rep.write_json(o.json);

@@ -34,7 +34,6 @@ struct options {
   bool quick = false;  ///< --quick: few bursts, for smoke runs on machines without a GPU
   std::string torch;          ///< --torch FILE: output of the PyTorch baseline script peer_torch.py (same run)
   std::string torch_step;     ///< --torch-step FILE: JSON of the PyTorch baseline script decode_step_torch.py
-  std::string libtorch_step;  ///< --libtorch-step FILE: JSON of benchmarks/decode_step/libtorch_step
 };
 
 inline options parse(int argc, char** argv) {
@@ -51,10 +50,8 @@ inline options parse(int argc, char** argv) {
     else if (a == "--quick") { o.quick = true; o.bursts = 5; o.burst = 16; }
     else if (a == "--torch") o.torch = next();
     else if (a == "--torch-step") o.torch_step = next();
-    else if (a == "--libtorch-step") o.libtorch_step = next();
     else throw std::runtime_error("unknown argument " + a +
-                                  " (use --json FILE, --bursts N, --burst N, --quick, --torch FILE, --torch-step FILE, "
-                                  "--libtorch-step FILE)");
+                                  " (use --json FILE, --bursts N, --burst N, --quick, --torch FILE, --torch-step FILE)");
   }
   return o;
 }

@@ -1,10 +1,30 @@
 // Benchmark support: libtorch in the benchmark's own process (see libtorch_peer.hpp). Compiled by
 // the host compiler against libtorch (benchmarks/CMakeLists.txt: ferry_bench_libtorch, built only
-// where CMake finds Torch's config). The decode step is libtorch_step/libtorch_step.cpp's,
-// line for line (the same Sched, fill_step, Views and Engine): that program's file comment says
-// what the step does and what care it takes; here the benchmark drives it, interleaved with
-// ferry's rows. c10::InferenceMode and the stream guard are held for an engine's lifetime, as
-// libtorch_step's main() holds them for the program's.
+// where CMake finds Torch's config); the benchmark drives it, interleaved with ferry's rows.
+// The step, written with libtorch (the PyTorch C++ API) as a careful C++ engineer writes it (SPEC
+// §11: batch 256, block table int32[1024 x 512], block size 16; the values follow the decode_step
+// example's scheduler and change every step):
+//  1. block table: requests r = s%16, r+16, ... append a block id at (r, seq_len[r]/16 % 512); 8
+//     admitted requests (rows (8s+k) % 1024) write 64 ids from column 0. Flat indices (int64,
+//     row*512+col) and values (int32) go into the step's pinned slot, one non-blocking copy moves
+//     them, index_put_ scatters them into the flattened table. The indices are computed on the
+//     host (528 stores, well under 1 us): on the device they would take three more ATen ops
+//     (repeat_interleave with output_size, arange, add), each a dispatch, TensorIterator, launch.
+//     An append that an admission of the same step covers is dropped (the later write wins;
+//     index_put_ with duplicate indices is unspecified): 528 or 527 writes, one index list each.
+//  2. positions int64[256], seq_lens int32[256]: host increments, two non-blocking copies.
+//  3. token ids, temperature, top-p, top-k, seed (x256): one packed copy into a device region
+//     viewed as five tensors ("packed"), or five copies ("five_copies").
+//  4. logprob-request matrix int64[256 x 6] (rows 0..31 carry 5 token ids; the sampled column 0
+//     and the other rows hold -1): filled in pinned memory, one copy.
+//  5. logits_indices[255] = seq_lens_gpu[255]: a device-to-device slice copy, no .item().
+// Care taken: c10::InferenceMode and the stream guard held for an engine's lifetime; tensors,
+// views and index lists made once; one pool stream; a ring of pinned slots, each fenced by a CUDA
+// event (recorded after its step, synchronized before reuse) so the host never rewrites bytes a
+// pending copy still reads; "packed_nofence" drops the fence to show its cost. Overheads the
+// libtorch API leaves no way around: the dispatcher on every op; per host-to-device copy_ a
+// TensorIterator, a stream capture-status query and a pinned-allocator lookup (mutex + hash map);
+// per index_put_ an AdvancedIndex (heap-allocated restrided views) and a TensorIterator.
 #include <support/libtorch_peer.hpp>
 
 #include <torch/torch.h>

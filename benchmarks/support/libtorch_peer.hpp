@@ -16,11 +16,11 @@ namespace ferry_bench::libtorch_peer {
 /// torch's version string (TORCH_VERSION).
 const char* torch_version() noexcept;
 
-/// The variants of the decode step (benchmarks/decode_step/libtorch_step/libtorch_step.cpp):
+/// The variants of the decode step (libtorch_peer.cpp's file comment says what the step does):
 /// packed sampling upload, fenced slots; five sampling copies; packed with the slots not fenced.
 enum class step_variant { packed, five_copies, packed_nofence };
 
-/// SPEC §11's decode step written with libtorch as libtorch_step.cpp writes it, on a stream of
+/// SPEC §11's decode step written with libtorch, on a stream of
 /// torch's pool, with a ring of `slots` pinned slots each fenced by a CUDA event. Construct and
 /// destroy it on the thread that calls step(): it holds c10::InferenceMode and a stream guard
 /// (torch's current stream is its stream) for its lifetime.
