@@ -4,12 +4,8 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
-#include <ferry/backend/detail/timeline.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/config.hpp>
-#include <ferry/detail/checked.hpp>
-#include <ferry/detail/math.hpp>
-#include <ferry/detail/source_range.hpp>
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/device_span.hpp>
@@ -21,13 +17,14 @@
 #include <ferry/policies/reuse.hpp>
 #include <ferry/staged/staged_write_tensor.hpp>
 #include <ferry/step/detail/plan.hpp>
-#include <ferry/step/detail/step_core.hpp>
+#include <ferry/step/detail/step_handle.hpp>
+#include <ferry/step/detail/step_slots.hpp>
+#include <ferry/step/detail/step_submit.hpp>
 
 #if defined(__CUDACC__)
 #include <ferry/step/detail/step_kernel.cuh>
 #endif
 
-#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -36,7 +33,6 @@
 #include <ranges>
 #include <span>
 #include <stdexcept>
-#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -105,95 +101,62 @@ class step_batch {
   using B = backend_type;
   using ops = detail::backend_ops<B>;
   using step_ops = detail::step_ops<B>;
-  static constexpr bool fixed = growth_policy::stable_addresses;
-  static constexpr bool graphs = launch_policy::replays_graph && step_ops::graphs;
-  static_assert(!launch_policy::replays_graph || fixed,
+  static_assert(!launch_policy::replays_graph || growth_policy::stable_addresses,
                 "ferry: launch::graph replays a graph over fixed slot addresses and needs "
                 "growth::fixed (presets::graph_safe)");
-  using core = detail::step_core<B, fixed, reuse_policy>;
-  static constexpr bool fenced = decltype(core::slots_)::stamps_uses();
+  static constexpr bool graphs = launch_policy::replays_graph && step_ops::graphs;
+  using slots_of = detail::step_slots<B, growth_policy, reuse_policy, graphs>;
+  using submitter = detail::step_submit<slots_of>;
+  using core = typename slots_of::core;
+  using handle = detail::step_handle<step_batch, core>;
   static constexpr std::size_t none = core::none;
 
  public:
   /// The default ceiling on slots.
   static constexpr std::size_t default_max_slots = 8;
 
-  // ---- handles ---------------------------------------------------------------------------------
-
-  /// What every handle holds: a share of the batch's state (which moves with the batch, and
-  /// outlives it while a handle holds it, so that a stale handle is caught, never a read of freed
-  /// memory) and its index there.
-  class handle {
-   protected:
-    handle() = default;
-    /// Entry `i` of the plan in `c`.
-    handle(std::shared_ptr<core> c, std::size_t i) : core_(std::move(c)), i_(i) {}
-    /// The batch's state; ferry::error for an empty (default-constructed) `kind` handle, or one
-    /// whose batch was destroyed or assigned over.
-    core& c(const char* kind) const {
-      if (!core_ || core_->dead_) [[unlikely]]
-        throw_unusable(kind);
-      return *core_;
-    }
-    /// Throws the ferry::error of an unusable `kind` handle: empty, or its batch assigned over or
-    /// destroyed.
-    [[noreturn]] FERRY_COLD void throw_unusable(const char* kind) const {
-      if (!core_) throw error(std::string("ferry: use of an empty step_batch::") + kind + " handle");
-      throw error(std::string("ferry: use of a step_batch::") + kind +
-                  " handle whose batch was assigned over or destroyed (a move keeps handles valid; "
-                  "an assignment over a batch, or its destruction, ends its handles)");
-    }
-    std::shared_ptr<core> core_;  ///< The batch's state (null: an empty handle).
-    std::size_t i_ = 0;           ///< The entry in the state's list of this kind of handle.
-    friend class step_batch;
-  };
+  // ---- handles (empty when default-constructed; they share the batch's state) -----------------
 
   /// A packed upload into a device buffer: each step, `span(n)` is where the host writes the
   /// first n elements of the destination (pinned slot memory); the submit copies them.
   template <class T>
   class upload : public handle {
-    using handle::c, handle::core_, handle::i_;
+    using handle::handle, handle::state, handle::i_;
 
    public:
-    upload() = default;
     /// This step's n elements for destination[0, n), uninitialized: write every one of them
     /// before submit(). A second call in one step replaces the first. n > destination().size():
     /// std::out_of_range; growth::fixed and n > the declared max_n: ferry::capacity_error
     /// (nothing changes either way).
     [[nodiscard]] std::span<T> span(std::size_t n) {
-      return {reinterpret_cast<T*>(c("upload").upload_span(i_, n, sizeof(T))), n};
+      return {reinterpret_cast<T*>(state("upload").upload_span(i_, n, sizeof(T))), n};
     }
     /// The device buffer this upload fills. ferry::error for an empty handle or one whose batch
     /// was assigned over or destroyed.
     [[nodiscard]] device_span<T> destination() const {
-      const auto& r = c("upload").uploads_[i_];
+      const auto& r = state("upload").uploads_[i_];
       return {reinterpret_cast<T*>(r.dst), r.limit};
     }
-
-   private:
-    friend class step_batch;
-    using handle::handle;
   };
 
   /// A UVA publish: each step, `span(n)` is where the host writes n elements (pinned slot
   /// memory); `view()` is what kernels read in place, with no copy (see the class's lifetime rule).
   template <class T>
   class publish : public handle {
-    using handle::c, handle::core_, handle::i_;
+    using handle::handle, handle::state, handle::i_;
 
    public:
-    publish() = default;
     /// This step's n elements, uninitialized: write every one before submit(). A second call in
     /// one step replaces the first. growth::fixed and n > the declared max_n:
     /// ferry::capacity_error (nothing changes).
     [[nodiscard]] std::span<T> span(std::size_t n) {
-      return {reinterpret_cast<T*>(c("publish").publish_span(i_, n, sizeof(T))), n};
+      return {reinterpret_cast<T*>(state("publish").publish_span(i_, n, sizeof(T))), n};
     }
     /// The kernel-readable view of the last span() of the current (or last submitted) step;
     /// empty before the step's span() call and after cancel(). ferry::error for an empty handle
     /// or one whose batch was assigned over or destroyed.
     [[nodiscard]] device_span<const T> view() const {
-      core& k = c("publish");
+      core& k = state("publish");
       const auto& r = k.publishes_[i_];
       const device_span<const T> v(static_cast<const T*>(ops::mapped(r.at)), r.n);
 #if FERRY_CHECKED_VIEWS
@@ -201,20 +164,15 @@ class step_batch {
 #endif
       return v;
     }
-
-   private:
-    friend class step_batch;
-    using handle::handle;
   };
 
   /// Staged writes into one rows x cols target, as staged_write_tensor's: each is recorded
   /// straight into the slot and applied by the step's submit.
   template <class T>
   class writes : public handle {
-    using handle::c, handle::core_, handle::i_;
+    using handle::handle, handle::state, handle::state_or_null, handle::i_;
 
    public:
-    writes() = default;
     /// Records a write of the elements of `range` to [row][start, start + n). Checks first, even
     /// for an empty range: row < rows(), start <= cols(), n <= cols() - start; otherwise
     /// std::out_of_range naming them, and nothing is recorded. The element type must be T's
@@ -239,23 +197,23 @@ class step_batch {
     }
     /// Writes recorded in the open step (empty writes are not recorded). These four counts are 0
     /// for an empty handle; ferry::error for one whose batch was assigned over or destroyed.
-    [[nodiscard]] std::size_t pending() const { return core_ ? c("writes").writes_[i_].writes : 0; }
+    [[nodiscard]] std::size_t pending() const { return count([](const auto& r) { return r.writes; }); }
     /// Elements recorded in the open step.
-    [[nodiscard]] std::size_t pending_elements() const {
-      return core_ ? c("writes").writes_[i_].elements : 0;
-    }
+    [[nodiscard]] std::size_t pending_elements() const { return count([](const auto& r) { return r.elements; }); }
     /// The target's rows.
-    [[nodiscard]] std::size_t rows() const { return core_ ? c("writes").writes_[i_].rec.rows() : 0; }
+    [[nodiscard]] std::size_t rows() const { return count([](const auto& r) { return r.rec.rows(); }); }
     /// The target's columns.
-    [[nodiscard]] std::size_t cols() const { return core_ ? c("writes").writes_[i_].rec.cols() : 0; }
+    [[nodiscard]] std::size_t cols() const { return count([](const auto& r) { return r.rec.cols(); }); }
 
    private:
-    friend class step_batch;
-    using handle::handle;
-
     template <class R>
     void stage(std::size_t row, std::size_t start, R&& src) {
-      c("writes").template stage_write<T>(i_, row, start, src);
+      state("writes").template stage_write<T>(i_, row, start, src);
+    }
+    template <class F>
+    std::size_t count(F of) const {
+      const core* k = state_or_null("writes");
+      return k ? of(k->writes_[i_]) : 0;
     }
   };
 
@@ -270,13 +228,7 @@ class step_batch {
       : step_batch(slots, max_slots, default_arena<B>()) {}
   /// The same, with blocks from `arena` (which must outlive the batch).
   step_batch(std::size_t slots, std::size_t max_slots, pinned_arena<B>& arena) {
-    if (slots < (fenced ? 2u : 1u))
-      throw std::invalid_argument(std::string("ferry: step_batch needs at least ") +
-                                  (fenced ? "2 slots under reuse::event_fenced" : "1 slot") +
-                                  " (slots == " + std::to_string(slots) + ")");
-    if (slots > max_slots)
-      throw std::invalid_argument("ferry: step_batch slots (" + std::to_string(slots) +
-                                  ") exceeds max_slots (" + std::to_string(max_slots) + ")");
+    slots_of::check_counts(slots, max_slots);
     core_ = std::make_shared<core>(slots, max_slots, ops::current_device(), arena);
     step_ops::preload();
   }
@@ -288,14 +240,16 @@ class step_batch {
   /// valid.
   step_batch& operator=(step_batch&& o) noexcept {
     if (this != &o) {
-      release_all();
+      if (core_) slots_of::close(*core_);
       core_ = std::move(o.core_);
     }
     return *this;
   }
   /// Waits for the batch's kernels and for the readers of the last step's publishes, then gives
   /// every block back to the arena. Its handles end (each of their calls throws ferry::error).
-  ~step_batch() { release_all(); }
+  ~step_batch() {
+    if (core_) slots_of::close(*core_);
+  }
 
   // ---- the plan --------------------------------------------------------------------------------
 
@@ -346,33 +300,15 @@ class step_batch {
   /// `src` publish (its span() call must cover index, else submit throws std::out_of_range).
   template <class T>
   void add_fill(device_span<T> dst, const publish<T>& src, std::size_t index) {
-    if (src.core_ != core_)
-      throw std::invalid_argument("ferry: step_batch::add_fill: a publish of another batch");
-    c().add_fill(reinterpret_cast<std::uintptr_t>(dst.data()), dst.size_bytes(), 0, sizeof(T), src.i_, index);
+    const handle& h = src;
+    if (h.core_ != core_) throw std::invalid_argument("ferry: step_batch::add_fill: a publish of another batch");
+    c().add_fill(reinterpret_cast<std::uintptr_t>(dst.data()), dst.size_bytes(), 0, sizeof(T), h.i_, index);
   }
 
   /// Fixes the plan and allocates every slot now at its declared capacity (growth::fixed: the
   /// capacity; launch::graph: also instantiates each slot's graph), so that steady state
   /// allocates nothing. The first begin() does this when not called. Not a hot path.
-  void reserve() {
-    core& k = c();
-    if (k.frozen_) return;
-    const auto [table, content] = planned_capacity();
-    k.want_table_ = table;
-    k.want_content_ = content;
-    k.slots_.reserve(k.slots_.max_slots());
-    try {
-      // The pinned slots first: the arena (its cap, its largest block) refuses a plan no slot can
-      // hold. Only then each target's host memory, bounded by the descriptors a slot now holds.
-      for (std::size_t i = 0; i < k.initial_slots_; ++i) k.slots_.push_back(make_slot());
-      for (auto& w : k.writes_) k.reserve_writes(w, table, "step_batch::reserve");
-    } catch (...) {
-      release_all_slots();  // the plan is not fixed: a later reserve() or begin() starts over
-      k.want_table_ = k.want_content_ = 0;
-      throw;
-    }
-    k.frozen_ = true;
-  }
+  void reserve() { slots_of::reserve(c()); }
 
   // ---- a step ----------------------------------------------------------------------------------
 
@@ -384,61 +320,13 @@ class step_batch {
   /// ferry::capacity_error naming the slot and the stream point it waits for, with nothing
   /// changed. Throws ferry::error when the step begun before was neither submitted nor
   /// cancelled. Blocks only on a full ring; never touches a stream.
-  void begin() {
-    core& k = c();
-    if (k.open_)
-      throw error("ferry: step_batch::begin: the step begun before was neither submitted nor cancelled");
-    reserve();
-    // The ring offers the warmest free slot (while the stream keeps up, the slot of the step before
-    // the last: the host keeps writing slots that stay in its caches), else inserts one.
-    auto& ring = k.slots_;
-    std::size_t next = ring.choose();
-    if (next == none && ring.full()) {
-      // The ring is full: the ReusePolicy says what happens, waiting for the slot coming into use
-      // (event_fenced, back-pressure: the host runs at most max_slots - 1 steps ahead) or throwing
-      // (throw_when_full). Nothing has changed yet either way.
-      next = ring.next();
-      ring.when_full(next, [&] {
-        const detail::stamp held = ring.stamps(next).template held<B>();
-        return "ferry: step_batch: the next slot (slot " + std::to_string(next) +
-               ") is still in use (its step or the readers of its publishes)" +
-               (held.empty() ? std::string()
-                             : " until stream point (line " + std::to_string(held.line) + ", seq " +
-                                   std::to_string(held.seq) + ")") +
-               " and the batch holds max_slots (" + std::to_string(ring.max_slots()) +
-               ") slots; use more slots, or let the stream catch up";
-      });
-    }
-    if (next == none) {
-      ring.reserve_for_one();
-      next = ring.insert(make_slot());
-      if (k.prev_ != none && k.prev_ >= next) ++k.prev_;
-    } else if constexpr (!fixed) {
-      fit(ring[next]);
-    }
-    ring.take(next);  // its stamps have all passed (or caller_fenced)
-    auto& s = ring[next];
-    s.generation.bump();  // the views of its last step are stale from here
-    k.cur_ = next;
-    k.base_ = s.content.data;
-    k.room_ = s.content.capacity;
-    k.used_ = 0;
-    k.clear_step();
-    k.open_ = true;
-  }
+  void begin() { slots_of::begin_step(c()); }
 
   /// Drops the open step: what its handles recorded is gone (pending() is 0, a publish's view()
   /// is empty), nothing is enqueued, and its slot is taken again by the next begin() as if this
   /// step had not begun. Touches no stream (capture-safe); outside a step it does nothing. The
   /// way out of a step that submit() refused and that the engine will not fix.
-  void cancel() {
-    core& k = c();
-    if (!k.open_) return;
-    k.clear_step();
-    k.cur_ = k.prev_;
-    if (k.prev_ == none) k.slots_.reset_current(); else k.slots_.rotate_to(k.prev_);
-    k.open_ = false;
-  }
+  void cancel() { slots_of::cancel_step(c()); }
 
   /// Submits the open step on `s`: ONE kernel launch (launch::kernel) or graph replay
   /// (launch::graph) that performs every upload, write and fill of the step, reading them from
@@ -450,7 +338,7 @@ class step_batch {
   /// more than a pinned block holds). Whatever throws has enqueued nothing and leaves the step open
   /// and its data as they were: fix it and submit again, or cancel().
   FERRY_KERNEL_VISIBILITY void submit(stream_ref<B> s) {
-    submit_by(s, [&](typename core::slot& sl, const void* table, std::size_t blocks) {
+    submitter::submit(c(), s, [&](typename core::slot& sl, const void* table, std::size_t blocks) {
       if constexpr (graphs)
         step_ops::replay(s, sl.graph);
       else
@@ -476,7 +364,7 @@ class step_batch {
   template <class Launch>
     requires(graphs && std::invocable<Launch&, cudaGraph_t>)
   FERRY_KERNEL_VISIBILITY void submit_with(stream_ref<B> s, Launch&& launch) {
-    submit_by(s, [&](typename core::slot& sl, const void*, std::size_t) {
+    submitter::submit(c(), s, [&](typename core::slot& sl, const void*, std::size_t) {
       launch(static_cast<cudaGraph_t>(sl.graph.graph));
     });
   }
@@ -485,13 +373,7 @@ class step_batch {
   /// Declares that work enqueued on `s` so far reads the last submitted step's publishes: its
   /// slot is not rewritten before `s` has passed this point. Needed for readers on a stream other
   /// than the next submit's. Throws ferry::error on a capturing stream.
-  void record_use(stream_ref<B> s) {
-    core& k = c();
-    [[maybe_unused]] const auto on_device = ops::enter(s, k.device_);
-    if (k.prev_ == none) return;
-    k.slots_.reserve_stamp(k.prev_);  // before the mark: a point made must be kept
-    k.slots_.add_stamp(k.prev_, detail::shared_timeline<B>().mark(s));
-  }
+  void record_use(stream_ref<B> s) { submitter::record_use(c(), s); }
 
   /// Steps submitted so far.
   [[nodiscard]] std::uint64_t steps() const noexcept { return core_ ? core_->steps_ : 0; }
@@ -504,182 +386,6 @@ class step_batch {
   core& c() const {
     if (!core_) throw error("ferry: use of a moved-from step_batch");
     return *core_;
-  }
-
-  static std::size_t table_bytes(std::size_t descs) {
-    return detail::checked_add<capacity_error>(
-        sizeof(detail::step_header),
-        detail::checked_bytes<capacity_error>(descs, sizeof(detail::chunk_desc), "a step table"), "a step table");
-  }
-
-  // The plan's capacity (step_core::declared_capacity): the limits under growth::fixed, the
-  // initial sizes, as the GrowthPolicy grows them, otherwise.
-  std::pair<std::size_t, std::size_t> planned_capacity() const {
-    auto [descs, bytes] = core_->declared_capacity();
-    if constexpr (!fixed) {
-      descs = detail::grown_capacity<growth_policy>(descs, 0);
-      bytes = detail::grown_capacity<growth_policy>(bytes, 0);
-    }
-    return {descs, bytes};
-  }
-
-  typename core::slot make_slot() {
-    core& k = *core_;
-    typename core::slot s;
-    try {
-      s.table = k.arena_->acquire(table_bytes(k.want_table_));
-      s.table_cap = k.want_table_;
-      s.content = k.arena_->acquire(k.want_content_);
-      if constexpr (graphs) s.graph = step_ops::make_graph(ops::mapped(s.table.data), s.table_cap, k.device_);
-    } catch (...) {
-      release_slot(s);
-      throw;
-    }
-    return s;
-  }
-
-  // growth::pow2: a slot coming into use takes the sizes of the largest step so far, in one block
-  // (its blocks have all passed: released at once).
-  void fit(typename core::slot& s) {
-    core& k = *core_;
-    if (s.table_cap < k.want_table_) regrow_table(s, k.want_table_);
-    if (s.content.capacity < k.want_content_ || !s.extra.empty()) {
-      const pinned_block b = k.arena_->acquire(std::max(k.want_content_, s.content.capacity));
-      k.arena_->release(s.content);
-      for (const auto& e : s.extra) k.arena_->release(e);
-      s.extra.clear();
-      s.content = b;
-    }
-  }
-  void regrow_table(typename core::slot& s, std::size_t descs) {
-    const pinned_block b = core_->arena_->acquire(table_bytes(descs));
-    core_->arena_->release(s.table);
-    s.table = b;
-    s.table_cap = descs;
-  }
-
-  // submit()'s work around `enqueue(slot, table, blocks)`, which launches the step's kernel or a
-  // graph holding it under the reuse core's lock. Everything that can throw (the checks, the
-  // GrowthPolicy's answers, a table regrown, room for the stamps) comes before the enqueue, so that
-  // a submit that throws has enqueued nothing and leaves the step open; after it nothing throws,
-  // except the marking itself, which then abandons what the step reads (abandon_step).
-  template <class Enqueue>
-  FERRY_KERNEL_VISIBILITY void submit_by(stream_ref<B> s, Enqueue&& enqueue) {
-    core& k = c();
-    [[maybe_unused]] const auto on_device = ops::enter(s, k.device_);
-    k.check_open("submit");
-    auto& sl = k.slots_[k.cur_];
-    for (const auto& f : k.fills_) {
-      if (f.publish != none && f.index >= k.publishes_[f.publish].n)
-        throw std::out_of_range("ferry: step_batch::submit: a fill reads element " + std::to_string(f.index) +
-                                " of a publish that holds " + std::to_string(k.publishes_[f.publish].n) +
-                                " elements this step");
-    }
-    const auto z = k.resolve_and_measure();
-    const std::size_t n = z.descs;
-    if (n > sl.table_cap) {
-      if constexpr (fixed) {
-        throw capacity_error("ferry: step_batch (growth::fixed): the step needs " + std::to_string(n) +
-                             " descriptors, more than the " + std::to_string(sl.table_cap) + " of its slot");
-      } else {
-        const std::size_t want = std::max(k.want_table_, detail::grown_capacity<growth_policy>(n, sl.table_cap));
-        regrow_table(sl, want);  // nothing changes if it throws
-        k.want_table_ = want;    // a larger table in the open step's slot is all that stays if a later check throws
-      }
-    }
-    std::size_t want_content = k.want_content_;
-    if constexpr (!fixed) {
-      if (z.bytes > want_content) [[unlikely]]
-        want_content = grown_content(z.bytes);
-    }
-    k.slots_.reserve_stamp(k.cur_);
-    const bool stamps_prev = k.prev_ != none && k.prev_ != k.cur_;
-    if (stamps_prev) k.slots_.reserve_stamp(k.prev_);
-    k.encode(sl);
-    auto* header = reinterpret_cast<detail::step_header*>(sl.table.data);
-    const void* table = ops::mapped(sl.table.data);
-    const std::size_t blocks = graphs ? sl.table_cap : std::max<std::size_t>(n, 1);
-    bool enqueued = false;
-    detail::stamp st;
-    try {
-      st = detail::shared_timeline<B>().mark_with(s, [&](const detail::kernel_mark& m) {
-        header->counter = reinterpret_cast<std::uintptr_t>(m.counter);
-        header->blocks_done = reinterpret_cast<std::uintptr_t>(m.blocks_done);
-        header->value = m.value;
-        enqueue(sl, table, blocks);
-        enqueued = true;
-      });
-    } catch (...) {
-      if (enqueued) abandon_step();
-      throw;
-    }
-    k.slots_.add_stamp(k.cur_, st);  // room reserved above: no allocation, no throw
-    if (stamps_prev) k.slots_.add_stamp(k.prev_, st);
-    k.prev_ = k.cur_;
-    k.prev_published_ = z.published;
-    k.want_content_ = want_content;
-    k.open_ = false;
-    ++k.steps_;
-  }
-
-  // growth::pow2 and user policies: the content capacity every slot is wanted at once a step of
-  // `bytes` outgrew it, as the GrowthPolicy answers; the answer is proven by taking a block of that
-  // size from the arena (given back at once, unused: the next slot that grows takes it), so that an
-  // answer no block can hold throws here (ferry::capacity_error, or ferry::out_of_memory), before
-  // anything is enqueued, instead of at every later begin().
-  FERRY_COLD std::size_t grown_content(std::size_t bytes) {
-    core& k = *core_;
-    const std::size_t want = std::max(k.want_content_, detail::grown_capacity<growth_policy>(bytes, k.want_content_));
-    try {
-      k.arena_->release(k.arena_->acquire(want));
-    } catch (const capacity_error& e) {
-      throw capacity_error("ferry: step_batch::submit: the GrowthPolicy's capacity_for(" + std::to_string(bytes) +
-                           ", " + std::to_string(k.want_content_) + ") answered " + std::to_string(want) +
-                           " bytes, which no pinned block can hold (" + e.what() + ")");
-    }
-    return want;
-  }
-
-  // The open step was enqueued but could not be stamped: its slot, and the previous step's (whose
-  // readers on the stream this stamp would have covered), leave the ring without being released:
-  // their blocks are leaked, never rewritten under a reader. The step counts as submitted.
-  void abandon_step() noexcept {
-    core& k = *core_;
-    std::size_t drop[2] = {k.cur_, k.prev_ != none && k.prev_ != k.cur_ ? k.prev_ : none};
-    if (drop[1] != none && drop[1] > drop[0]) std::swap(drop[0], drop[1]);  // the higher index first
-    for (const std::size_t i : drop)
-      if (i != none) (void)k.slots_.abandon(i);
-    k.cur_ = k.prev_ = none;
-    k.prev_published_ = false;
-    k.open_ = false;
-    ++k.steps_;
-  }
-
-  // Gives a slot's blocks (and graph) back; the ring calls it once the slot's stamps have passed
-  // (a slot whose readers could not be waited for is leaked, never reused under a reader).
-  void release_slot(typename core::slot& s) noexcept {
-    auto& arena = *core_->arena_;
-    detail::destructor_guard([&] {
-      if constexpr (graphs) step_ops::destroy_graph(s.graph);
-      if (s.table) arena.release(s.table);
-      if (s.content) arena.release(s.content);
-      for (const auto& e : s.extra) arena.release(e);
-    });
-    s = {};
-  }
-  void release_all_slots() noexcept {
-    core_->slots_.release([&](typename core::slot& s) { release_slot(s); });
-  }
-  // Destruction is a use of every slot: the last step's publishes may have readers that no stamp
-  // covers (the next submit would have stamped them): the device is synchronized first, which
-  // needs no stream that may be gone by now.
-  void release_all() noexcept {
-    if (!core_) return;
-    core_->dead_ = true;  // its handles end
-    core_->open_ = false;
-    if (core_->prev_published_)
-      detail::destructor_guard([&] { ops::synchronize_device(core_->device_); });
-    release_all_slots();
   }
 
   std::shared_ptr<core> core_;  // shared with the handles, which outlive it only to report so

@@ -1,0 +1,228 @@
+// ferry/step/detail/step_slots.hpp: a step_batch's slots as pinned blocks: their capacity planned
+// from the declared plan (growth::fixed: the declared limits; otherwise the initial sizes, as the
+// GrowthPolicy grows them), their blocks taken from the arena and grown to the largest step at
+// their next use, the slot a step begins in (taken from the slot ring: memory/slot_ring.hpp), and
+// their blocks given back.
+#pragma once
+
+#include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/backend/detail/timeline.hpp>
+#include <ferry/config.hpp>
+#include <ferry/detail/checked.hpp>
+#include <ferry/error.hpp>
+#include <ferry/memory/pinned_arena.hpp>
+#include <ferry/policies/growth.hpp>
+#include <ferry/policies/reuse.hpp>
+#include <ferry/step/detail/plan.hpp>
+#include <ferry/step/detail/step_core.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace ferry::detail {
+
+/// The slots of a step_batch over backend B with GrowthPolicy `Growth`, ReusePolicy `Reuse`, and
+/// (`Graphs`, launch::graph on a backend with graphs) one step graph per slot.
+template <class B, class Growth, reuse_policy Reuse, bool Graphs>
+struct step_slots {
+  using growth = Growth;
+  static constexpr bool fixed = Growth::stable_addresses;
+  static constexpr bool graphs = Graphs;
+  using core = step_core<B, fixed, Reuse>;
+  using slot = typename core::slot;
+  using ops = backend_ops<B>;
+  using step_ops = detail::step_ops<B>;
+  static constexpr std::size_t none = core::none;
+  /// Whether the ring stamps slots (event_fenced, throw_when_full): a slot's readers are stamped
+  /// by the next submit, so such a batch needs two slots at least.
+  static constexpr bool fenced = decltype(core::slots_)::stamps_uses();
+
+  /// The constructor's checks: std::invalid_argument on bad slot counts.
+  static void check_counts(std::size_t slots, std::size_t max_slots) {
+    if (slots < (fenced ? 2u : 1u))
+      throw std::invalid_argument(std::string("ferry: step_batch needs at least ") +
+                                  (fenced ? "2 slots under reuse::event_fenced" : "1 slot") +
+                                  " (slots == " + std::to_string(slots) + ")");
+    if (slots > max_slots)
+      throw std::invalid_argument("ferry: step_batch slots (" + std::to_string(slots) +
+                                  ") exceeds max_slots (" + std::to_string(max_slots) + ")");
+  }
+
+  /// The bytes of a table block of `descs` descriptors (ferry::capacity_error on overflow).
+  static std::size_t table_bytes(std::size_t descs) {
+    return checked_add<capacity_error>(
+        sizeof(step_header), checked_bytes<capacity_error>(descs, sizeof(chunk_desc), "a step table"),
+        "a step table");
+  }
+
+  /// The plan's capacity (step_core::declared_capacity): the limits under growth::fixed, the
+  /// initial sizes, as the GrowthPolicy grows them, otherwise.
+  static std::pair<std::size_t, std::size_t> planned_capacity(const core& k) {
+    auto [descs, bytes] = k.declared_capacity();
+    if constexpr (!fixed) {
+      descs = grown_capacity<Growth>(descs, 0);
+      bytes = grown_capacity<Growth>(bytes, 0);
+    }
+    return {descs, bytes};
+  }
+
+  /// reserve(): the plan fixed and every initial slot allocated at its capacity (and each write
+  /// target's host memory); if anything throws, the plan is not fixed and nothing is kept.
+  static void reserve(core& k) {
+    if (k.frozen_) return;
+    const auto [table, content] = planned_capacity(k);
+    k.want_table_ = table;
+    k.want_content_ = content;
+    k.slots_.reserve(k.slots_.max_slots());
+    try {
+      // The pinned slots first: the arena (its cap, its largest block) refuses a plan no slot can
+      // hold. Only then each target's host memory, bounded by the descriptors a slot now holds.
+      for (std::size_t i = 0; i < k.initial_slots_; ++i) k.slots_.push_back(make(k));
+      for (auto& w : k.writes_) k.reserve_writes(w, table, "step_batch::reserve");
+    } catch (...) {
+      release_all(k);  // the plan is not fixed: a later reserve() or begin() starts over
+      k.want_table_ = k.want_content_ = 0;
+      throw;
+    }
+    k.frozen_ = true;
+  }
+
+  /// begin(): ferry::error while a step is open; the plan reserved (reserve()); then the ring's
+  /// warmest free slot (while the stream keeps up, the slot of the step before the last: the host
+  /// keeps writing slots that stay in its caches), else one inserted, else (the ring full) as the
+  /// ReusePolicy says: a wait for the next slot, or ferry::capacity_error with nothing changed.
+  /// The slot taken is the open step's, emptied.
+  static void begin_step(core& k) {
+    if (k.open_)
+      throw error("ferry: step_batch::begin: the step begun before was neither submitted nor cancelled");
+    reserve(k);
+    auto& ring = k.slots_;
+    std::size_t next = ring.choose();
+    if (next == none && ring.full()) {
+      // Waiting for the slot coming into use (event_fenced, back-pressure: the host runs at most
+      // max_slots - 1 steps ahead) or throwing (throw_when_full). Nothing has changed yet.
+      next = ring.next();
+      ring.when_full(next, [&] {
+        const stamp held = ring.stamps(next).template held<B>();
+        return "ferry: step_batch: the next slot (slot " + std::to_string(next) +
+               ") is still in use (its step or the readers of its publishes)" +
+               (held.empty() ? std::string()
+                             : " until stream point (line " + std::to_string(held.line) + ", seq " +
+                                   std::to_string(held.seq) + ")") +
+               " and the batch holds max_slots (" + std::to_string(ring.max_slots()) +
+               ") slots; use more slots, or let the stream catch up";
+      });
+    }
+    if (next == none) {
+      ring.reserve_for_one();
+      next = ring.insert(make(k));
+      if (k.prev_ != none && k.prev_ >= next) ++k.prev_;
+    } else if constexpr (!fixed) {
+      fit(k, ring[next]);
+    }
+    ring.take(next);  // its stamps have all passed (or caller_fenced)
+    auto& s = ring[next];
+    s.generation.bump();  // the views of its last step are stale from here
+    k.cur_ = next;
+    k.base_ = s.content.data;
+    k.room_ = s.content.capacity;
+    k.used_ = 0;
+    k.clear_step();
+    k.open_ = true;
+  }
+
+  /// cancel(): the open step's records dropped and its slot handed back to the ring, to be taken
+  /// again by the next begin(); outside a step nothing happens.
+  static void cancel_step(core& k) noexcept {
+    if (!k.open_) return;
+    k.clear_step();
+    k.cur_ = k.prev_;
+    if (k.prev_ == none) k.slots_.reset_current(); else k.slots_.rotate_to(k.prev_);
+    k.open_ = false;
+  }
+
+  /// A new slot at the wanted capacities (with its graph under launch::graph); nothing is kept
+  /// if it throws.
+  static slot make(core& k) {
+    slot s;
+    try {
+      s.table = k.arena_->acquire(table_bytes(k.want_table_));
+      s.table_cap = k.want_table_;
+      s.content = k.arena_->acquire(k.want_content_);
+      if constexpr (Graphs) s.graph = step_ops::make_graph(ops::mapped(s.table.data), s.table_cap, k.device_);
+    } catch (...) {
+      release(k, s);
+      throw;
+    }
+    return s;
+  }
+
+  /// growth::pow2: a slot coming into use takes the sizes of the largest step so far, in one block
+  /// (its blocks have all passed: released at once).
+  static void fit(core& k, slot& s) {
+    if (s.table_cap < k.want_table_) regrow_table(k, s, k.want_table_);
+    if (s.content.capacity < k.want_content_ || !s.extra.empty()) {
+      const pinned_block b = k.arena_->acquire(std::max(k.want_content_, s.content.capacity));
+      k.arena_->release(s.content);
+      for (const auto& e : s.extra) k.arena_->release(e);
+      s.extra.clear();
+      s.content = b;
+    }
+  }
+  /// The slot's table at `descs` descriptors; nothing changes if it throws.
+  static void regrow_table(core& k, slot& s, std::size_t descs) {
+    const pinned_block b = k.arena_->acquire(table_bytes(descs));
+    k.arena_->release(s.table);
+    s.table = b;
+    s.table_cap = descs;
+  }
+
+  /// growth::pow2 and user policies: the content capacity every slot is wanted at once a step of
+  /// `bytes` outgrew it, as the GrowthPolicy answers; the answer is proven by taking a block of
+  /// that size from the arena (given back at once, unused: the next slot that grows takes it), so
+  /// that an answer no block can hold throws here (ferry::capacity_error, or
+  /// ferry::out_of_memory), before anything is enqueued, instead of at every later begin().
+  FERRY_COLD static std::size_t grown_content(core& k, std::size_t bytes) {
+    const std::size_t want = std::max(k.want_content_, grown_capacity<Growth>(bytes, k.want_content_));
+    try {
+      k.arena_->release(k.arena_->acquire(want));
+    } catch (const capacity_error& e) {
+      throw capacity_error("ferry: step_batch::submit: the GrowthPolicy's capacity_for(" + std::to_string(bytes) +
+                           ", " + std::to_string(k.want_content_) + ") answered " + std::to_string(want) +
+                           " bytes, which no pinned block can hold (" + e.what() + ")");
+    }
+    return want;
+  }
+
+  /// Gives a slot's blocks (and graph) back; the ring calls it once the slot's stamps have passed
+  /// (a slot whose readers could not be waited for is leaked, never reused under a reader).
+  static void release(core& k, slot& s) noexcept {
+    auto& arena = *k.arena_;
+    destructor_guard([&] {
+      if constexpr (Graphs) step_ops::destroy_graph(s.graph);
+      if (s.table) arena.release(s.table);
+      if (s.content) arena.release(s.content);
+      for (const auto& e : s.extra) arena.release(e);
+    });
+    s = {};
+  }
+  static void release_all(core& k) noexcept {
+    k.slots_.release([&](slot& s) { release(k, s); });
+  }
+
+  /// The batch's end (destruction, or an assignment over it): its handles end, its open step is
+  /// dropped, and every slot is given back. Destruction is a use of every slot: the last step's
+  /// publishes may have readers that no stamp covers (the next submit would have stamped them):
+  /// the device is synchronized first, which needs no stream that may be gone by now.
+  static void close(core& k) noexcept {
+    k.dead_ = true;
+    k.open_ = false;
+    if (k.prev_published_) destructor_guard([&] { ops::synchronize_device(k.device_); });
+    release_all(k);
+  }
+};
+
+}  // namespace ferry::detail
