@@ -16,8 +16,8 @@ struct backend_stats {
   std::uint64_t device_allocations = 0;  ///< device allocations (plain and stream-ordered)
   std::uint64_t device_frees = 0;        ///< device frees
   std::uint64_t synchronizations = 0;  ///< host-blocking waits: stream/event sync, blocking copies
-  /// non-blocking completion queries (CUDA: cudaEventQuery, which costs about 1.3 µs on a completed
-  /// event on the H200; the host backend reads a counter instead and counts none)
+  /// non-blocking completion queries (CUDA: cudaEventQuery, a driver call whose cost is in
+  /// docs/backends.md, "Counting what ferry does"; the host backend reads a counter and counts none)
   std::uint64_t completion_queries = 0;
   /// operations ferry put on a stream: copies, fills, kernel and graph launches, host functions,
   /// event records and waits, stream-ordered allocations and frees (what each backend enqueues
