@@ -5,6 +5,7 @@
 #include <ferry/backend/detail/host_queue.hpp>
 #include <ferry/backend/stats.hpp>
 #include <ferry/config.hpp>
+#include <ferry/detail/stream_errors.hpp>
 #include <ferry/error.hpp>
 #include <ferry/policies/backend.hpp>
 
@@ -53,6 +54,8 @@ struct no_default_stream {};
 /// `stream_ref<>` names the default backend (FERRY_DEFAULT_BACKEND), as `stream<>` does.
 template <class B = default_backend>
 class stream_ref;
+template <class B>
+class stream;
 
 template <>
 class stream_ref<backend::host>;
@@ -98,12 +101,12 @@ class stream_ref<backend::host> {
 
   friend bool operator==(stream_ref a, stream_ref b) noexcept { return a.queue_ == b.queue_; }
 
- protected:
-  /// Refers to the queue `q` (owned by a ferry::stream<backend::host>).
-  explicit stream_ref(detail::host_queue* q) noexcept : queue_(q) {}
-  detail::host_queue* queue_;  ///< The queue referred to (null when moved-from).
-
  private:
+  // Only the owning stream makes one from its queue: the queue is ferry-internal.
+  friend class stream<backend::host>;
+  explicit stream_ref(detail::host_queue* q) noexcept : queue_(q) {}
+  detail::host_queue* queue_;  // the queue referred to (null when moved-from)
+
   friend detail::host_queue* detail::checked(stream_ref s);
 };
 

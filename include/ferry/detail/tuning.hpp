@@ -38,7 +38,7 @@ inline constexpr std::size_t arena_warm_bytes = std::size_t{256} << 10;
 /// hot path.
 inline constexpr std::size_t slot_stamps_reserved = 4;
 /// The ceiling on a slot ring's slots when the component is given none (uva_pool's
-/// `max_slots`): room for a step or two in flight beyond the working set, bounded pinned memory.
+/// `max_slots`): a ring whose readers fall behind grows without blocking up to here, no further.
 inline constexpr std::size_t ring_default_max_slots = 8;
 
 // ---- the write plan (staged/detail/layout.hpp, write_kernel.cuh; docs/performance.md,

@@ -4,6 +4,7 @@
 
 #include <ferry/backend/stats.hpp>
 #include <ferry/config.hpp>
+#include <ferry/detail/stream_errors.hpp>
 #include <ferry/error.hpp>
 #include <ferry/policies/backend.hpp>
 
