@@ -53,6 +53,8 @@ inline constexpr std::size_t write_vector_bytes = 16;
 /// Vector loads each thread issues before its stores (a full chunk in one round).
 inline constexpr unsigned write_vector_loads_in_flight =
     static_cast<unsigned>(write_chunk_bytes / (write_block_threads * write_vector_bytes));
+static_assert(write_chunk_bytes % (write_block_threads * write_vector_bytes) == 0,
+              "ferry: a chunk is a whole number of rounds of the block's vectors");
 /// Scalar loads each thread issues before its stores where source and destination are not
 /// congruent: enough in flight to cover a read through PCIe.
 inline constexpr unsigned write_scalar_loads_in_flight = 8;
