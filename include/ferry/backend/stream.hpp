@@ -289,31 +289,6 @@ class stream<backend::cuda> : public stream_ref<backend::cuda> {
 
 // ---- running host code in stream order ------------------------------------------------------
 
-namespace detail {
-inline void rethrow_if(std::exception_ptr e) {
-  if (e) std::rethrow_exception(e);
-}
-
-#if FERRY_HAS_CUDA
-template <class F>
-struct host_fn_task {
-  F fn;
-  unsigned long long stream_id;
-  std::uint64_t ticket;
-  static void CUDART_CB trampoline(void* p) noexcept {
-    std::unique_ptr<host_fn_task> t(static_cast<host_fn_task*>(p));
-    std::exception_ptr failure;
-    try {
-      t->fn();
-    } catch (...) {
-      failure = capture_stream_error();
-    }
-    stream_error_registry::instance().finish(t->stream_id, t->ticket, std::move(failure));
-  }
-};
-#endif
-}  // namespace detail
-
 /// Runs `f()` on the host once all work enqueued before it on `s` has completed, and before any
 /// work enqueued after it. Returns at once. An exception thrown by `f` is kept and rethrown by the
 /// next synchronizing call on `s` (or an event recorded on it after `f`); later work still runs.

@@ -61,4 +61,9 @@ class stream_errors {
   std::deque<entry> errors_;
 };
 
+/// Rethrows `e` when it holds an error (a kept stream error handed out by a synchronizing call).
+inline void rethrow_if(std::exception_ptr e) {
+  if (e) std::rethrow_exception(e);
+}
+
 }  // namespace ferry::detail
