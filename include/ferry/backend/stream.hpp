@@ -5,6 +5,7 @@
 #include <ferry/backend/detail/host_queue.hpp>
 #include <ferry/backend/stats.hpp>
 #include <ferry/config.hpp>
+#include <ferry/detail/stream_errors.hpp>
 #include <ferry/error.hpp>
 #include <ferry/policies/backend.hpp>
 
@@ -53,6 +54,8 @@ struct no_default_stream {};
 /// `stream_ref<>` names the default backend (FERRY_DEFAULT_BACKEND), as `stream<>` does.
 template <class B = default_backend>
 class stream_ref;
+template <class B>
+class stream;
 
 template <>
 class stream_ref<backend::host>;
@@ -98,12 +101,12 @@ class stream_ref<backend::host> {
 
   friend bool operator==(stream_ref a, stream_ref b) noexcept { return a.queue_ == b.queue_; }
 
- protected:
-  /// Refers to the queue `q` (owned by a ferry::stream<backend::host>).
-  explicit stream_ref(detail::host_queue* q) noexcept : queue_(q) {}
-  detail::host_queue* queue_;  ///< The queue referred to (null when moved-from).
-
  private:
+  // Only the owning stream makes one from its queue: the queue is ferry-internal.
+  friend class stream<backend::host>;
+  explicit stream_ref(detail::host_queue* q) noexcept : queue_(q) {}
+  detail::host_queue* queue_;  // the queue referred to (null when moved-from)
+
   friend detail::host_queue* detail::checked(stream_ref s);
 };
 
@@ -285,31 +288,6 @@ class stream<backend::cuda> : public stream_ref<backend::cuda> {
 #endif
 
 // ---- running host code in stream order ------------------------------------------------------
-
-namespace detail {
-inline void rethrow_if(std::exception_ptr e) {
-  if (e) std::rethrow_exception(e);
-}
-
-#if FERRY_HAS_CUDA
-template <class F>
-struct host_fn_task {
-  F fn;
-  unsigned long long stream_id;
-  std::uint64_t ticket;
-  static void CUDART_CB trampoline(void* p) noexcept {
-    std::unique_ptr<host_fn_task> t(static_cast<host_fn_task*>(p));
-    std::exception_ptr failure;
-    try {
-      t->fn();
-    } catch (...) {
-      failure = capture_stream_error();
-    }
-    stream_error_registry::instance().finish(t->stream_id, t->ticket, std::move(failure));
-  }
-};
-#endif
-}  // namespace detail
 
 /// Runs `f()` on the host once all work enqueued before it on `s` has completed, and before any
 /// work enqueued after it. Returns at once. An exception thrown by `f` is kept and rethrown by the

@@ -5,6 +5,7 @@
 #include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/backend/detail/timeline.hpp>
 #include <ferry/detail/ring.hpp>
+#include <ferry/detail/tuning.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/detail/warm_reuse.hpp>
 #include <ferry/memory/resource.hpp>
@@ -170,8 +171,8 @@ class pinned_arena {
 
  private:
   /// The staging memory a class cycles through while the GPU keeps up, so that it stays in the
-  /// host's caches (docs/memory.md, "The pinned staging arena").
-  static constexpr std::size_t warm_bytes = std::size_t{256} << 10;
+  /// host's caches (detail/tuning.hpp; docs/memory.md, "The pinned staging arena").
+  static constexpr std::size_t warm_bytes = detail::arena_warm_bytes;
 
   struct entry {
     pinned_block block;

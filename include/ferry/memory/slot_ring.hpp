@@ -6,6 +6,7 @@
 #include <ferry/backend/detail/timeline.hpp>
 #include <ferry/backend/stats.hpp>
 #include <ferry/backend/stream.hpp>
+#include <ferry/detail/tuning.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/detail/warm_reuse.hpp>
 #include <ferry/policies/reuse.hpp>
@@ -23,7 +24,7 @@ namespace ferry::detail {
 class slot_stamps {
  public:
   /// Room for the stamps of a few streams (when the slot is made, not on hot paths).
-  static constexpr std::size_t reserved = 4;
+  static constexpr std::size_t reserved = slot_stamps_reserved;
 
   slot_stamps() = default;
   void reserve(std::size_t n) { stamps_.reserve(n); }

@@ -5,6 +5,7 @@
 #include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/backend/detail/timeline.hpp>
 #include <ferry/detail/checked.hpp>
+#include <ferry/detail/tuning.hpp>
 #include <ferry/detail/view_generation.hpp>
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
@@ -124,8 +125,8 @@ class uva_pool {
   static constexpr std::size_t max_request = (std::size_t{1} << 62) / sizeof(T);
 
  public:
-  /// The default ceiling on slots (constructor's `max_slots`).
-  static constexpr std::size_t default_max_slots = 8;
+  /// The default ceiling on slots (constructor's `max_slots`; docs/design.md, "Tuning constants").
+  static constexpr std::size_t default_max_slots = detail::ring_default_max_slots;
 
   /// `slots` slots of `initial_capacity` elements each, from ferry::default_arena<B>().
   /// Throws std::invalid_argument when slots == 0 or slots > max_slots.

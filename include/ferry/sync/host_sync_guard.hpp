@@ -4,6 +4,7 @@
 
 #include <ferry/backend/stats.hpp>
 #include <ferry/policies/backend.hpp>
+#include <ferry/sync/detail/sync_verdict.hpp>
 #include <ferry/sync/sync_mode.hpp>
 
 #include <cstdint>

@@ -8,6 +8,7 @@
 #include <ferry/config.hpp>
 #include <ferry/error.hpp>
 #include <ferry/policies/backend.hpp>
+#include <ferry/sync/detail/sync_verdict.hpp>
 #include <ferry/sync/host_sync_guard.hpp>
 #include <ferry/sync/sync_mode.hpp>
 

@@ -2,6 +2,7 @@
 // pinned staging chunk by chunk (SPEC §5), its statistics, and default_copy_pool().
 #pragma once
 
+#include <ferry/detail/tuning.hpp>
 #include <ferry/transfer/detail/copy_pool_core.hpp>
 #include <ferry/transfer/detail/copy_tuning.hpp>
 
@@ -14,26 +15,26 @@
 
 namespace ferry {
 
-/// Pageable sources larger than this many bytes are uploaded by async_h2d (under pin::stage, when
-/// contiguous) through the chunked pipeline of a copy_pool rather than one staging copy: below it,
-/// one memcpy into an arena block costs less than waking threads (measured in
-/// docs/transfers.md, "Large pageable sources: the copy pool").
-inline constexpr std::size_t large_copy_threshold = std::size_t{4} << 20;
+// The copy pool's tuning: the values and their reasons are in detail/tuning.hpp, the
+// measurements in docs/transfers.md, "Large pageable sources: the copy pool".
 
-/// The pipeline's chunk size for a copy_pool constructed without one, and default_copy_pool()'s
-/// should its measurement fail: 16 MiB was measured fastest with 12 threads into pinned staging
-/// (docs/transfers.md, "Large pageable sources: the copy pool"; bench.h2d sweeps the alternatives).
-inline constexpr std::size_t default_copy_chunk_bytes = std::size_t{16} << 20;
+/// Pageable sources larger than this many bytes (4 MiB) are uploaded by async_h2d (under
+/// pin::stage, when contiguous) through the chunked pipeline of a copy_pool rather than one
+/// staging copy: below it, one memcpy into an arena block costs less than waking threads.
+inline constexpr std::size_t large_copy_threshold = detail::large_copy_threshold;
 
-/// The thread count of a copy_pool constructed without one, and default_copy_pool()'s should its
-/// measurement fail (the same measurement: with 16 MiB chunks, 12 threads were as fast as 8 on
-/// hosts that copy fast, and up to a quarter faster on hosts that copy slowly).
-inline constexpr std::size_t default_copy_threads = 12;
+/// The pipeline's chunk size (16 MiB) for a copy_pool constructed without one, and
+/// default_copy_pool()'s should its measurement fail.
+inline constexpr std::size_t default_copy_chunk_bytes = detail::default_copy_chunk_bytes;
 
-/// The pipeline's unit of host copying: chunks are cut into slices of this many bytes (a chunk
-/// smaller than this is one slice), and the pool's threads take slices from one queue that runs
-/// across chunk boundaries. 2 MiB: a 16 MiB chunk is 8 slices.
-inline constexpr std::size_t copy_slice_bytes = std::size_t{2} << 20;
+/// The thread count (12) of a copy_pool constructed without one, and default_copy_pool()'s should
+/// its measurement fail.
+inline constexpr std::size_t default_copy_threads = detail::default_copy_threads;
+
+/// The pipeline's unit of host copying (2 MiB): chunks are cut into slices of this many bytes (a
+/// chunk smaller than this is one slice), and the pool's threads take slices from one queue that
+/// runs across chunk boundaries.
+inline constexpr std::size_t copy_slice_bytes = detail::copy_slice_bytes;
 
 /// What a copy_pool has done. The pipeline's waits are host-blocking and counted here (and, as
 /// event synchronizations, in backend_stats); the pipeline is excluded from zero-sync proofs.
@@ -110,8 +111,8 @@ class copy_pool {
 /// The process-wide copy_pool: created on first use (thread-safe), never destroyed (intentionally
 /// leaked at exit). Its threads and chunk size are chosen then from what this host measures
 /// (docs/transfers.md, "Large pageable sources: the copy pool": the fewest threads that copy at
-/// least 0.9x the fastest team's rate, chunks of what they copy in 250 µs; about 20 ms, once per
-/// process), unless the environment sets them: FERRY_COPY_THREADS (a thread count) and
+/// least 0.9x the fastest team's rate, chunks of what they copy in 250 µs; a few tens of ms, once
+/// per process), unless the environment sets them: FERRY_COPY_THREADS (a thread count) and
 /// FERRY_COPY_CHUNK_MIB (the chunk size in MiB); a malformed value → std::invalid_argument, and
 /// the next call tries again. Should the measurement fail, default_copy_threads and
 /// default_copy_chunk_bytes.

@@ -4,6 +4,7 @@
 
 #include <ferry/backend/stats.hpp>
 #include <ferry/config.hpp>
+#include <ferry/detail/stream_errors.hpp>
 #include <ferry/error.hpp>
 #include <ferry/policies/backend.hpp>
 
@@ -14,11 +15,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <source_location>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 
 namespace ferry::detail {
 
@@ -197,6 +200,25 @@ class stream_error_registry {
   map streams_;
   std::atomic<std::uint64_t> tickets_{0};
   std::atomic<bool> listed_{false};  // streams_ is not empty: lets synchronizing calls skip the lock
+};
+
+// A host function enqueued by ferry::enqueue_host on a CUDA stream: runs `fn`, keeps what it
+// throws in the registry under its ticket, and deletes itself.
+template <class F>
+struct host_fn_task {
+  F fn;
+  unsigned long long stream_id;
+  std::uint64_t ticket;
+  static void CUDART_CB trampoline(void* p) noexcept {
+    std::unique_ptr<host_fn_task> t(static_cast<host_fn_task*>(p));
+    std::exception_ptr failure;
+    try {
+      t->fn();
+    } catch (...) {
+      failure = capture_stream_error();
+    }
+    stream_error_registry::instance().finish(t->stream_id, t->ticket, std::move(failure));
+  }
 };
 
 }  // namespace ferry::detail

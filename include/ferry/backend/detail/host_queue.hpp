@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ferry/backend/stats.hpp>
+#include <ferry/detail/stream_errors.hpp>
 #include <ferry/error.hpp>
 #include <ferry/policies/backend.hpp>
 

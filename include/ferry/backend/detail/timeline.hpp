@@ -6,6 +6,7 @@
 #include <ferry/backend/stats.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/detail/ring.hpp>
+#include <ferry/detail/tuning.hpp>
 #include <ferry/error.hpp>
 
 #include <algorithm>
@@ -281,11 +282,11 @@ class timeline<backend::cuda> {
     cudaEvent_t event;
   };
 
-  /// Lines with a mapped counter (the rest use events only).
-  static constexpr std::uint32_t counted_lines = 256;
-  /// Recorded events a line holds before a mark asks about them rather than create another.
-  static constexpr std::size_t reclaim_after = 64;
-  static constexpr int max_devices = 64;
+  // Tuning (detail/tuning.hpp): lines with a mapped counter (the rest use events only); recorded
+  // events a line holds before a mark asks about them rather than create another; devices.
+  static constexpr std::uint32_t counted_lines = timeline_counted_lines;
+  static constexpr std::size_t reclaim_after = timeline_reclaim_after;
+  static constexpr int max_devices = timeline_max_devices;
 
   std::uint64_t record(line& l, cudaStream_t h) {
     cudaEvent_t ev = waiting_ == 0 ? take_spare(l.device) : nullptr;

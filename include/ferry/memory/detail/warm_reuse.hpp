@@ -2,14 +2,11 @@
 // memory behind a stamp (the slot ring, the pinned arena; docs/design.md, "The slot ring").
 #pragma once
 
+#include <ferry/detail/tuning.hpp>  // warm_slots: how many recently used ones count as warm
+
 #include <cstddef>
 
 namespace ferry::detail {
-
-/// The recently used blocks or slots that are still in the host's caches: a reuse takes the
-/// newest of them that has passed before any older one (docs/memory.md, "The pinned staging
-/// arena").
-inline constexpr std::size_t warm_slots = 3;
 
 /// The warm-reuse rule, one for every component that reuses memory behind a stamp. Of `n` used
 /// things, oldest first, of which `passed(k)` says whether the k-th may be reused: the newest of

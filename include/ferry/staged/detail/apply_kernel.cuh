@@ -2,8 +2,8 @@
 //
 // One thread block per chunk of the chunk table (staged/detail/layout.hpp): a write of many
 // elements is spread over many blocks, so that even one large write keeps enough reads in flight
-// over PCIe when its contents are read in place through UVA (a block per write cannot: with one
-// 16 KiB write it lost to the H2D path by 1.5x, docs/measurements/h200-limits.md). Block b:
+// over PCIe when its contents are read in place through UVA (a block per write cannot keep enough
+// in flight: docs/design.md, "Tuning constants"). Block b:
 //   1. lanes 0-2 of warp 0 read chunk b's 24 bytes (through UVA: one PCIe round trip), into
 //      shared memory;
 //   2. the block runs it with the write plan's kernel body (write_kernel.cuh): 16-byte vectors
@@ -44,7 +44,7 @@ FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::write_block_th
                  const detail::kernel_mark m) {
   __shared__ unsigned long long desc[3];
   // Plain loads: the launch orders them after the host's writes, and __ldcv of mapped memory is
-  // slow on the H200 (docs/design.md), as in the step kernel.
+  // slow (docs/design.md, "What the core's calls cost"), as in the step kernel.
   if (threadIdx.x < 3)
     desc[threadIdx.x] = reinterpret_cast<const unsigned long long*>(descs + blockIdx.x)[threadIdx.x];
   __syncthreads();

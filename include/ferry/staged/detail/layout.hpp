@@ -25,6 +25,7 @@
 #pragma once
 
 #include <ferry/detail/math.hpp>
+#include <ferry/detail/tuning.hpp>  // the write plan's constants: chunk bytes, block threads, vector width
 #include <ferry/config.hpp>
 
 #include <cstddef>
@@ -62,22 +63,12 @@ struct chunk_desc {
 };
 static_assert(sizeof(chunk_desc) == 24, "chunk_desc is read by the kernel as 24 bytes");
 
-// ---- the write plan's tuning (docs/performance.md, "staged writes" and "engine step") ----------
+// The write plan's tuning (write_chunk_bytes, write_block_threads, write_vector_bytes,
+// congruence_min_bytes, staging_prefetch_bytes, overlap_tracker_rows, the inline apply's block
+// sizes) is in detail/tuning.hpp.
 
-/// Bytes one descriptor covers at most (one thread block): 256 threads x 2 vectors of 16 bytes.
-inline constexpr std::size_t write_chunk_bytes = 8192;
-/// Threads per block of the apply and step kernels.
-inline constexpr unsigned write_block_threads = 256;
-/// The kernels' vector width: contents congruent to their destination mod this are copied by it.
-inline constexpr std::size_t write_vector_bytes = 16;
 /// Alignment of a slot's contents area and of device scratch (and of every arena block).
 inline constexpr std::size_t content_alignment = 256;
-/// Staged writes of at least this many bytes get contents congruent to their destination.
-inline constexpr std::size_t congruence_min_bytes = 64;
-/// How far ahead of its write pointers staging prefetches a slot's lines (8 cache lines).
-inline constexpr std::size_t staging_prefetch_bytes = 512;
-/// Rows the overlap tracker tells apart exactly (a direct-mapped table that stays in L1).
-inline constexpr std::size_t overlap_tracker_rows = 4096;
 
 /// The host's kernel body: runs `descs[0, n)` in order, each on words of `word` bytes at
 /// `dst_base + dst * word` from `src_base + src * word` (a copy, or a fill with the value at src).
@@ -108,10 +99,7 @@ struct inline_apply_params {
   std::uint32_t content_offset;  // bytes from data[0]
   alignas(16) unsigned char data[Bytes - 16];
 };
-/// The parameter-block sizes of the inline apply: a small one (cheaper launch) and the largest
-/// that every CUDA 12 toolkit accepts (kernel parameters up to 4 KiB).
-inline constexpr std::size_t inline_apply_small_bytes = 512;
-inline constexpr std::size_t inline_apply_max_bytes = 4032;
+// Its parameter-block sizes: inline_apply_small_bytes and inline_apply_max_bytes (tuning.hpp).
 /// Where an inline apply's contents start in `data`: after `chunks` descriptors, padded to the
 /// vector width (16 bytes).
 constexpr std::size_t inline_apply_content_offset(std::size_t chunks) noexcept {

@@ -23,6 +23,7 @@
 
 #include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/backend/detail/timeline.hpp>
+#include <ferry/detail/tuning.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/memory/resource.hpp>
@@ -265,12 +266,13 @@ class slot_pool {
     }
     return scratch_.size();
   }
-  // Scratch of `bytes`: exactly (growth::fixed) or as the GrowthPolicy grows, at least 256.
+  // Scratch of `bytes`: exactly (growth::fixed) or as the GrowthPolicy grows, at least
+  // scratch_min_bytes.
   static std::size_t scratch_size(std::size_t bytes) {
     if constexpr (exact_scratch)
       return bytes;
     else
-      return grown_capacity<Growth>(std::max<std::size_t>(bytes, 256), 0);
+      return grown_capacity<Growth>(std::max<std::size_t>(bytes, scratch_min_bytes), 0);
   }
   // Gives a scratch back once every use has passed: a resource's on the stream of its last use
   // (set whenever it exists), ferry's with cudaFree.

@@ -5,13 +5,15 @@
 //
 // A copy whose source and destination are congruent mod 16 bytes (placement arranges this for the
 // writes that matter) runs a scalar head up to 16-byte alignment, a body of 16-byte vector loads
-// and stores (each thread issues all its loads before its stores: two 16-byte reads in flight per
-// thread for an 8 KiB chunk), and a scalar tail; otherwise scalar copies, also loads before stores.
+// and stores (each thread issues all its loads before its stores: write_vector_loads_in_flight
+// per thread, a whole chunk in one round), and a scalar tail; otherwise scalar copies, also loads
+// before stores (write_scalar_loads_in_flight per thread). The constants: detail/tuning.hpp.
 #pragma once
 
 #if defined(__CUDACC__)
 
 #include <ferry/config.hpp>
+#include <ferry/detail/tuning.hpp>
 #include <ferry/staged/detail/layout.hpp>
 
 #include <cuda_runtime.h>
@@ -42,8 +44,8 @@ __device__ __forceinline__ void copy_chunk(U* __restrict__ dst, const U* __restr
     nvec = (n - head) / per_vec;
   }
   if (nvec == 0) {
-    // Scalar: every thread issues up to 8 loads before its stores.
-    constexpr unsigned K = 8;
+    // Scalar: every thread issues up to K loads before its stores.
+    constexpr unsigned K = detail::write_scalar_loads_in_flight;
     for (unsigned base = 0; base < n; base += nt * K) {
       U r[K];
 #pragma unroll
@@ -62,7 +64,7 @@ __device__ __forceinline__ void copy_chunk(U* __restrict__ dst, const U* __restr
   if (tid < head) dst[tid] = src[tid];
   const uint4* vs = reinterpret_cast<const uint4*>(src + head);
   uint4* vd = reinterpret_cast<uint4*>(dst + head);
-  constexpr unsigned K = 2;
+  constexpr unsigned K = detail::write_vector_loads_in_flight;
   for (unsigned base = 0; base < nvec; base += nt * K) {
     uint4 r[K];
 #pragma unroll

@@ -1,8 +1,11 @@
 // ferry/transfer/detail/copy_tuning.hpp: how default_copy_pool() chooses its threads and chunk size
 // from what the host measures (docs/transfers.md, "Large pageable sources: the copy pool"): the
-// tuning constants, in one place; the choice, a pure function of measured copy rates; the
-// measurement; and the environment's overrides.
+// choice, a pure function of measured copy rates; the measurement; and the environment's
+// overrides. The constants they use (copy_team_sizes, copy_knee_fraction, copy_chunk_seconds,
+// copy_chunk_min/max, copy_calibration_*) are in detail/tuning.hpp.
 #pragma once
+
+#include <ferry/detail/tuning.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -23,32 +26,6 @@
 #endif
 
 namespace ferry::detail {
-
-// ---- Tuning constants of the large pageable pipeline --------------------------------------------
-
-/// Team sizes the measurement tries (up to the host's hardware threads less one, the calling
-/// thread copying too, which is tried as well): fine enough to find where the copy rate stops
-/// growing, coarse enough to measure in a few milliseconds.
-inline constexpr std::size_t copy_team_sizes[] = {1, 2, 4, 8, 12, 16, 24, 32};
-/// The fewest threads that copy at least this fraction of the fastest team's rate: more threads
-/// add little copy rate and contend with the DMA for the same memory (bench.h2d on an H200 host:
-/// pools of 12 and 15 threads within 1% of each other, where 16 threads alone copied 24% faster).
-inline constexpr double copy_knee_fraction = 0.9;
-/// A chunk is what the chosen threads copy in this time: each chunk costs the calling thread a
-/// copy call and a fence (~10 µs) and the DMA a start, at most 4% of 250 µs, while fill and drain
-/// (one chunk each, not overlapped) stay about 10% of a 256 MiB upload at 50 GB/s.
-inline constexpr double copy_chunk_seconds = 250e-6;
-/// Chunk sizes stay within [4 MiB, 32 MiB], powers of two: below, a chunk is smaller than the
-/// smallest upload that takes the pipeline (large_copy_threshold); above, fill and drain dominate
-/// (bench.h2d's sweep: 32 MiB chunks the slowest of 8, 16 and 32 MiB at every thread count).
-inline constexpr std::size_t copy_chunk_min = std::size_t{4} << 20;
-inline constexpr std::size_t copy_chunk_max = std::size_t{32} << 20;
-/// The measurement: each team copies this many bytes (pageable) through a destination of
-/// copy_calibration_chunk bytes, best of copy_calibration_reps runs: about 20 ms in all on a host
-/// that copies 7 GB/s per thread.
-inline constexpr std::size_t copy_calibration_bytes = std::size_t{32} << 20;
-inline constexpr std::size_t copy_calibration_chunk = std::size_t{8} << 20;
-inline constexpr int copy_calibration_reps = 3;
 
 // ---- The choice ---------------------------------------------------------------------------------
 
@@ -140,7 +117,7 @@ inline double time_copy_team(std::span<const std::byte> src, std::span<std::byte
 }
 
 /// This host's copy rate for each team size of copy_team_sizes up to `hardware_threads` - 1 (at
-/// least 1, at most 32; available_cpus() for the default pool), and that bound itself: `bytes` of pageable memory through a destination of `chunk`
+/// least 1, at most the largest team size; available_cpus() for the default pool), and that bound itself: `bytes` of pageable memory through a destination of `chunk`
 /// bytes, the best of `reps` runs each. The destination is ordinary host memory: pinning only
 /// locks pages, so a host copy into pinned staging runs at the same rate.
 inline std::vector<copy_rate> measure_host_copy_rates(std::size_t hardware_threads,

@@ -6,6 +6,7 @@
 #include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/backend/detail/timeline.hpp>
 #include <ferry/detail/math.hpp>
+#include <ferry/detail/tuning.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/transfer/copy_pool.hpp>

@@ -5,6 +5,7 @@
 
 #include <ferry/detail/checked.hpp>
 #include <ferry/detail/source_range.hpp>
+#include <ferry/detail/tuning.hpp>
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/pinned_arena.hpp>
@@ -94,7 +95,7 @@ std::pair<pinned_block, std::size_t> gather_input(S& s, pinned_arena<B>& arena, 
     if (n == max) throw_too_small_input(fn, max);
     pinned_block b = guard.get();
     if (n == b.capacity / sizeof(T)) {  // full (block capacities are multiples of sizeof(T))
-      const std::size_t want = b ? b.capacity * 2 : std::size_t{4096};  // capacity <= 2^62
+      const std::size_t want = b ? b.capacity * 2 : gather_first_block_bytes;  // capacity <= 2^62
       pinned_block bigger;
       try {
         bigger = arena.acquire(want);
