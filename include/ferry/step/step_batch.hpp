@@ -113,7 +113,7 @@ class step_batch {
 
  public:
   /// The default ceiling on slots.
-  static constexpr std::size_t default_max_slots = 8;
+  static constexpr std::size_t default_max_slots = detail::ring_default_max_slots;
 
   // ---- handles (empty when default-constructed; they share the batch's state) -----------------
 

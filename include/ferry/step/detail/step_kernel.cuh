@@ -30,7 +30,7 @@ namespace step_kernels {
 FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::write_block_threads)
     run_step(const detail::step_header* table) {
   // Header words 0-3 (work, mark), descriptor b's three words. Plain loads: the launch orders them
-  // after the host's writes, and __ldcv of mapped memory is slow on the H200 (docs/design.md).
+  // after the host's writes, and __ldcv of mapped memory is slower (docs/design.md, "What the core's calls cost").
   __shared__ unsigned long long w[7];
   const auto* words = reinterpret_cast<const unsigned long long*>(table);
   constexpr unsigned first_desc = sizeof(detail::step_header) / sizeof(unsigned long long);
