@@ -8,6 +8,7 @@
 
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -980,65 +982,48 @@ TEMPLATE_TEST_CASE("step_batch: a writes plan past what the arena holds throws c
   CHECK(got == want);
 }
 
-// A second, larger span() of one handle in one step, within its max_n, under growth::fixed: it
-// once took the slot's room twice and threw capacity_error (fuzz:
-// tests/fuzz/corpus/step/regression-span-grows-in-step).
-TEMPLATE_TEST_CASE("step_batch: a span() that grows within a step stays within the declared capacity",
+// Under growth::fixed, a span() larger than its handle's earlier one in the step once took the
+// slot's room again and threw capacity_error within max_n: as the step's last placement (fuzz:
+// tests/fuzz/corpus/step/regression-span-grows-in-step) and after another handle's placement
+// (regression-spans-grow-in-turns).
+TEMPLATE_TEST_CASE("step_batch: spans that grow within a step stay within the declared capacity",
                    "[step][bad_input]", STAGED_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);
   using B = TestType;
-  std::mt19937_64 rng(0xf025);
+  struct call {
+    bool publish;
+    std::size_t n;
+  };
+  static const std::vector<call> orders[] = {
+      // each larger than the last, as the step's last placement
+      {{true, 15}, {true, 16}, {true, 17}, {true, 18}, {true, 19}, {false, 10}, {false, 13}, {false, 16}, {false, 19}, {false, 19}},
+      // in turns, each after the other handle's placement
+      {{false, 14}, {true, 12}, {false, 21}, {true, 19}}};
+  const std::size_t which = GENERATE(0u, 1u);
+  std::mt19937_64 rng(0xf025 + which);
   ferry::stream<B> s;
-  ferry::device_buffer<std::int32_t, B> dst(19);
-  ferry::step_batch<B, ferry::growth::fixed> batch(2, 2);
-  auto pub = batch.template add_publish<std::int32_t>(19);
-  auto up = batch.add_upload(dst.span(), 19);
-  for (int step = 0; step < 3; ++step) {
-    batch.begin();
-    for (std::size_t n = 15; n <= 18; ++n) (void)pub.span(n);  // each larger than the last
-    const auto p = random_bits<std::int32_t>(19, rng);
-    auto last = pub.span(19);
-    std::copy(p.begin(), p.end(), last.begin());
-    for (std::size_t n = 10; n <= 19; n += 3) (void)up.span(n);
-    auto u = up.span(19);
-    const auto a = random_bits<std::int32_t>(19, rng);
-    std::copy(a.begin(), a.end(), u.begin());
-    batch.submit(s);
-    CHECK(read<std::int32_t, B>(ferry::device_span<const std::int32_t>(dst.span()), ferry::stream_ref<B>(s)) == a);
-    const auto v = pub.view();
-    REQUIRE(v.size() == 19);
-    CHECK(std::vector<std::int32_t>(v.data(), v.data() + v.size()) == p);
-  }
-}
-
-TEMPLATE_TEST_CASE("step_batch: spans that grow in turns, each after another's placement, stay within the declared capacity",
-                   "[step][bad_input]", STAGED_BACKENDS) {
-  FERRY_REQUIRE_BACKEND(TestType);
-  using B = TestType;
-  // The fuzz input step/regression-spans-grow-in-turns: under growth::fixed, a span() larger than
-  // the handle's earlier one in the step, placed after another handle's, took the slot's room
-  // again (capacity_error within max_n).
-  std::mt19937_64 rng(0xf026);
-  ferry::stream<B> s;
-  ferry::device_buffer<std::int64_t, B> dst(42);
+  ferry::device_buffer<std::int64_t, B> dst(21);
   ferry::step_batch<B, ferry::growth::fixed> batch(3, 3);
   auto pub = batch.template add_publish<std::int64_t>(19);
   auto up = batch.add_upload(dst.span(), 21);
   for (int step = 0; step < 4; ++step) {
     batch.begin();
-    (void)up.span(14);
-    (void)pub.span(12);
-    auto u = up.span(21);
-    auto last = pub.span(19);
-    const auto a = random_bits<std::int64_t>(21, rng);
-    const auto p = random_bits<std::int64_t>(19, rng);
+    std::span<std::int64_t> u, last;
+    for (const call& c : orders[which]) {
+      if (c.publish)
+        last = pub.span(c.n);
+      else
+        u = up.span(c.n);
+    }
+    const auto a = random_bits<std::int64_t>(u.size(), rng);
+    const auto p = random_bits<std::int64_t>(last.size(), rng);
     std::copy(a.begin(), a.end(), u.begin());
     std::copy(p.begin(), p.end(), last.begin());
     batch.submit(s);
     const auto got = read<std::int64_t, B>(ferry::device_span<const std::int64_t>(dst.span()), ferry::stream_ref<B>(s));
-    CHECK(std::vector<std::int64_t>(got.begin(), got.begin() + 21) == a);
+    CHECK(std::vector<std::int64_t>(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(a.size())) == a);
     const auto v = pub.view();
-    REQUIRE(v.size() == 19);
+    REQUIRE(v.size() == p.size());
     CHECK(std::vector<std::int64_t>(v.data(), v.data() + v.size()) == p);
   }
 }
