@@ -12,6 +12,7 @@
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/memory/staged_view.hpp>
 #include <ferry/policies/detail/select.hpp>
+#include <ferry/policies/epilogue.hpp>
 #include <ferry/policies/growth.hpp>
 #include <ferry/policies/launch.hpp>
 #include <ferry/policies/reuse.hpp>
