@@ -220,7 +220,11 @@ int main(int argc, char** argv) {
                      : run<ferry::backend::cuda, ferry::launch::kernel>(o, where.c_str());
     }
 #endif
-    const char* where = o.force_host ? "the host backend (--host)" : "the host backend (no GPU, or built without nvcc)";
+#if defined(__CUDACC__)
+    const char* where = o.force_host ? "the host backend (--host)" : "the host backend (no CUDA device found)";
+#else
+    const char* where = "the host backend (built without nvcc)";
+#endif
     return o.graph ? run<ferry::backend::host, ferry::launch::graph>(o, where)
                    : run<ferry::backend::host, ferry::launch::kernel>(o, where);
   } catch (const std::exception& e) {

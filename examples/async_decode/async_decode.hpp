@@ -157,6 +157,8 @@ struct request {
 class scheduler {
  public:
   explicit scheduler(std::uint64_t seed) : rng_(seed) {
+    rows_.reserve(batch);
+    ids_.reserve(max_blocks);
     for (std::size_t k = max_requests; k-- > 0;) free_.push_back(static_cast<std::int32_t>(k));
   }
 
@@ -215,7 +217,7 @@ class scheduler {
 
   std::mt19937_64 rng_;
   std::vector<std::int32_t> free_;  // free slots, a stack
-  std::vector<request> rows_;       // reserved by the first steps; no allocation once warm
+  std::vector<request> rows_;       // row i of the step
   std::vector<std::int32_t> ids_;
   std::uint64_t step_ = 0, joined_ = 0, left_ = 0, full_ = 0;
   std::int64_t next_block_ = 0;
