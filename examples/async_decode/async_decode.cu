@@ -137,6 +137,9 @@ int run(const options& o, const char* where) {
               where, batch, max_requests, max_requests, max_blocks,
               Launch::replays_graph ? "graph replay" : "kernel launch");
 
+  // Held for the whole run so that CUDA's one CUPTI subscription is made once, not once per
+  // guarded stretch below (its own counts, the checks' synchronizes included, are not read).
+  const ferry::sync_scope<B> subscription;
   std::uint64_t syncs = 0, allocations = 0, rows = 0, checks = 0;
   for (long done = 0; done < o.steps;) {
     const long m = std::min(o.check, o.steps - done);
