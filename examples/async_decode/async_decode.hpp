@@ -6,7 +6,8 @@
 // tokens and a random number of accepted draft tokens per request. A template on the backend and
 // the launch policy; async_decode.cu runs it against a host reference.
 //
-// Device state (the host writes none of it after setup, and never reads it in the loop):
+// Device state (after setup only the step's launch and the sampler write it; the host never reads
+// it in the loop):
 //   block_table  int32[1024 x 64]  block ids; a joining request's whole list and the appends of
 //                                  requests that may cross a 16-token block boundary arrive as
 //                                  the step's staged writes
@@ -244,11 +245,11 @@ class engine {
  public:
   engine(ferry::stream_ref<B> s, std::uint64_t seed, std::size_t slots)
       : sched_(seed), batch_(slots, slots) {
+    // The initial state, in stream order before the first step (each call consumes its vector).
     ferry::async_h2d(std::vector<std::int32_t>(max_requests * max_blocks, 0), table_.span(), s);
     ferry::async_h2d(initial_state(0), num_computed_.span(), s);
     ferry::async_h2d(initial_state(1), sampled_.span(), s);
     ferry::async_h2d(initial_state(2), accepted_.span(), s);
-    s.synchronize();  // setup: the vectors above are temporaries
     rows_ = batch_.add_upload(rows_dev_.span(), batch);
     tokens_ = batch_.add_gather(input_ids_.span(), const_span(sampled_), batch);
     base_ = batch_.add_gather(base_dev_.span(), const_span(num_computed_), batch);
