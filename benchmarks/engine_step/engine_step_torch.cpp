@@ -78,21 +78,15 @@ at::Tensor sub(const at::Tensor& bytes, int64_t off, int64_t n, at::ScalarType t
   return bytes.narrow(0, off, n * static_cast<int64_t>(c10::elementSize(t))).view(t);
 }
 
-class Engine {
+// The step's tensors on `device` and its host and device work, apart from the stream, the slots and
+// their fences (Engine, below, runs it on CUDA; every op is device-agnostic).
+class Step {
  public:
-  Engine(cudaStream_t stream, int slots) : stream_(stream), ring_(static_cast<size_t>(slots)) {
-    const auto u8 = torch::TensorOptions().dtype(torch::kUInt8);
-    const auto i32 = torch::TensorOptions().dtype(torch::kInt32).device(torch::kCUDA);
-    const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(torch::kCUDA);
-    pinned_ = torch::empty({int64_t{slots} * kSlotBytes}, u8.pinned_memory(true));
-    std::memset(pinned_.data_ptr(), 0, pinned_.nbytes());
-    for (int64_t k = 0; k < slots; ++k) {
-      Slot& s = ring_[static_cast<size_t>(k)];
-      s.p = pinned_.data_ptr<uint8_t>() + k * kSlotBytes;
-      s.copied = pinned_.narrow(0, k * kSlotBytes, kCopied);
-      CK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
-    }
-    dev_ = torch::zeros({kCopied}, u8.device(torch::kCUDA));
+  explicit Step(torch::Device device) {
+    const auto u8 = torch::TensorOptions().dtype(torch::kUInt8).device(device);
+    const auto i32 = torch::TensorOptions().dtype(torch::kInt32).device(device);
+    const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
+    dev_ = torch::zeros({kCopied}, u8);
     idx_.push_back(std::optional<at::Tensor>(sub(dev_, kOffIdx, kWrites, torch::kInt64)));
     vals_ = sub(dev_, kOffVal, kWrites, torch::kInt32);
     req_ = sub(dev_, kOffReq, kBatch, torch::kInt32);
@@ -112,8 +106,8 @@ class Engine {
     flat_table_ = torch::zeros({kPad + 1}, i32);
     flat_table_.narrow(0, 0, kPad).copy_(torch::from_blob(tab.data(), {kPad}, cpu32));
     table_ = flat_table_.narrow(0, 0, kPad);
-    num_computed_ = torch::from_blob(nc.data(), {kRows}, cpu32).to(torch::kCUDA);
-    sampled_ = torch::from_blob(smp.data(), {kRows}, cpu32).to(torch::kCUDA);
+    num_computed_ = torch::from_blob(nc.data(), {kRows}, cpu32).clone().to(device);  // owns its data on any device
+    sampled_ = torch::from_blob(smp.data(), {kRows}, cpu32).clone().to(device);
     iota_ = torch::arange(kRows, i32);
 
     // The step's device inputs and scratch, made once.
@@ -134,17 +128,10 @@ class Engine {
     one_ = torch::ones({1}, i32);
     cols_ = torch::full({1}, kCols, i32);
     block_ = torch::full({1}, static_cast<int64_t>(block_size), i32);
-    sync();
-  }
-  ~Engine() {
-    cudaStreamSynchronize(stream_);
-    for (Slot& s : ring_) cudaEventDestroy(s.done);
   }
 
-  void step() {
-    Slot& s = ring_[static_cast<size_t>(steps_ % ring_.size())];
-    CK(cudaEventSynchronize(s.done));  // the slot's last copy has run
-    uint8_t* p = s.p;
+  /// The host's part: the scheduler writes the next step into the slot bytes at `p`.
+  void write(uint8_t* p) {
     int64_t* idx = ptr<int64_t>(p, kOffIdx);
     int32_t* val = ptr<int32_t>(p, kOffVal);
     int64_t n = 0;
@@ -168,8 +155,12 @@ class Engine {
       val[n] = 0;
     }
     ++steps_;
+  }
+
+  /// The device's part, from the slot's first kCopied bytes (`copied`), in vLLM's order.
+  void enqueue(const at::Tensor& copied) {
     // prepare_inputs: the step's host arrays (async_copy_to_gpu), packed into one copy.
-    dev_.copy_(s.copied, /*non_blocking=*/true);
+    dev_.copy_(copied, /*non_blocking=*/true);
     // BlockTables.apply_staged_writes.
     flat_table_.index_put_(idx_, vals_);
     // prepare_pos_seq_lens.
@@ -193,7 +184,6 @@ class Engine {
     at::add_out(new_nc_, pos32_, accepted_);
     req_long_.copy_(req_, true);
     num_computed_.index_copy_(0, req_long_, new_nc_);
-    CK(cudaEventRecord(s.done, stream_));
   }
 
   void sample(std::uint64_t s) {
@@ -202,11 +192,8 @@ class Engine {
     sampled_.mul_(31).add_(iota_).add_(static_cast<int64_t>(s % vocab)).remainder_(static_cast<int64_t>(vocab));
   }
 
-  void sync() const { CK(cudaStreamSynchronize(stream_)); }
-  cudaStream_t stream() const { return stream_; }
-
+  /// Replays the steps on the host and compares (after the device's work is done): "" when equal.
   std::string check() {
-    sync();
     catch_up();
     std::string bad;
     auto cmp = [&](const char* what, const at::Tensor& dev, const auto& want) {
@@ -240,6 +227,52 @@ class Engine {
     while (ref_.steps() < steps_) ref_.step();
   }
 
+  scheduler sched_;
+  reference ref_;  // the host replay that check() compares with
+  std::uint64_t steps_ = 0;
+  at::Tensor dev_;
+  c10::List<std::optional<at::Tensor>> idx_;
+  at::Tensor vals_, req_, req_decode_, accepted_, tokens_prefill_, prefill_, top_k_, temperature_, top_p_, seed_;
+  at::Tensor flat_table_, table_, num_computed_, sampled_, iota_;
+  at::Tensor input_ids_, ids_prefill_, ids_decode_, pos32_, pos_prefill_, positions_, seq_lens_;
+  at::Tensor flat_, blk_, off_, bn_, slot_mapping_, new_nc_, req_long_, one_, cols_, block_;
+};
+
+// The step on CUDA: a ring of pinned slots, each fenced by an event, on the engine's stream.
+class Engine {
+ public:
+  Engine(cudaStream_t stream, int slots) : stream_(stream), ring_(static_cast<size_t>(slots)), step_(torch::kCUDA) {
+    pinned_ = torch::empty({int64_t{slots} * kSlotBytes}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
+    std::memset(pinned_.data_ptr(), 0, pinned_.nbytes());
+    for (int64_t k = 0; k < slots; ++k) {
+      Slot& s = ring_[static_cast<size_t>(k)];
+      s.p = pinned_.data_ptr<uint8_t>() + k * kSlotBytes;
+      s.copied = pinned_.narrow(0, k * kSlotBytes, kCopied);
+      CK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+    }
+    sync();
+  }
+  ~Engine() {
+    cudaStreamSynchronize(stream_);
+    for (Slot& s : ring_) cudaEventDestroy(s.done);
+  }
+
+  void step() {
+    Slot& s = ring_[static_cast<size_t>(next_++ % ring_.size())];
+    CK(cudaEventSynchronize(s.done));  // the slot's last copy has run
+    step_.write(s.p);
+    step_.enqueue(s.copied);
+    CK(cudaEventRecord(s.done, stream_));
+  }
+  void sample(std::uint64_t n) { step_.sample(n); }
+  void sync() const { CK(cudaStreamSynchronize(stream_)); }
+  cudaStream_t stream() const { return stream_; }
+  std::string check() {
+    sync();
+    return step_.check();
+  }
+
+ private:
   struct Slot {
     uint8_t* p = nullptr;        // the slot's pinned bytes, written by the host
     at::Tensor copied;           // its first kCopied bytes, the copy's source
@@ -247,15 +280,9 @@ class Engine {
   };
   cudaStream_t stream_;
   std::vector<Slot> ring_;
-  scheduler sched_;
-  reference ref_;  // the host replay that check() compares with
-  std::uint64_t steps_ = 0;
-  at::Tensor pinned_, dev_;
-  c10::List<std::optional<at::Tensor>> idx_;
-  at::Tensor vals_, req_, req_decode_, accepted_, tokens_prefill_, prefill_, top_k_, temperature_, top_p_, seed_;
-  at::Tensor flat_table_, table_, num_computed_, sampled_, iota_;
-  at::Tensor input_ids_, ids_prefill_, ids_decode_, pos32_, pos_prefill_, positions_, seq_lens_;
-  at::Tensor flat_, blk_, off_, bn_, slot_mapping_, new_nc_, req_long_, one_, cols_, block_;
+  at::Tensor pinned_;
+  Step step_;
+  std::uint64_t next_ = 0;
 };
 
 }  // namespace
