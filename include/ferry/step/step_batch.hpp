@@ -12,6 +12,7 @@
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/memory/staged_view.hpp>
 #include <ferry/policies/detail/select.hpp>
+#include <ferry/policies/epilogue.hpp>
 #include <ferry/policies/growth.hpp>
 #include <ferry/policies/launch.hpp>
 #include <ferry/policies/reuse.hpp>
@@ -20,6 +21,7 @@
 #include <ferry/step/detail/step_handle.hpp>
 #include <ferry/step/detail/step_slots.hpp>
 #include <ferry/step/detail/step_submit.hpp>
+#include <ferry/step/step_context.hpp>
 
 #if defined(__CUDACC__)
 #include <ferry/step/detail/step_kernel.cuh>
@@ -41,22 +43,36 @@ namespace ferry {
 /// A whole engine step in one launch. At setup an engine declares what every step moves:
 /// `add_upload` (a packed array into a device buffer), `add_publish` (an array that kernels read
 /// in place through UVA), `add_writes` (staged row-segment writes into a 2-D target: a
-/// staged_write_tensor or any device matrix view, of any element type) and `add_fill` (a device
+/// staged_write_tensor or any device matrix view, of any element type), `add_gather` (device rows
+/// picked by host indices, or taken from the host: dst[i] = src[idx[i]]) and `add_fill` (a device
 /// destination filled from a device value). Every step then: `begin()` takes the next pinned
-/// slot; the handles write the step's host data straight into it (`span(n)`, `stage_write`);
-/// `submit(stream)` enqueues ONE kernel launch (launch::kernel) or ONE graph replay (launch::graph)
-/// that reads the descriptors and contents through UVA and does all of it, then records its own
-/// completion for ferry's reuse core as its last act (no event record, no query in steady state).
-/// Under launch::graph an engine may replay the step inside its own graph instead:
-/// `submit_with(stream, launch)` hands it the slot's step graph to hold as a child node.
-/// The host backend runs the same plan as one host task, with identical results.
+/// slot; the handles write the step's host data straight into it (`span(n)`, `stage_write`,
+/// `indices(n)`); `submit(stream)` enqueues ONE kernel launch (launch::kernel) or ONE graph replay
+/// (launch::graph: one executable for every step) that reads the descriptors and contents through
+/// UVA and does all of it, runs the epilogue (EpiloguePolicy: a functor deriving inputs on the
+/// device from what landed) and records its own completion for ferry's reuse core as its last act
+/// (no event record, no query in steady state). Under launch::graph an engine may replay the step
+/// inside its own graph instead: `submit_with(stream, launch)` hands it the step graph to hold as
+/// a child node. The host backend runs the same plan as one host task, with identical results.
 ///
 /// Policies (any order, each family at most once): GrowthPolicy (`growth::pow2` default: a step
 /// larger than its slot takes more arena memory for that step, and every slot grows to the
 /// largest step at its next use; `growth::fixed`: the declared maxima are the capacity, beyond
 /// them ferry::capacity_error and nothing is recorded), ReusePolicy (`reuse::event_fenced`
-/// default; `reuse::throw_when_full`; `reuse::caller_fenced`), LaunchPolicy (`launch::kernel` default; `launch::graph`,
-/// which needs growth::fixed: presets::graph_safe), Backend; and the presets.
+/// default; `reuse::throw_when_full`; `reuse::caller_fenced`), LaunchPolicy (`launch::kernel`
+/// default; `launch::graph`, which needs growth::fixed: presets::graph_safe), EpiloguePolicy
+/// (`epilogue::none` default; `epilogue::functor<F>`), Backend; and the presets.
+///
+/// **The epilogue** (epilogue::functor<F>): F is trivially copyable, its state set at plan time
+/// (set_epilogue), and `f(const step_context&)` runs in the step's launch once every upload,
+/// write, gather and fill of the step has landed: on CUDA by every thread of one block (the last
+/// to finish), on the host backend once on the host, so its call operator is FERRY_HOST_DEVICE
+/// for both. Through the context it reads the step's views (step_ref from a handle's ref()) and
+/// the step's number; it may read and write device memory it holds pointers to (per-request
+/// state, a block table, a sampler's output), except what a fill or gather of the same step reads
+/// and what the step's destinations hold (their values are this step's: read them); a publish's
+/// view is pinned host memory: read it, never write it. Kernels after the step on its stream see
+/// what it wrote.
 ///
 /// **Rules.** Destinations of one step are disjoint, except writes into one target: of two
 /// writes that overlap, the one staged later wins. A fill's source must not be written by the
@@ -78,7 +94,7 @@ namespace ferry {
 ///
 /// **Capture safety.** begin(), cancel(), the handles' calls, reserve() and the add_* calls touch no stream
 /// and may run while a stream captures; submit(), submit_with() and record_use() throw
-/// ferry::error on a capturing stream (the graph a replay uses is ferry's own, one per slot).
+/// ferry::error on a capturing stream (the graph a replay uses is ferry's own, one per batch).
 ///
 /// Handles are small values that share the batch's state; they stay valid while it lives (moves
 /// included); once it is destroyed or assigned over, each of their calls throws ferry::error, as
@@ -88,7 +104,7 @@ namespace ferry {
 template <class... Policies>
 class step_batch {
   using policies = detail::policies<
-      detail::type_list<families::growth, families::reuse, families::launch, families::backend>,
+      detail::type_list<families::growth, families::reuse, families::launch, families::backend, families::epilogue>,
       Policies...>;
 
  public:
@@ -96,6 +112,9 @@ class step_batch {
   using growth_policy = typename policies::growth;        ///< Slot growth (GrowthPolicy).
   using reuse_policy = typename policies::reuse;          ///< Who fences slots (ReusePolicy).
   using launch_policy = typename policies::launch;        ///< How a step is submitted.
+  using epilogue_policy = typename policies::epilogue;    ///< What runs after the step's data landed.
+  /// The epilogue's functor type (void: none).
+  using epilogue_type = typename epilogue_policy::functor_type;
 
  private:
   using B = backend_type;
@@ -105,7 +124,10 @@ class step_batch {
                 "ferry: launch::graph replays a graph over fixed slot addresses and needs "
                 "growth::fixed (presets::graph_safe)");
   static constexpr bool graphs = launch_policy::replays_graph && step_ops::graphs;
-  using slots_of = detail::step_slots<B, growth_policy, reuse_policy, graphs>;
+  static_assert(detail::step_epilogue_callable<epilogue_type>(),
+                "ferry: step_batch's epilogue functor must be callable as `f(const ferry::step_context&)` "
+                "on a const functor (FERRY_HOST_DEVICE void operator()(const ferry::step_context&) const)");
+  using slots_of = detail::step_slots<B, growth_policy, reuse_policy, epilogue_type, graphs>;
   using submitter = detail::step_submit<slots_of>;
   using core = typename slots_of::core;
   using handle = detail::step_handle<step_batch, core>;
@@ -137,6 +159,10 @@ class step_batch {
       const auto& r = state("upload").uploads_[i_];
       return {reinterpret_cast<T*>(r.dst), r.limit};
     }
+    /// The epilogue's reference to this upload: destination[0, n) for the step's n.
+    [[nodiscard]] step_ref<T> ref() const {
+      return detail::step_ref_access<T>::make(static_cast<std::uint32_t>(state("upload").uploads_[i_].view));
+    }
   };
 
   /// A UVA publish: each step, `span(n)` is where the host writes n elements (pinned slot
@@ -163,6 +189,45 @@ class step_batch {
       if (r.n != 0 && k.cur_ != none) return detail::stamp_view(v, k.slots_[k.cur_].generation, "step_batch");
 #endif
       return v;
+    }
+    /// The epilogue's reference to this publish: the step's n elements in its slot.
+    [[nodiscard]] step_ref<const T> ref() const {
+      return detail::step_ref_access<const T>::make(static_cast<std::uint32_t>(state("publish").publishes_[i_].view));
+    }
+  };
+
+  /// A gather into a device buffer: each step, `indices(n)` is where the host writes the source
+  /// row of each of dst[0, n); the submit's launch sets dst[i] = src[indices[i]] when it runs
+  /// (stream order: the source may be written by work enqueued before the submit, such as the
+  /// previous step's sampler), or, where indices[i] is ferry::from_host, host_values()[i].
+  template <class T>
+  class gather : public handle {
+    using handle::handle, handle::state, handle::i_;
+
+   public:
+    /// This step's n indices for destination[0, n) (pinned slot memory), uninitialized: write
+    /// every one before submit(), each in [0, source size) or ferry::from_host (checked by
+    /// submit: std::out_of_range, nothing enqueued). A second call in one step replaces the first
+    /// (and its host values). n > destination().size(): std::out_of_range; growth::fixed and
+    /// n > the declared max_n: ferry::capacity_error (nothing changes either way).
+    [[nodiscard]] std::span<std::int32_t> indices(std::size_t n) {
+      return {state("gather").gather_indices(i_, n), n};
+    }
+    /// After indices(n): n host values (pinned slot memory, uninitialized), taken by the rows
+    /// whose index is ferry::from_host; the other rows' values are not read. ferry::error before
+    /// indices() in the step.
+    [[nodiscard]] std::span<T> host_values() {
+      core& k = state("gather");
+      return {reinterpret_cast<T*>(k.gather_values(i_)), k.gathers_[i_].n};
+    }
+    /// The device buffer this gather fills.
+    [[nodiscard]] device_span<T> destination() const {
+      const auto& r = state("gather").gathers_[i_];
+      return {reinterpret_cast<T*>(r.dst), r.limit};
+    }
+    /// The epilogue's reference to this gather: destination[0, n) for the step's n.
+    [[nodiscard]] step_ref<T> ref() const {
+      return detail::step_ref_access<T>::make(static_cast<std::uint32_t>(state("gather").gathers_[i_].view));
     }
   };
 
@@ -230,7 +295,7 @@ class step_batch {
   step_batch(std::size_t slots, std::size_t max_slots, pinned_arena<B>& arena) {
     slots_of::check_counts(slots, max_slots);
     core_ = std::make_shared<core>(slots, max_slots, ops::current_device(), arena);
-    step_ops::preload();
+    step_ops::template preload<epilogue_type>();
   }
   /// Takes over `o`'s slots and plan; handles and views handed out by `o` stay valid (they refer
   /// to the plan, which moves as a whole); `o` is left empty.
@@ -287,6 +352,27 @@ class step_batch {
     return add_writes<T>(tensor.view(), max_writes, max_elements);
   }
 
+  /// Declares a gather of up to `max_n` elements per step into `dst` from `src` (device memory or
+  /// UVA, read by the step's launch: never by the host; no destination of the plan may cover it):
+  /// max_n <= dst.size(), else std::invalid_argument (under growth::fixed max_n is the limit,
+  /// under pow2 a hint). Indices are int32: rows of src beyond 2^31 - 1 are out of reach.
+  template <class T>
+  [[nodiscard]] gather<T> add_gather(device_span<T> dst, device_span<const T> src, std::size_t max_n) {
+    static_assert((detail::check_element<T>(), true));
+    return gather<T>(core_, c().add_gather(reinterpret_cast<std::uintptr_t>(dst.data()), sizeof(T), dst.size(),
+                                           reinterpret_cast<std::uintptr_t>(src.data()), src.size(), max_n));
+  }
+
+  /// Sets the epilogue functor's state (its references, its device pointers) for every step; plan
+  /// time only (ferry::error once the first step began or reserve() was called). Until then the
+  /// epilogue is a value-initialized `epilogue_type`.
+  template <class F = epilogue_type>
+    requires(!std::is_void_v<F> && std::same_as<F, epilogue_type>)
+  void set_epilogue(const F& f) {
+    c().check_planning("set_epilogue");
+    c().epilogue_ = f;
+  }
+
   /// Declares a fill, every step, of every element of `dst` with the value at `device_value`
   /// (device memory or UVA, read by the step's kernel: never by the host; no destination of the
   /// plan may cover it).
@@ -338,34 +424,37 @@ class step_batch {
   /// more than a pinned block holds). Whatever throws has enqueued nothing and leaves the step open
   /// and its data as they were: fix it and submit again, or cancel().
   FERRY_KERNEL_VISIBILITY void submit(stream_ref<B> s) {
-    submitter::submit(c(), s, [&](typename core::slot& sl, const void* table, std::size_t blocks) {
+    core& k = c();
+    submitter::submit(k, s, [&](typename core::slot& sl, const void* table, std::size_t blocks) {
       if constexpr (graphs)
-        step_ops::replay(s, sl.graph);
+        step_ops::replay(s, k.graph_);
       else
-        step_ops::launch(s, table, blocks);
+        step_ops::template launch<epilogue_type>(s, table, blocks, sl.lane, &k.epilogue_);
     });
   }
 
 #if FERRY_HAS_CUDA
   /// launch::graph on CUDA: the step graph as a child of the engine's own graph. Submits the open
   /// step as submit() does, except that the replay is the engine's: `launch(step_graph)` is
-  /// called once with the slot's graph (a cudaGraph_t with the step's one kernel node; each slot
-  /// has its own, fixed for the batch's life) and must enqueue on `s` one launch of an executable
-  /// graph that the engine built with that graph as a child node (cudaGraphAddChildGraphNode),
-  /// or throw having enqueued nothing (the step then stays open). Nodes that read the step's
-  /// uploads, writes or fills depend on the child node; nodes anywhere in that graph may read the
-  /// step's publishes (the next submit stamps them, as for readers on `s`), at the addresses they
-  /// were built with: a slot places a step's contents at the same addresses whenever the step
-  /// asks for the same sizes in the same order. An engine keeps one
-  /// executable per slot graph it is given (a slot inserted while the stream is behind brings a
-  /// new one; `max_slots == slots` keeps the set fixed). `launch` runs while ferry's reuse core
-  /// holds its lock, so that no other point of `s` is made between: it must not call ferry.
-  /// Errors as submit().
+  /// called once with the batch's step graph (a cudaGraph_t with the step's one kernel node, the
+  /// same for every step of the batch's life: the kernel finds the step's table on the device)
+  /// and must enqueue on `s` one launch of an executable graph that the engine built once with
+  /// that graph as a child node (cudaGraphAddChildGraphNode), or throw having enqueued nothing
+  /// (the step then stays open). Every launch of an executable holding the step graph must be
+  /// made here, one per submit, and the steps must run in submit order (one stream, or ordered
+  /// by the engine): the kernel takes the step's table from the batch's device step counter, so
+  /// an extra replay would run a later step's table early. Nodes that read the step's uploads,
+  /// writes, gathers or fills, or what its epilogue writes, depend on the child node; publishes
+  /// live in the slot: a node of the engine's graph reads them through the epilogue (which may
+  /// copy them to device memory) or through a step_ref, not at addresses fixed when the graph
+  /// was built. `launch` runs while ferry's reuse core holds its lock, so that no other point of
+  /// `s` is made between: it must not call ferry. Errors as submit().
   template <class Launch>
     requires(graphs && std::invocable<Launch&, cudaGraph_t>)
   FERRY_KERNEL_VISIBILITY void submit_with(stream_ref<B> s, Launch&& launch) {
-    submitter::submit(c(), s, [&](typename core::slot& sl, const void*, std::size_t) {
-      launch(static_cast<cudaGraph_t>(sl.graph.graph));
+    core& k = c();
+    submitter::submit(k, s, [&](typename core::slot&, const void*, std::size_t) {
+      launch(static_cast<cudaGraph_t>(k.graph_.graph));
     });
   }
 #endif
