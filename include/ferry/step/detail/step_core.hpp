@@ -324,11 +324,16 @@ class step_core {
       const auto& r = gathers_[g];
       if (r.at == nullptr) continue;
       const auto* idx = reinterpret_cast<const std::int32_t*>(r.at + sizeof(gather_record));
-      const auto src_n = static_cast<std::int64_t>(std::min<std::size_t>(r.src_n, INT32_MAX) );
+      const auto src_n = static_cast<std::int64_t>(std::min<std::size_t>(r.src_n, INT32_MAX));
       const std::int32_t lowest = r.has_values ? from_host : 0;
-      for (std::size_t i = 0; i < r.n; ++i)
-        if (idx[i] < lowest || idx[i] >= src_n) [[unlikely]]
-          throw_bad_index(g, i, idx[i], r);
+      std::int32_t lo = 0, hi = 0;  // one pass without branches; the bad row is looked for after
+      for (std::size_t i = 0; i < r.n; ++i) {
+        lo = std::min(lo, idx[i]);
+        hi = std::max(hi, idx[i]);
+      }
+      if (lo < lowest || hi >= src_n) [[unlikely]]
+        for (std::size_t i = 0; i < r.n; ++i)
+          if (idx[i] < lowest || idx[i] >= src_n) throw_bad_index(g, i, idx[i], r);
     }
   }
 
@@ -360,10 +365,14 @@ class step_core {
     T* const out = reinterpret_cast<T*>(place(len * sizeof(T), r.base + dst * sizeof(T)));
     fill(src, out, len);  // a gather may throw: the placed bytes are only unused
     constexpr std::size_t per_chunk = elements_per_chunk<T>;
-    const std::size_t at = r.chunks.size();
-    r.chunks.resize(at + rec::chunks_of(len, per_chunk));  // may throw: nothing recorded
-    rec::split(r.chunks.data() + at, dst, reinterpret_cast<std::uintptr_t>(ops::mapped(out)) / sizeof(T), len,
-               per_chunk);
+    const std::uint64_t from = reinterpret_cast<std::uintptr_t>(ops::mapped(out)) / sizeof(T);
+    if (len <= per_chunk) [[likely]] {
+      r.chunks.push_back({dst, from, static_cast<std::uint32_t>(len), 0});  // may throw: nothing recorded
+    } else {
+      const std::size_t at = r.chunks.size();
+      r.chunks.resize(at + rec::chunks_of(len, per_chunk));  // may throw: nothing recorded
+      rec::split(r.chunks.data() + at, dst, from, len, per_chunk);
+    }
     r.rec.note(row, start, len);
     ++r.writes;
     r.elements += len;
