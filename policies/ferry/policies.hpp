@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ferry/policies/backend.hpp>
+#include <ferry/policies/epilogue.hpp>
 #include <ferry/policies/growth.hpp>
 #include <ferry/policies/launch.hpp>
 #include <ferry/policies/pin.hpp>

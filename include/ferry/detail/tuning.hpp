@@ -58,6 +58,13 @@ static_assert(write_chunk_bytes % (write_block_threads * write_vector_bytes) == 
 /// Scalar loads each thread issues before its stores where source and destination are not
 /// congruent: enough in flight to cover a read through PCIe.
 inline constexpr unsigned write_scalar_loads_in_flight = 8;
+/// Elements of a gather one block of the step kernel moves (4 per thread: the indices' reads
+/// through PCIe overlap).
+inline constexpr std::size_t gather_piece_elements = 4 * write_block_threads;
+/// Device lanes (a launch's arrival count, a batch's step counter) per device, for every
+/// step_batch of the process: a slot in use holds one under launch::kernel, a batch one under
+/// launch::graph.
+inline constexpr std::size_t step_lane_count = 4096;
 /// Staged writes of at least this many bytes get contents congruent to their destination (the
 /// padding costs more than it saves below).
 inline constexpr std::size_t congruence_min_bytes = 64;

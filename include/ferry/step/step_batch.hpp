@@ -20,6 +20,7 @@
 #include <ferry/step/detail/step_handle.hpp>
 #include <ferry/step/detail/step_slots.hpp>
 #include <ferry/step/detail/step_submit.hpp>
+#include <ferry/step/step_context.hpp>
 
 #if defined(__CUDACC__)
 #include <ferry/step/detail/step_kernel.cuh>
@@ -88,7 +89,7 @@ namespace ferry {
 template <class... Policies>
 class step_batch {
   using policies = detail::policies<
-      detail::type_list<families::growth, families::reuse, families::launch, families::backend>,
+      detail::type_list<families::growth, families::reuse, families::launch, families::backend, families::epilogue>,
       Policies...>;
 
  public:
@@ -96,6 +97,9 @@ class step_batch {
   using growth_policy = typename policies::growth;        ///< Slot growth (GrowthPolicy).
   using reuse_policy = typename policies::reuse;          ///< Who fences slots (ReusePolicy).
   using launch_policy = typename policies::launch;        ///< How a step is submitted.
+  using epilogue_policy = typename policies::epilogue;    ///< What runs after the step's data landed.
+  /// The epilogue's functor type (void: none).
+  using epilogue_type = typename epilogue_policy::functor_type;
 
  private:
   using B = backend_type;
@@ -105,7 +109,10 @@ class step_batch {
                 "ferry: launch::graph replays a graph over fixed slot addresses and needs "
                 "growth::fixed (presets::graph_safe)");
   static constexpr bool graphs = launch_policy::replays_graph && step_ops::graphs;
-  using slots_of = detail::step_slots<B, growth_policy, reuse_policy, graphs>;
+  static_assert(detail::step_epilogue_callable<epilogue_type>(),
+                "ferry: step_batch's epilogue functor must be callable as `f(const ferry::step_context&)` "
+                "on a const functor (FERRY_HOST_DEVICE void operator()(const ferry::step_context&) const)");
+  using slots_of = detail::step_slots<B, growth_policy, reuse_policy, epilogue_type, graphs>;
   using submitter = detail::step_submit<slots_of>;
   using core = typename slots_of::core;
   using handle = detail::step_handle<step_batch, core>;
@@ -137,6 +144,10 @@ class step_batch {
       const auto& r = state("upload").uploads_[i_];
       return {reinterpret_cast<T*>(r.dst), r.limit};
     }
+    /// The epilogue's reference to this upload: destination[0, n) for the step's n.
+    [[nodiscard]] step_ref<T> ref() const {
+      return detail::step_ref_access<T>::make(static_cast<std::uint32_t>(state("upload").uploads_[i_].view));
+    }
   };
 
   /// A UVA publish: each step, `span(n)` is where the host writes n elements (pinned slot
@@ -163,6 +174,45 @@ class step_batch {
       if (r.n != 0 && k.cur_ != none) return detail::stamp_view(v, k.slots_[k.cur_].generation, "step_batch");
 #endif
       return v;
+    }
+    /// The epilogue's reference to this publish: the step's n elements in its slot.
+    [[nodiscard]] step_ref<const T> ref() const {
+      return detail::step_ref_access<const T>::make(static_cast<std::uint32_t>(state("publish").publishes_[i_].view));
+    }
+  };
+
+  /// A gather into a device buffer: each step, `indices(n)` is where the host writes the source
+  /// row of each of dst[0, n); the submit's launch sets dst[i] = src[indices[i]] when it runs
+  /// (stream order: the source may be written by work enqueued before the submit, such as the
+  /// previous step's sampler), or, where indices[i] is ferry::from_host, host_values()[i].
+  template <class T>
+  class gather : public handle {
+    using handle::handle, handle::state, handle::i_;
+
+   public:
+    /// This step's n indices for destination[0, n) (pinned slot memory), uninitialized: write
+    /// every one before submit(), each in [0, source size) or ferry::from_host (checked by
+    /// submit: std::out_of_range, nothing enqueued). A second call in one step replaces the first
+    /// (and its host values). n > destination().size(): std::out_of_range; growth::fixed and
+    /// n > the declared max_n: ferry::capacity_error (nothing changes either way).
+    [[nodiscard]] std::span<std::int32_t> indices(std::size_t n) {
+      return {state("gather").gather_indices(i_, n), n};
+    }
+    /// After indices(n): n host values (pinned slot memory, uninitialized), taken by the rows
+    /// whose index is ferry::from_host; the other rows' values are not read. ferry::error before
+    /// indices() in the step.
+    [[nodiscard]] std::span<T> host_values() {
+      core& k = state("gather");
+      return {reinterpret_cast<T*>(k.gather_values(i_)), k.gathers_[i_].n};
+    }
+    /// The device buffer this gather fills.
+    [[nodiscard]] device_span<T> destination() const {
+      const auto& r = state("gather").gathers_[i_];
+      return {reinterpret_cast<T*>(r.dst), r.limit};
+    }
+    /// The epilogue's reference to this gather: destination[0, n) for the step's n.
+    [[nodiscard]] step_ref<T> ref() const {
+      return detail::step_ref_access<T>::make(static_cast<std::uint32_t>(state("gather").gathers_[i_].view));
     }
   };
 
@@ -230,7 +280,7 @@ class step_batch {
   step_batch(std::size_t slots, std::size_t max_slots, pinned_arena<B>& arena) {
     slots_of::check_counts(slots, max_slots);
     core_ = std::make_shared<core>(slots, max_slots, ops::current_device(), arena);
-    step_ops::preload();
+    step_ops::template preload<epilogue_type>();
   }
   /// Takes over `o`'s slots and plan; handles and views handed out by `o` stay valid (they refer
   /// to the plan, which moves as a whole); `o` is left empty.
@@ -287,6 +337,27 @@ class step_batch {
     return add_writes<T>(tensor.view(), max_writes, max_elements);
   }
 
+  /// Declares a gather of up to `max_n` elements per step into `dst` from `src` (device memory or
+  /// UVA, read by the step's launch: never by the host; no destination of the plan may cover it):
+  /// max_n <= dst.size(), else std::invalid_argument (under growth::fixed max_n is the limit,
+  /// under pow2 a hint). Indices are int32: rows of src beyond 2^31 - 1 are out of reach.
+  template <class T>
+  [[nodiscard]] gather<T> add_gather(device_span<T> dst, device_span<const T> src, std::size_t max_n) {
+    static_assert((detail::check_element<T>(), true));
+    return gather<T>(core_, c().add_gather(reinterpret_cast<std::uintptr_t>(dst.data()), sizeof(T), dst.size(),
+                                           reinterpret_cast<std::uintptr_t>(src.data()), src.size(), max_n));
+  }
+
+  /// Sets the epilogue functor's state (its references, its device pointers) for every step; plan
+  /// time only (ferry::error once the first step began or reserve() was called). Until then the
+  /// epilogue is a value-initialized `epilogue_type`.
+  template <class F = epilogue_type>
+    requires(!std::is_void_v<F> && std::same_as<F, epilogue_type>)
+  void set_epilogue(const F& f) {
+    c().check_planning("set_epilogue");
+    c().epilogue_ = f;
+  }
+
   /// Declares a fill, every step, of every element of `dst` with the value at `device_value`
   /// (device memory or UVA, read by the step's kernel: never by the host; no destination of the
   /// plan may cover it).
@@ -338,11 +409,12 @@ class step_batch {
   /// more than a pinned block holds). Whatever throws has enqueued nothing and leaves the step open
   /// and its data as they were: fix it and submit again, or cancel().
   FERRY_KERNEL_VISIBILITY void submit(stream_ref<B> s) {
-    submitter::submit(c(), s, [&](typename core::slot& sl, const void* table, std::size_t blocks) {
+    core& k = c();
+    submitter::submit(k, s, [&](typename core::slot& sl, const void* table, std::size_t blocks) {
       if constexpr (graphs)
-        step_ops::replay(s, sl.graph);
+        step_ops::replay(s, k.graph_);
       else
-        step_ops::launch(s, table, blocks);
+        step_ops::template launch<epilogue_type>(s, table, blocks, sl.lane, &k.epilogue_);
     });
   }
 
@@ -364,8 +436,9 @@ class step_batch {
   template <class Launch>
     requires(graphs && std::invocable<Launch&, cudaGraph_t>)
   FERRY_KERNEL_VISIBILITY void submit_with(stream_ref<B> s, Launch&& launch) {
-    submitter::submit(c(), s, [&](typename core::slot& sl, const void*, std::size_t) {
-      launch(static_cast<cudaGraph_t>(sl.graph.graph));
+    core& k = c();
+    submitter::submit(k, s, [&](typename core::slot&, const void*, std::size_t) {
+      launch(static_cast<cudaGraph_t>(k.graph_.graph));
     });
   }
 #endif

@@ -1,32 +1,47 @@
-// ferry/step/detail/plan.hpp: what a step_batch hands to its kernel. A slot's table block is
+// ferry/step/detail/plan.hpp: what a step_batch hands to its kernel. A step's table is
 //
-//   [ step_header (64 bytes) | chunk_desc[capacity] ]
+//   [ step_header (64 bytes) | chunk_desc[capacity] | step_view_entry[views] | epilogue ]
 //
-// and its contents live in other pinned blocks of the slot, addressed absolutely (UVA), so that
+// and its contents live in the slot's other pinned blocks, addressed absolutely (UVA), so that
 // contents never move while a step is being filled. The descriptors are the write plan's
 // (staged/detail/layout.hpp) over bytes at absolute addresses: block b of the step kernel runs
-// descriptor b, a copy of `count` bytes from `src` to `dst`, or a fill of `count` bytes at `dst`
-// with the `fill`-byte value at `src`. Blocks at or beyond `work` do nothing but finish the
-// kernel mark.
+// descriptor b, a copy of `count` bytes from `src` to `dst`, a fill of `count` bytes at `dst` with
+// the `fill`-byte value at `src`, or (`fill` has gather_flag) a piece of a gather: `count`
+// elements at `dst` from the gather record at `src` (gather_record: the source's address, the host
+// values' address, then the int32 indices). Blocks at or beyond `work` do nothing. The last block
+// of the launch to finish (an arrival count in device memory, one per launch in flight) runs the
+// epilogue with the view entries, then stores the kernel mark.
+//
+// Under launch::graph the table is not passed: one graph executable serves every step, and its
+// kernel finds the step's table on the device, in a ring of tables indexed by the batch's device
+// step counter (step_locator), which the last block advances.
 #pragma once
 
 #include <ferry/backend/detail/timeline.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/config.hpp>
+#include <ferry/detail/tuning.hpp>
 #include <ferry/staged/detail/layout.hpp>
+#include <ferry/step/step_context.hpp>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 namespace ferry::detail {
 
-/// The first 64 bytes of a slot's table block, read by the kernel through UVA: the step's
-/// descriptor count and its kernel mark (written by the host just before each launch or replay).
+/// The first 64 bytes of a step's table, read by the kernel through UVA, written by the host just
+/// before each launch or replay.
 struct alignas(64) step_header {
-  std::uint64_t work;
-  std::uint64_t counter;      // kernel_mark::counter
-  std::uint64_t blocks_done;  // kernel_mark::blocks_done
-  std::uint64_t value;        // kernel_mark::value
+  std::uint64_t work;      // descriptors this step
+  std::uint64_t counter;   // kernel mark: the line's mapped counter (0: none)
+  std::uint64_t value;     // kernel mark: the value stored there
+  std::uint64_t arrivals;  // CUDA: device address of the launch's arrival count
+  std::uint64_t step;      // launch::graph: the batch's step counter's value for this step
+  std::uint64_t views;     // address of the step's view entries (the epilogue's)
+  std::uint64_t epilogue;  // address of the epilogue functor's bytes (the host backend's)
+  std::uint64_t number;    // the step's number: the batch's submits before it
 };
 static_assert(sizeof(step_header) == 64, "the descriptors start 64 bytes into the table block");
 
@@ -34,24 +49,94 @@ inline chunk_desc* step_descs(void* table) noexcept {
   return reinterpret_cast<chunk_desc*>(static_cast<std::byte*>(table) + sizeof(step_header));
 }
 
-/// The step kernel's work on the host backend: every descriptor of the table, in order.
-inline void run_step_now(const void* table) noexcept {
-  run_chunks_now(step_descs(const_cast<void*>(table)), static_cast<const step_header*>(table)->work, 0, 0, 1);
+/// A gather's descriptors have this bit in `fill`, the piece's number above bit 4, and the
+/// element size's log2 in bits 0-3; `count` is the piece's elements.
+inline constexpr std::uint32_t gather_flag = 0x80000000u;
+constexpr std::uint32_t gather_fill(std::size_t piece, std::size_t elem) noexcept {
+  const std::uint32_t log2 = elem == 1 ? 0 : elem == 2 ? 1 : elem == 4 ? 2 : 3;
+  return gather_flag | static_cast<std::uint32_t>(piece << 4) | log2;
+}
+/// The head of a gather's record in the slot: the device source's address and the host values'
+/// (mapped; 0 when none this step), followed by the step's int32 indices.
+struct gather_record {
+  std::uint64_t src;
+  std::uint64_t values;
+};
+static_assert(sizeof(gather_record) == 16, "the indices follow 16 bytes into a gather record");
+
+/// The host's gather piece: `d.count` elements from the record at d.src into d.dst.
+inline void run_gather_now(const chunk_desc& d) noexcept {
+  const auto* rec = reinterpret_cast<const gather_record*>(d.src);
+  const std::size_t elem = std::size_t{1} << (d.fill & 0xfu);
+  const std::size_t first = static_cast<std::size_t>((d.fill & ~gather_flag) >> 4) * gather_piece_elements;
+  const auto* idx = reinterpret_cast<const std::int32_t*>(rec + 1) + first;
+  auto* dst = reinterpret_cast<std::byte*>(d.dst);
+  const auto* src = reinterpret_cast<const std::byte*>(rec->src);
+  const auto* values = reinterpret_cast<const std::byte*>(rec->values) + first * elem;
+  for (std::size_t i = 0; i < d.count; ++i) {
+    const std::int32_t j = idx[i];
+    std::memcpy(dst + i * elem, j >= 0 ? src + static_cast<std::size_t>(j) * elem : values + i * elem, elem);
+  }
 }
 
-/// A slot's graph under launch::graph: the graph (a cudaGraph_t: one kernel node over the slot's
-/// table, what an engine adds as a child node of its own graph) and its executable.
+/// The step kernel's work on the host backend: every descriptor of the table, in order, then the
+/// epilogue (`epilogue`: how to call the functor whose bytes the table holds; null: none).
+inline void run_step_now(const void* table, void (*epilogue)(const void* table)) noexcept {
+  const auto* h = static_cast<const step_header*>(table);
+  const chunk_desc* d = step_descs(const_cast<void*>(table));
+  for (std::uint64_t i = 0; i < h->work; ++i) {
+    if (d[i].fill & gather_flag)
+      run_gather_now(d[i]);
+    else
+      run_chunks_now(d + i, 1, 0, 0, 1);
+  }
+  if (epilogue) epilogue(table);
+}
+
+/// Calls the epilogue F whose bytes the table holds, on the host, as one thread.
+template <class F>
+void call_epilogue_now(const void* table) noexcept {
+  const auto* h = static_cast<const step_header*>(table);
+  F f;
+  std::memcpy(static_cast<void*>(&f), reinterpret_cast<const void*>(h->epilogue), sizeof(F));
+  f(step_context(reinterpret_cast<const step_view_entry*>(h->views), h->number, 0, 1));
+}
+
+/// Where the step kernel finds its table and its lane (step_lane): launch::kernel (`count` 0):
+/// the table at `tables`, the lane of the step's slot; launch::graph: table `c % count` of the
+/// ring at `tables` (`stride` bytes apart), where c is the value of the batch lane's step counter;
+/// the table's header must name step c, else the launch is not a submitted step and does nothing
+/// (the counter stays).
+struct step_locator {
+  std::uint64_t tables;
+  std::uint64_t stride;
+  std::uint64_t count;
+  std::uint64_t lane;
+};
+
+/// A device lane: the arrival count of one launch in flight and (launch::graph) the batch's step
+/// counter. Lanes are taken from a per-device pool, zero at the start; `step` is where the lane's
+/// step counter stands when taken (a lane given back keeps its count).
+struct step_lane {
+  std::uint64_t address = 0;  // device address (0: none, the host backend)
+  std::uint64_t step = 0;
+};
+
+/// A slot's graph under launch::graph: the graph (a cudaGraph_t: one kernel node, what an engine
+/// adds as a child node of its own graph) and its executable.
 struct step_graph {
   void* graph = nullptr;
   void* exec = nullptr;
 };
 
-/// How backend B runs a step table: `preload()`, `launch(stream, table, blocks)` (the step kernel
-/// over `blocks` blocks; `table` is the mapped address), and for launch::graph (`graphs`) the
-/// per-slot graph: `make_graph(table, blocks, device)`, `replay(stream, graph)`,
-/// `destroy_graph(graph)`. Specialized per backend (below; step_kernel.cuh, nvcc only); this
-/// primary template is what a translation unit not built by nvcc gets for CUDA: neither a
-/// construction (which preloads the step kernel) nor a submit compiles.
+/// How backend B runs a step with epilogue F (void: none): `preload<F>()`, `launch<F>(stream,
+/// table, blocks, lane, f)` (the step kernel over `blocks` blocks; `table` is the mapped address), for
+/// launch::graph (`graphs`) the one graph of a batch: `make_graph<F>(locator, blocks, device, f)`,
+/// `replay(stream, graph)`, `destroy_graph(graph)`; and the device lanes (step_lane):
+/// `take_lane(device)`, `give_lane(device, lane)`. Specialized per backend (below;
+/// step_kernel.cuh, nvcc only); this primary template is what a translation unit not built by
+/// nvcc gets for CUDA: neither a construction (which preloads the step kernel) nor a submit
+/// compiles.
 template <class B>
 struct step_ops {
   static constexpr bool graphs = true;
@@ -63,13 +148,13 @@ struct step_ops {
                   "construct it in a translation unit built with nvcc that includes "
                   "<ferry/ferry.cuh>, e.g. a factory function returning the batch.");
   }
-  template <class... Args>
+  template <class F, class... Args>
   static void launch(Args&&...) {
     static_assert(dependent_false<B, Args...>,
                   "ferry: step_batch::submit launches a CUDA kernel: build this translation unit "
                   "with nvcc and include <ferry/ferry.cuh>.");
   }
-  template <class... Args>
+  template <class F, class... Args>
   static step_graph make_graph(Args&&...) {
     static_assert(dependent_false<B, Args...>,
                   "ferry: step_batch with launch::graph builds CUDA graphs: build this translation "
@@ -83,21 +168,33 @@ struct step_ops {
                   "with nvcc and include <ferry/ferry.cuh>.");
   }
   static void destroy_graph(const step_graph&) noexcept {}
+  static step_lane take_lane(int) noexcept { return {}; }
+  static void give_lane(int, const step_lane&) noexcept {}
 };
 
 /// The host backend runs a step table as one host task; launch::graph runs the same way (no
-/// graphs on the host).
+/// graphs on the host), and needs no lanes.
 template <>
 struct step_ops<backend::host> {
   static constexpr bool graphs = false;
+  template <class F>
   static void preload() noexcept {}
   /// The table and contents must stay unmodified until the stream has run the task.
-  static void launch(stream_ref<backend::host> s, const void* table, std::size_t) {
-    enqueue_host(s, [table] { run_step_now(table); });
+  template <class F>
+  static void launch(stream_ref<backend::host> s, const void* table, std::size_t, const step_lane&, const F*) {
+    if constexpr (std::is_void_v<F>)
+      enqueue_host(s, [table] { run_step_now(table, nullptr); });
+    else
+      enqueue_host(s, [table] { run_step_now(table, &call_epilogue_now<F>); });
   }
-  static step_graph make_graph(const void*, std::size_t, int) noexcept { return {}; }
+  template <class F>
+  static step_graph make_graph(const step_locator&, std::size_t, int, const F*) noexcept {
+    return {};
+  }
   static void replay(stream_ref<backend::host>, const step_graph&) noexcept {}
   static void destroy_graph(const step_graph&) noexcept {}
+  static step_lane take_lane(int) noexcept { return {}; }
+  static void give_lane(int, const step_lane&) noexcept {}
 };
 
 }  // namespace ferry::detail

@@ -24,9 +24,13 @@
 #include <ferry/staged/detail/layout.hpp>
 #include <ferry/staged/detail/write_plan.hpp>
 #include <ferry/step/detail/plan.hpp>
+#include <ferry/step/step_context.hpp>
 
 #include <algorithm>
 #include <charconv>
+#include <climits>
+#include <cstring>
+#include <type_traits>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -36,7 +40,10 @@
 
 namespace ferry::detail {
 
-template <class B, bool Fixed, reuse_policy Reuse>
+/// A step_core's epilogue state when it has none.
+struct empty_epilogue {};
+
+template <class B, bool Fixed, reuse_policy Reuse, class Epilogue>
 class step_core {
   using ops = backend_ops<B>;
 
@@ -48,17 +55,17 @@ class step_core {
     std::size_t table_cap = 0;         // descriptors
     pinned_block content;              // bump-allocated contents
     std::vector<pinned_block> extra;   // blocks taken by a step that outgrew `content`
-    step_graph graph;                  // launch::graph: the slot's graph and executable
+    step_lane lane;                    // CUDA, launch::kernel: the device lane of its launches
     [[no_unique_address]] slot_generation generation;  // checked views (FERRY_CHECKED_VIEWS)
   };
   struct upload_rec {
     std::uintptr_t dst;
-    std::size_t elem, limit, max_n;
+    std::size_t elem, limit, max_n, view;
     std::byte* at = nullptr;  // this step's contents (host address) and bytes
     std::size_t bytes = 0, room = 0;
   };
   struct publish_rec {
-    std::size_t elem, max_n;
+    std::size_t elem, max_n, view;
     std::byte* at = nullptr;  // the last step's contents (host address) and elements
     std::size_t n = 0, room = 0;
   };
@@ -68,6 +75,15 @@ class step_core {
     write_recorder rec;              // the target's rows x cols, and the write plan's rules
     std::vector<chunk_desc> chunks;  // dst: element of the target; src: absolute element index
     std::size_t writes = 0, elements = 0;
+  };
+  struct gather_rec {
+    std::uintptr_t dst, src;
+    std::size_t elem, limit, src_n, max_n, view;
+    std::byte* at = nullptr;  // this step's record (gather_record + indices) and elements
+    std::size_t n = 0, room = 0;
+    std::byte* values = nullptr;  // this step's host values (when host_values() was called)
+    std::size_t values_room = 0;
+    bool has_values = false;
   };
   struct fill_rec {
     std::uintptr_t dst, src;
@@ -100,10 +116,13 @@ class step_core {
     };
     for (const auto& u : uploads_) clash("an upload's destination", u.dst, u.limit * u.elem);
     for (const auto& w : writes_) clash("a write target", w.base, w.rec.rows() * w.rec.cols() * w.elem);
+    for (const auto& g : gathers_) clash("a gather's destination", g.dst, g.limit * g.elem);
     for (const auto& f : fills_) clash("a fill's destination", f.dst, f.bytes);
-    if (kind[0] == 'd')
+    if (kind[0] == 'd') {
       for (const auto& f : fills_)
         if (f.publish == none) clash("a fill's device source", f.src, f.elem);
+      for (const auto& g : gathers_) clash("a gather's source", g.src, g.src_n * g.elem);
+    }
   }
 
   /// Room in `w`'s chunk list and resolver for `descs` descriptors (a count the slots' tables
@@ -126,14 +145,16 @@ class step_core {
       throw std::invalid_argument("ferry: step_batch::add_upload: max_n " + std::to_string(max_n) +
                                   " exceeds the destination's " + std::to_string(limit) + " elements");
     check_disjoint("add_upload", "destination", dst, limit * elem);
-    uploads_.push_back({dst, elem, limit, max_n});
+    uploads_.push_back({dst, elem, limit, max_n, views_});
+    ++views_;
     return uploads_.size() - 1;
   }
   /// Declares a publish of up to `max_n` elements of `elem` bytes; its index.
   std::size_t add_publish(std::size_t elem, std::size_t max_n) {
     check_planning("add_publish");
     (void)checked_bytes<capacity_error>(max_n, elem, "a publish");
-    publishes_.push_back({elem, max_n});
+    publishes_.push_back({elem, max_n, views_});
+    ++views_;
     return publishes_.size() - 1;
   }
   /// Declares writes into the rows x cols target of `elem`-byte elements at `base`; its index.
@@ -145,6 +166,23 @@ class step_core {
     check_disjoint("add_writes", "target", base, bytes);
     writes_.push_back({base, elem, max_writes, max_elements, write_recorder(rows, cols), {}, 0, 0});
     return writes_.size() - 1;
+  }
+  /// Declares a gather of up to `max_n` of `limit` elements of `elem` bytes into `dst` from the
+  /// `src_n` elements at `src` (device memory, not written by the step); its index.
+  std::size_t add_gather(std::uintptr_t dst, std::size_t elem, std::size_t limit, std::uintptr_t src,
+                         std::size_t src_n, std::size_t max_n) {
+    check_planning("add_gather");
+    if (max_n > limit)
+      throw std::invalid_argument("ferry: step_batch::add_gather: max_n " + std::to_string(max_n) +
+                                  " exceeds the destination's " + std::to_string(limit) + " elements");
+    (void)checked_bytes<capacity_error>(max_n, sizeof(std::int32_t) + elem, "a gather");
+    check_disjoint("add_gather", "destination", dst, limit * elem);
+    check_disjoint("add_gather", "source", src, src_n * elem);
+    if (limit * elem != 0 && src_n * elem != 0 && src < dst + limit * elem && dst < src + src_n * elem)
+      throw std::invalid_argument("ferry: step_batch::add_gather: the gather's source overlaps its own destination");
+    gathers_.push_back({dst, src, elem, limit, src_n, max_n, views_});
+    ++views_;
+    return gathers_.size() - 1;
   }
   /// Declares a fill of `bytes` at `dst` with the `elem`-byte value at `src` (a device address),
   /// or with element `index` of publish `publish` (not `none`).
@@ -162,6 +200,18 @@ class step_core {
 
   /// Descriptors of `bytes` bytes of copies or fills.
   static std::size_t chunks_of(std::size_t bytes) noexcept { return ceil_div(bytes, write_chunk_bytes); }
+  /// Descriptors of a gather of `n` elements.
+  static std::size_t pieces_of(std::size_t n) noexcept { return ceil_div(n, gather_piece_elements); }
+  /// Bytes of a gather record of `n` indices (checked when the gather is declared).
+  static std::size_t record_bytes(std::size_t n) noexcept { return sizeof(gather_record) + n * sizeof(std::int32_t); }
+
+  /// The bytes of a table of `descs` descriptors: header, descriptors, the view entries, the
+  /// epilogue's bytes (ferry::capacity_error on overflow).
+  [[nodiscard]] std::size_t table_bytes(std::size_t descs) const {
+    const std::size_t d = checked_bytes<capacity_error>(descs, sizeof(chunk_desc), "a step table");
+    return checked_add<capacity_error>(d, sizeof(step_header) + views_ * sizeof(step_view_entry) + 16 + epilogue_room,
+                                       "a step table");
+  }
 
   /// The declared maxima as a table (descriptors) and content (bytes) capacity, before the
   /// GrowthPolicy: every placement may pad by up to 15 bytes, and resolved overlaps make at most
@@ -184,6 +234,12 @@ class step_core {
       add(descs, chunks_of(times(w.max_elements, w.elem)));
       add(bytes, times(w.max_elements, w.elem));
       add(bytes, times(w.max_writes, write_vector_bytes));
+    }
+    for (const auto& g : gathers_) {
+      add(descs, pieces_of(g.max_n));
+      add(bytes, record_bytes(g.max_n));
+      add(bytes, times(g.max_n, g.elem));
+      add(bytes, 2 * write_vector_bytes);
     }
     for (const auto& f : fills_) add(descs, chunks_of(f.bytes));
     return {std::max<std::size_t>(descs, 1), std::max(bytes, pinned_arena<B>::min_block)};
@@ -241,6 +297,57 @@ class step_core {
     r.bytes = bytes;
     return r.at;
   }
+  /// This step's `n` indices for gather `i`: where the host writes them (the record's indices).
+  std::int32_t* gather_indices(std::size_t i, std::size_t n) {
+    auto& r = gathers_[i];
+    check_open("gather::indices");
+    if (n > r.limit)
+      throw std::out_of_range("ferry: step_batch gather of " + std::to_string(n) + " elements into a destination of " +
+                              std::to_string(r.limit));
+    if (Fixed && n > r.max_n)
+      throw capacity_error("ferry: step_batch (growth::fixed): a gather of " + std::to_string(n) +
+                           " elements exceeds its declared max_n of " + std::to_string(r.max_n));
+    const std::size_t bytes = record_bytes(n);  // n <= limit: checked with the plan's bytes
+    if (r.at == nullptr || bytes > r.room) {
+      const std::size_t room = Fixed ? record_bytes(r.max_n) : bytes;
+      r.at = place_again(r.at, r.room, room, 0);
+      r.room = room;
+    }
+    r.n = n;
+    r.has_values = false;
+    return reinterpret_cast<std::int32_t*>(r.at + sizeof(gather_record));
+  }
+  /// This step's host values for gather `i` (its n of indices()), used where an index is
+  /// from_host: where the host writes them.
+  std::byte* gather_values(std::size_t i) {
+    auto& r = gathers_[i];
+    check_open("gather::host_values");
+    if (r.at == nullptr)
+      throw error("ferry: step_batch::gather::host_values: call indices(n) first in this step");
+    const std::size_t bytes = r.n * r.elem;
+    if (r.values == nullptr || bytes > r.values_room) {
+      const std::size_t room = Fixed ? r.max_n * r.elem : bytes;
+      r.values = place_again(r.values, r.values_room, room, 0);
+      r.values_room = room;
+    }
+    r.has_values = true;
+    return r.values;
+  }
+
+  /// std::out_of_range for a gather index outside its source, or from_host without host values.
+  void check_gathers() const {
+    for (std::size_t g = 0; g < gathers_.size(); ++g) {
+      const auto& r = gathers_[g];
+      if (r.at == nullptr) continue;
+      const auto* idx = reinterpret_cast<const std::int32_t*>(r.at + sizeof(gather_record));
+      const auto src_n = static_cast<std::int64_t>(std::min<std::size_t>(r.src_n, INT32_MAX) );
+      const std::int32_t lowest = r.has_values ? from_host : 0;
+      for (std::size_t i = 0; i < r.n; ++i)
+        if (idx[i] < lowest || idx[i] >= src_n) [[unlikely]]
+          throw_bad_index(g, i, idx[i], r);
+    }
+  }
+
   /// This step's `n` elements of `elem` bytes for publish `i`: where the host writes them.
   std::byte* publish_span(std::size_t i, std::size_t n, std::size_t elem) {
     auto& r = publishes_[i];
@@ -308,14 +415,22 @@ class step_core {
       if (p.at) z.bytes += p.n * p.elem + write_vector_bytes;
       z.published |= p.n != 0;
     }
+    for (const auto& g : gathers_) {
+      if (!g.at) continue;
+      z.descs += pieces_of(g.n);
+      z.bytes += record_bytes(g.n) + write_vector_bytes;
+      if (g.has_values) z.bytes += g.n * g.elem + write_vector_bytes;
+    }
     for (const auto& f : fills_) z.descs += chunks_of(f.bytes);
     return z;
   }
 
-  /// Encodes the open step into `s`'s table (room for resolve_and_measure's descriptors): every
-  /// upload, write and fill as the write plan's descriptors over bytes at absolute addresses.
-  void encode(slot& s) {
-    chunk_desc* d = step_descs(s.table.data);
+  /// Encodes the open step, the `number`th (`step`: the device counter's value for it under
+  /// launch::graph), into `table` of `cap` descriptors (room for
+  /// resolve_and_measure's): every upload, write, gather and fill as descriptors over bytes at
+  /// absolute addresses, and the view entries.
+  void encode(std::byte* table, std::size_t cap, std::uint64_t step, std::uint64_t number) {
+    chunk_desc* d = step_descs(table);
     std::size_t n = 0;
     auto put = [&](std::uintptr_t dst, std::uintptr_t src, std::size_t bytes, std::uint32_t fill) {
       for (std::size_t at = 0; at < bytes; at += write_chunk_bytes) {
@@ -323,18 +438,47 @@ class step_core {
         d[n++] = {dst + at, fill ? src : src + at, static_cast<std::uint32_t>(piece), fill};
       }
     };
-    for (const auto& u : uploads_)
-      if (u.bytes) put(u.dst, reinterpret_cast<std::uintptr_t>(ops::mapped(u.at)), u.bytes, 0);
+    auto* views = reinterpret_cast<step_view_entry*>(table + views_at(cap));
+    auto mapped = [](const void* p) { return reinterpret_cast<std::uintptr_t>(ops::mapped(const_cast<void*>(p))); };
+    for (const auto& u : uploads_) {
+      if (u.bytes) put(u.dst, mapped(u.at), u.bytes, 0);
+      views[u.view] = {u.dst, u.bytes / u.elem};
+    }
     for (const auto& w : writes_)
       for (const auto& ch : w.chunks)
         d[n++] = {w.base + ch.dst * w.elem, ch.src * w.elem, static_cast<std::uint32_t>(ch.count * w.elem), 0};
+    for (const auto& g : gathers_) {
+      views[g.view] = {g.dst, g.at ? g.n : 0};
+      if (!g.at || g.n == 0) continue;
+      *reinterpret_cast<gather_record*>(g.at) = {g.src, g.has_values ? mapped(g.values) : 0};
+      for (std::size_t p = 0; p * gather_piece_elements < g.n; ++p) {
+        const std::size_t first = p * gather_piece_elements;
+        d[n++] = {g.dst + first * g.elem, mapped(g.at), static_cast<std::uint32_t>(std::min(gather_piece_elements, g.n - first)),
+                  gather_fill(p, g.elem)};
+      }
+    }
     for (const auto& f : fills_) {
-      const std::uintptr_t src =
-          f.publish == none ? f.src
-                            : reinterpret_cast<std::uintptr_t>(ops::mapped(publishes_[f.publish].at)) + f.index * f.elem;
+      const std::uintptr_t src = f.publish == none ? f.src : mapped(publishes_[f.publish].at) + f.index * f.elem;
       put(f.dst, src, f.bytes, static_cast<std::uint32_t>(f.elem));
     }
-    reinterpret_cast<step_header*>(s.table.data)->work = n;
+    for (const auto& p : publishes_) views[p.view] = {p.at ? mapped(p.at) : 0, p.n};
+    auto* h = reinterpret_cast<step_header*>(table);
+    h->work = n;
+    h->step = step;
+    h->number = number;
+    h->views = mapped(views);
+  }
+
+  /// Prepares a new table of `cap` descriptors: no step yet (launch::graph: a launch that finds
+  /// it does nothing), and the epilogue's bytes where the host backend reads them.
+  void init_table(std::byte* table, std::size_t cap) const noexcept {
+    auto* h = reinterpret_cast<step_header*>(table);
+    *h = {};
+    h->step = ~std::uint64_t{0};
+    if constexpr (!std::is_void_v<Epilogue>) {
+      std::memcpy(table + epilogue_at(cap), static_cast<const void*>(&epilogue_), sizeof(Epilogue));
+      h->epilogue = reinterpret_cast<std::uintptr_t>(table + epilogue_at(cap));
+    }
   }
 
   /// `bytes` of contents for a record that holds `room` bytes at `at` this step (null: none yet),
@@ -354,8 +498,9 @@ class step_core {
 
   /// The records of the open step dropped (begin() starts each step with this; cancel() ends one).
   void clear_step() noexcept {
-    for (auto& u : uploads_) u = {u.dst, u.elem, u.limit, u.max_n};
-    for (auto& p : publishes_) p = {p.elem, p.max_n};
+    for (auto& u : uploads_) u = {u.dst, u.elem, u.limit, u.max_n, u.view};
+    for (auto& p : publishes_) p = {p.elem, p.max_n, p.view};
+    for (auto& g : gathers_) g = {g.dst, g.src, g.elem, g.limit, g.src_n, g.max_n, g.view};
     for (auto& w : writes_) {
       w.chunks.clear();
       w.rec.reset();
@@ -371,7 +516,18 @@ class step_core {
   std::vector<upload_rec> uploads_;
   std::vector<publish_rec> publishes_;
   std::vector<writes_rec> writes_;
+  std::vector<gather_rec> gathers_;
   std::vector<fill_rec> fills_;
+  std::size_t views_ = 0;  // uploads, publishes and gathers: the epilogue's view entries
+  // The epilogue's state (set_epilogue), fixed with the plan.
+  [[no_unique_address]] std::conditional_t<std::is_void_v<Epilogue>, empty_epilogue, Epilogue> epilogue_{};
+  // CUDA: launch::graph's ring of tables (one per step in flight, indexed by the step counter) and
+  // the batch's lane and graph; launch::kernel: each slot's lane.
+  pinned_block tables_;
+  std::size_t table_stride_ = 0;
+  step_lane lane_;
+  step_graph graph_;
+  bool leaked_ = false;  // a slot or table may still be read by a launch: keep the lane and tables
   // The slots, stamped by the step's kernel, the next submit and record_use (the ring keeps the
   // stamps, chooses the warmest free slot and waits when full).
   slot_ring<B, Reuse, slot> slots_;
@@ -393,6 +549,23 @@ class step_core {
     char hex[2 * sizeof(std::uintptr_t)];
     const auto end = std::to_chars(hex, hex + sizeof(hex), at, 16).ptr;
     return "[0x" + std::string(hex, end) + ", +" + std::to_string(bytes) + " bytes)";
+  }
+  static constexpr std::size_t epilogue_room =
+      std::is_void_v<Epilogue> ? 0 : round_up(sizeof(std::conditional_t<std::is_void_v<Epilogue>, char, Epilogue>), 16);
+  [[nodiscard]] std::size_t views_at(std::size_t descs) const noexcept {
+    return sizeof(step_header) + descs * sizeof(chunk_desc);
+  }
+  [[nodiscard]] std::size_t epilogue_at(std::size_t descs) const noexcept {
+    return round_up(views_at(descs) + views_ * sizeof(step_view_entry), 16);
+  }
+  [[noreturn]] FERRY_COLD static void throw_bad_index(std::size_t g, std::size_t i, std::int32_t j, const gather_rec& r) {
+    if (j == from_host)
+      throw std::out_of_range("ferry: step_batch::submit: row " + std::to_string(i) + " of gather " + std::to_string(g) +
+                              " takes its value from the host (ferry::from_host), but host_values() was not "
+                              "called this step");
+    throw std::out_of_range("ferry: step_batch::submit: row " + std::to_string(i) + " of gather " + std::to_string(g) +
+                            " has index " + std::to_string(j) + ", outside its source of " + std::to_string(r.src_n) +
+                            " elements (an index is in [0, size) or ferry::from_host)");
   }
   [[noreturn]] FERRY_COLD static void throw_overlap(const char* what, const char* kind, std::uintptr_t at,
                                                     std::size_t bytes, const char* other, std::uintptr_t o,

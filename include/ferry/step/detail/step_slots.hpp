@@ -9,6 +9,7 @@
 #include <ferry/backend/detail/timeline.hpp>
 #include <ferry/config.hpp>
 #include <ferry/detail/checked.hpp>
+#include <ferry/detail/math.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/policies/growth.hpp>
@@ -24,14 +25,19 @@
 
 namespace ferry::detail {
 
-/// The slots of a step_batch over backend B with GrowthPolicy `Growth`, ReusePolicy `Reuse`, and
-/// (`Graphs`, launch::graph on a backend with graphs) one step graph per slot.
-template <class B, class Growth, reuse_policy Reuse, bool Graphs>
+/// The slots of a step_batch over backend B with GrowthPolicy `Growth`, ReusePolicy `Reuse`,
+/// epilogue `Epilogue` (void: none), and (`Graphs`, launch::graph on a backend with graphs) the
+/// batch's one graph over a ring of tables. Under launch::kernel each slot holds its table (and,
+/// on CUDA, a device lane for its launches); under launch::graph a slot holds only contents, and
+/// the step's table is the ring's entry for the batch's step counter: the ring has one table per
+/// slot the batch may hold (max_slots), since a step's launch is in flight only while its slot
+/// is held, and launches of the one executable run in submit order.
+template <class B, class Growth, reuse_policy Reuse, class Epilogue, bool Graphs>
 struct step_slots {
   using growth = Growth;
   static constexpr bool fixed = Growth::stable_addresses;
   static constexpr bool graphs = Graphs;
-  using core = step_core<B, fixed, Reuse>;
+  using core = step_core<B, fixed, Reuse, Epilogue>;
   using slot = typename core::slot;
   using ops = backend_ops<B>;
   using step_ops = detail::step_ops<B>;
@@ -49,13 +55,6 @@ struct step_slots {
     if (slots > max_slots)
       throw std::invalid_argument("ferry: step_batch slots (" + std::to_string(slots) +
                                   ") exceeds max_slots (" + std::to_string(max_slots) + ")");
-  }
-
-  /// The bytes of a table block of `descs` descriptors (ferry::capacity_error on overflow).
-  static std::size_t table_bytes(std::size_t descs) {
-    return checked_add<capacity_error>(
-        sizeof(step_header), checked_bytes<capacity_error>(descs, sizeof(chunk_desc), "a step table"),
-        "a step table");
   }
 
   /// The plan's capacity (step_core::declared_capacity): the limits under growth::fixed, the
@@ -81,9 +80,11 @@ struct step_slots {
       // The pinned slots first: the arena (its cap, its largest block) refuses a plan no slot can
       // hold. Only then each target's host memory, bounded by the descriptors a slot now holds.
       for (std::size_t i = 0; i < k.initial_slots_; ++i) k.slots_.push_back(make(k));
+      if constexpr (Graphs) make_graph(k);
       for (auto& w : k.writes_) k.reserve_writes(w, table, "step_batch::reserve");
     } catch (...) {
       release_all(k);  // the plan is not fixed: a later reserve() or begin() starts over
+      release_graph(k);
       k.want_table_ = k.want_content_ = 0;
       throw;
     }
@@ -144,20 +145,51 @@ struct step_slots {
     k.open_ = false;
   }
 
-  /// A new slot at the wanted capacities (with its graph under launch::graph); nothing is kept
-  /// if it throws.
+  /// A new slot at the wanted capacities (launch::kernel: with its table and lane); nothing is
+  /// kept if it throws.
   static slot make(core& k) {
     slot s;
     try {
-      s.table = k.arena_->acquire(table_bytes(k.want_table_));
-      s.table_cap = k.want_table_;
+      if constexpr (!Graphs) {
+        s.table = k.arena_->acquire(k.table_bytes(k.want_table_));
+        s.table_cap = k.want_table_;
+        k.init_table(s.table.data, s.table_cap);
+        s.lane = step_ops::take_lane(k.device_);
+      }
       s.content = k.arena_->acquire(k.want_content_);
-      if constexpr (Graphs) s.graph = step_ops::make_graph(ops::mapped(s.table.data), s.table_cap, k.device_);
     } catch (...) {
       release(k, s);
       throw;
     }
     return s;
+  }
+
+  /// launch::graph: the ring of tables (one per slot the batch may hold), the batch's lane and its
+  /// one graph over them; release_graph() gives back what was made if it throws.
+  static void make_graph(core& k) {
+    const std::size_t count = k.slots_.max_slots();
+    k.table_stride_ = round_up(k.table_bytes(k.want_table_), 64);
+    k.tables_ = k.arena_->acquire(checked_bytes<capacity_error>(count, k.table_stride_, "step_batch's tables"));
+    for (std::size_t i = 0; i < count; ++i) k.init_table(k.tables_.data + i * k.table_stride_, k.want_table_);
+    k.lane_ = step_ops::take_lane(k.device_);
+    const step_locator at{reinterpret_cast<std::uintptr_t>(ops::mapped(k.tables_.data)), k.table_stride_, count,
+                          k.lane_.address};
+    k.graph_ = step_ops::template make_graph<Epilogue>(at, k.want_table_, k.device_, &k.epilogue_);
+  }
+  /// The table and lane of the open step, the `number`th: launch::graph: the ring's table for the
+  /// step counter's value; launch::kernel: the slot's.
+  static std::byte* table_of(core& k, slot& s, std::uint64_t& step) noexcept {
+    if constexpr (Graphs) {
+      step = k.lane_.step + k.steps_;
+      return k.tables_.data + (step % k.slots_.max_slots()) * k.table_stride_;
+    } else {
+      step = 0;
+      return s.table.data;
+    }
+  }
+  /// The descriptors a step's table holds.
+  static std::size_t table_capacity(const core& k, const slot& s) noexcept {
+    return Graphs ? k.want_table_ : s.table_cap;
   }
 
   /// growth::pow2: a slot coming into use takes the sizes of the largest step so far, in one block
@@ -174,7 +206,8 @@ struct step_slots {
   }
   /// The slot's table at `descs` descriptors; nothing changes if it throws.
   static void regrow_table(core& k, slot& s, std::size_t descs) {
-    const pinned_block b = k.arena_->acquire(table_bytes(descs));
+    const pinned_block b = k.arena_->acquire(k.table_bytes(descs));
+    k.init_table(b.data, descs);
     k.arena_->release(s.table);
     s.table = b;
     s.table_cap = descs;
@@ -202,15 +235,36 @@ struct step_slots {
   static void release(core& k, slot& s) noexcept {
     auto& arena = *k.arena_;
     destructor_guard([&] {
-      if constexpr (Graphs) step_ops::destroy_graph(s.graph);
+      if (s.lane.address) step_ops::give_lane(k.device_, s.lane);
       if (s.table) arena.release(s.table);
       if (s.content) arena.release(s.content);
       for (const auto& e : s.extra) arena.release(e);
     });
     s = {};
   }
+  /// Gives every slot back once its stamps have passed; a slot that cannot be waited for is
+  /// leaked, and with it (launch::graph) the tables and lane its step may still use.
   static void release_all(core& k) noexcept {
-    k.slots_.release([&](slot& s) { release(k, s); });
+    std::size_t given = 0;
+    const std::size_t held = k.slots_.size();
+    k.slots_.release([&](slot& s) {
+      release(k, s);
+      ++given;
+    });
+    if (given != held) k.leaked_ = true;
+  }
+  /// launch::graph: the graph destroyed, and (unless a launch may still use them) the tables and
+  /// lane given back, the lane's step counter where the batch's submits left it.
+  static void release_graph(core& k) noexcept {
+    destructor_guard([&] {
+      step_ops::destroy_graph(k.graph_);
+      k.graph_ = {};
+      if (k.leaked_) return;
+      if (k.lane_.address) step_ops::give_lane(k.device_, {k.lane_.address, k.lane_.step + k.steps_});
+      if (k.tables_) k.arena_->release(k.tables_);
+    });
+    k.lane_ = {};
+    k.tables_ = {};
   }
 
   /// The batch's end (destruction, or an assignment over it): its handles end, its open step is
@@ -222,6 +276,7 @@ struct step_slots {
     k.open_ = false;
     if (k.prev_published_) destructor_guard([&] { ops::synchronize_device(k.device_); });
     release_all(k);
+    if constexpr (Graphs) release_graph(k);
   }
 };
 

@@ -28,8 +28,8 @@ struct step_submit {
   using slot = typename Slots::slot;
   static constexpr std::size_t none = Slots::none;
 
-  /// submit()'s work around `enqueue(slot, table, blocks)`, which launches the step's kernel or a
-  /// graph holding it under the reuse core's lock. Everything that can throw (the checks, the
+  /// submit()'s work around `enqueue(slot, table, blocks)`, which launches the step's kernel over
+  /// `blocks` blocks (at least one) or the graph holding it, under the reuse core's lock. Everything that can throw (the checks, the
   /// GrowthPolicy's answers, a table regrown, room for the stamps) comes before the enqueue, so
   /// that a submit that throws has enqueued nothing and leaves the step open; after it nothing
   /// throws, except the marking itself, which then abandons what the step reads (abandon()).
@@ -39,12 +39,14 @@ struct step_submit {
     k.check_open("submit");
     auto& sl = k.slots_[k.cur_];
     check_fills(k);
+    k.check_gathers();
     const auto z = k.resolve_and_measure();
     const std::size_t n = z.descs;
-    if (n > sl.table_cap) {
+    if (n > Slots::table_capacity(k, sl)) {
       if constexpr (Slots::fixed) {
         throw capacity_error("ferry: step_batch (growth::fixed): the step needs " + std::to_string(n) +
-                             " descriptors, more than the " + std::to_string(sl.table_cap) + " of its slot");
+                             " descriptors, more than the " + std::to_string(Slots::table_capacity(k, sl)) +
+                             " of its table");
       } else {
         const std::size_t want = std::max(k.want_table_, grown_capacity<typename Slots::growth>(n, sl.table_cap));
         Slots::regrow_table(k, sl, want);  // nothing changes if it throws
@@ -59,16 +61,17 @@ struct step_submit {
     k.slots_.reserve_stamp(k.cur_);
     const bool stamps_prev = k.prev_ != none && k.prev_ != k.cur_;
     if (stamps_prev) k.slots_.reserve_stamp(k.prev_);
-    k.encode(sl);
-    auto* header = reinterpret_cast<step_header*>(sl.table.data);
-    const void* table = backend_ops<B>::mapped(sl.table.data);
-    const std::size_t blocks = Slots::graphs ? sl.table_cap : std::max<std::size_t>(n, 1);
+    std::uint64_t step = 0;
+    std::byte* const at = Slots::table_of(k, sl, step);
+    k.encode(at, Slots::table_capacity(k, sl), step, k.steps_);
+    auto* header = reinterpret_cast<step_header*>(at);
+    const void* table = backend_ops<B>::mapped(at);
+    const std::size_t blocks = std::max<std::size_t>(n, 1);
     bool enqueued = false;
     stamp st;
     try {
       st = shared_timeline<B>().mark_with(s, [&](const kernel_mark& m) {
         header->counter = reinterpret_cast<std::uintptr_t>(m.counter);
-        header->blocks_done = reinterpret_cast<std::uintptr_t>(m.blocks_done);
         header->value = m.value;
         enqueue(sl, table, blocks);
         enqueued = true;
@@ -116,6 +119,7 @@ struct step_submit {
       if (i != none) (void)k.slots_.abandon(i);
     k.cur_ = k.prev_ = none;
     k.prev_published_ = false;
+    k.leaked_ = true;
     k.open_ = false;
     ++k.steps_;
   }

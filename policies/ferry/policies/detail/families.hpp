@@ -1,4 +1,4 @@
-// ferry/policies/detail/families.hpp: the seven policy families and how a type names its family.
+// ferry/policies/detail/families.hpp: the eight policy families and how a type names its family.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +16,7 @@ struct pin;
 struct reuse;
 struct backend;
 struct launch;
+struct epilogue;
 
 }  // namespace ferry::families
 
@@ -26,7 +27,8 @@ struct type_list {};
 
 /// Every policy family, in the order diagnostics list them.
 using all_families = type_list<families::target_kind, families::staging, families::growth,
-                               families::pin, families::reuse, families::backend, families::launch>;
+                               families::pin, families::reuse, families::backend, families::launch,
+                               families::epilogue>;
 
 template <class T>
 concept policy_tag = requires { typename T::ferry_policy_family; };

@@ -110,8 +110,8 @@ struct policies<type_list<Used...>, Ps...> {
 
   static_assert(names_known_families<explicit_tags> && names_known_families<bundle_tags>,
                 "ferry: a policy's `ferry_policy_family` names no ferry policy family; name one "
-                "of ferry::families::target_kind, staging, growth, pin, reuse, backend or "
-                "launch.");
+                "of ferry::families::target_kind, staging, growth, pin, reuse, backend, "
+                "launch or epilogue.");
 
   template <class F>
   static constexpr std::size_t given = count_in<F, explicit_tags>::value;
@@ -139,6 +139,9 @@ struct policies<type_list<Used...>, Ps...> {
   static_assert(given<families::launch> <= 1,
                 "ferry: the LaunchPolicy policy family is given more than once; give each policy "
                 "family at most once.");
+  static_assert(given<families::epilogue> <= 1,
+                "ferry: the EpiloguePolicy policy family is given more than once; give each policy "
+                "family at most once.");
 
   static_assert(usable<families::target_kind>,
                 "ferry: this component does not use the TargetKind policy family; remove the "
@@ -162,6 +165,9 @@ struct policies<type_list<Used...>, Ps...> {
   static_assert(usable<families::launch>,
                 "ferry: this component does not use the LaunchPolicy policy family; remove the "
                 "ferry::launch tag (LaunchPolicy is for step_batch).");
+  static_assert(usable<families::epilogue>,
+                "ferry: this component does not use the EpiloguePolicy policy family; remove the "
+                "ferry::epilogue tag (EpiloguePolicy is for step_batch).");
 
   template <class F>
   struct pick {
@@ -187,6 +193,7 @@ struct policies<type_list<Used...>, Ps...> {
   using reuse = get<families::reuse>;
   using backend = get<families::backend>;
   using launch = get<families::launch>;
+  using epilogue = get<families::epilogue>;
 };
 
 }  // namespace ferry::detail
