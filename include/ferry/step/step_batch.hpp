@@ -12,6 +12,7 @@
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/memory/staged_view.hpp>
 #include <ferry/policies/detail/select.hpp>
+#include <ferry/policies/epilogue.hpp>
 #include <ferry/policies/growth.hpp>
 #include <ferry/policies/launch.hpp>
 #include <ferry/policies/reuse.hpp>
@@ -42,22 +43,36 @@ namespace ferry {
 /// A whole engine step in one launch. At setup an engine declares what every step moves:
 /// `add_upload` (a packed array into a device buffer), `add_publish` (an array that kernels read
 /// in place through UVA), `add_writes` (staged row-segment writes into a 2-D target: a
-/// staged_write_tensor or any device matrix view, of any element type) and `add_fill` (a device
+/// staged_write_tensor or any device matrix view, of any element type), `add_gather` (device rows
+/// picked by host indices, or taken from the host: dst[i] = src[idx[i]]) and `add_fill` (a device
 /// destination filled from a device value). Every step then: `begin()` takes the next pinned
-/// slot; the handles write the step's host data straight into it (`span(n)`, `stage_write`);
-/// `submit(stream)` enqueues ONE kernel launch (launch::kernel) or ONE graph replay (launch::graph)
-/// that reads the descriptors and contents through UVA and does all of it, then records its own
-/// completion for ferry's reuse core as its last act (no event record, no query in steady state).
-/// Under launch::graph an engine may replay the step inside its own graph instead:
-/// `submit_with(stream, launch)` hands it the slot's step graph to hold as a child node.
-/// The host backend runs the same plan as one host task, with identical results.
+/// slot; the handles write the step's host data straight into it (`span(n)`, `stage_write`,
+/// `indices(n)`); `submit(stream)` enqueues ONE kernel launch (launch::kernel) or ONE graph replay
+/// (launch::graph: one executable for every step) that reads the descriptors and contents through
+/// UVA and does all of it, runs the epilogue (EpiloguePolicy: a functor deriving inputs on the
+/// device from what landed) and records its own completion for ferry's reuse core as its last act
+/// (no event record, no query in steady state). Under launch::graph an engine may replay the step
+/// inside its own graph instead: `submit_with(stream, launch)` hands it the step graph to hold as
+/// a child node. The host backend runs the same plan as one host task, with identical results.
 ///
 /// Policies (any order, each family at most once): GrowthPolicy (`growth::pow2` default: a step
 /// larger than its slot takes more arena memory for that step, and every slot grows to the
 /// largest step at its next use; `growth::fixed`: the declared maxima are the capacity, beyond
 /// them ferry::capacity_error and nothing is recorded), ReusePolicy (`reuse::event_fenced`
-/// default; `reuse::throw_when_full`; `reuse::caller_fenced`), LaunchPolicy (`launch::kernel` default; `launch::graph`,
-/// which needs growth::fixed: presets::graph_safe), Backend; and the presets.
+/// default; `reuse::throw_when_full`; `reuse::caller_fenced`), LaunchPolicy (`launch::kernel`
+/// default; `launch::graph`, which needs growth::fixed: presets::graph_safe), EpiloguePolicy
+/// (`epilogue::none` default; `epilogue::functor<F>`), Backend; and the presets.
+///
+/// **The epilogue** (epilogue::functor<F>): F is trivially copyable, its state set at plan time
+/// (set_epilogue), and `f(const step_context&)` runs in the step's launch once every upload,
+/// write, gather and fill of the step has landed: on CUDA by every thread of one block (the last
+/// to finish), on the host backend once on the host, so its call operator is FERRY_HOST_DEVICE
+/// for both. Through the context it reads the step's views (step_ref from a handle's ref()) and
+/// the step's number; it may read and write device memory it holds pointers to (per-request
+/// state, a block table, a sampler's output), except what a fill or gather of the same step reads
+/// and what the step's destinations hold (their values are this step's: read them); a publish's
+/// view is pinned host memory: read it, never write it. Kernels after the step on its stream see
+/// what it wrote.
 ///
 /// **Rules.** Destinations of one step are disjoint, except writes into one target: of two
 /// writes that overlap, the one staged later wins. A fill's source must not be written by the
@@ -79,7 +94,7 @@ namespace ferry {
 ///
 /// **Capture safety.** begin(), cancel(), the handles' calls, reserve() and the add_* calls touch no stream
 /// and may run while a stream captures; submit(), submit_with() and record_use() throw
-/// ferry::error on a capturing stream (the graph a replay uses is ferry's own, one per slot).
+/// ferry::error on a capturing stream (the graph a replay uses is ferry's own, one per batch).
 ///
 /// Handles are small values that share the batch's state; they stay valid while it lives (moves
 /// included); once it is destroyed or assigned over, each of their calls throws ferry::error, as
@@ -421,18 +436,19 @@ class step_batch {
 #if FERRY_HAS_CUDA
   /// launch::graph on CUDA: the step graph as a child of the engine's own graph. Submits the open
   /// step as submit() does, except that the replay is the engine's: `launch(step_graph)` is
-  /// called once with the slot's graph (a cudaGraph_t with the step's one kernel node; each slot
-  /// has its own, fixed for the batch's life) and must enqueue on `s` one launch of an executable
-  /// graph that the engine built with that graph as a child node (cudaGraphAddChildGraphNode),
-  /// or throw having enqueued nothing (the step then stays open). Nodes that read the step's
-  /// uploads, writes or fills depend on the child node; nodes anywhere in that graph may read the
-  /// step's publishes (the next submit stamps them, as for readers on `s`), at the addresses they
-  /// were built with: a slot places a step's contents at the same addresses whenever the step
-  /// asks for the same sizes in the same order. An engine keeps one
-  /// executable per slot graph it is given (a slot inserted while the stream is behind brings a
-  /// new one; `max_slots == slots` keeps the set fixed). `launch` runs while ferry's reuse core
-  /// holds its lock, so that no other point of `s` is made between: it must not call ferry.
-  /// Errors as submit().
+  /// called once with the batch's step graph (a cudaGraph_t with the step's one kernel node, the
+  /// same for every step of the batch's life: the kernel finds the step's table on the device)
+  /// and must enqueue on `s` one launch of an executable graph that the engine built once with
+  /// that graph as a child node (cudaGraphAddChildGraphNode), or throw having enqueued nothing
+  /// (the step then stays open). Every launch of an executable holding the step graph must be
+  /// made here, one per submit, and the steps must run in submit order (one stream, or ordered
+  /// by the engine): the kernel takes the step's table from the batch's device step counter, so
+  /// an extra replay would run a later step's table early. Nodes that read the step's uploads,
+  /// writes, gathers or fills, or what its epilogue writes, depend on the child node; publishes
+  /// live in the slot: a node of the engine's graph reads them through the epilogue (which may
+  /// copy them to device memory) or through a step_ref, not at addresses fixed when the graph
+  /// was built. `launch` runs while ferry's reuse core holds its lock, so that no other point of
+  /// `s` is made between: it must not call ferry. Errors as submit().
   template <class Launch>
     requires(graphs && std::invocable<Launch&, cudaGraph_t>)
   FERRY_KERNEL_VISIBILITY void submit_with(stream_ref<B> s, Launch&& launch) {

@@ -10,8 +10,8 @@ namespace ferry {
 
 /// A LaunchPolicy: declares `using ferry_policy_family = ferry::families::launch;` and provides
 /// `static constexpr bool replays_graph`: false when a step is submitted as one kernel launch,
-/// true when it is the replay of one CUDA graph per slot (captured once, so later steps pay one
-/// graph launch whatever the number of kernels).
+/// true when it is the replay of one CUDA graph executable for every step (built once, so later
+/// steps pay one graph launch whatever the number of kernels).
 template <class P>
 concept launch_policy = detail::models_family<P, families::launch>;
 
@@ -25,7 +25,7 @@ struct kernel {
   static constexpr bool replays_graph = false;    ///< One kernel launch per step.
 };
 
-/// A step is the replay of one CUDA graph per slot.
+/// A step is the replay of the batch's one CUDA graph executable.
 struct graph {
   using ferry_policy_family = families::launch;  ///< Names the LaunchPolicy family.
   static constexpr bool replays_graph = true;     ///< One graph launch per step.

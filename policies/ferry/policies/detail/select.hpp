@@ -6,6 +6,7 @@
 
 #include <ferry/policies/backend.hpp>
 #include <ferry/policies/detail/families.hpp>
+#include <ferry/policies/epilogue.hpp>
 #include <ferry/policies/growth.hpp>
 #include <ferry/policies/launch.hpp>
 #include <ferry/policies/pin.hpp>
