@@ -581,6 +581,12 @@ TEMPLATE_TEST_CASE("step_engine: a gather index out of bounds, or a row from the
     auto idx = h.g.indices(n);
     for (auto& x : idx) x = static_cast<std::int32_t>(h.rng() % H::src_n);
     idx[at] = bad[c];
+    // host values given for a bad index: only ferry::from_host (-1) takes them, never another negative
+    std::vector<std::int64_t> hv;
+    if (bad[c] != ferry::from_host) {
+      hv = random_bits<std::int64_t>(n, h.rng);
+      std::copy(hv.begin(), hv.end(), h.g.host_values().begin());
+    }
     const auto up = random_bits<std::int64_t>(n, h.rng);
     std::copy(up.begin(), up.end(), h.u.span(n).begin());
     const auto pub = random_bits<std::int64_t>(n, h.rng);
@@ -597,7 +603,6 @@ TEMPLATE_TEST_CASE("step_engine: a gather index out of bounds, or a row from the
     CHECK(h.stamp(steps) == 0);  // nothing ran for the refused step
     h.check(0);
     if (fix) {
-      std::vector<std::int64_t> hv;
       if (bad[c] == ferry::from_host) {
         hv = random_bits<std::int64_t>(n, h.rng);
         std::copy(hv.begin(), hv.end(), h.g.host_values().begin());
