@@ -22,6 +22,7 @@
 #include <ferry/step/detail/step_slots.hpp>
 #include <ferry/step/detail/step_submit.hpp>
 #include <ferry/step/step_context.hpp>
+#include <ferry/step/step_handles.hpp>
 
 #if defined(__CUDACC__)
 #include <ferry/step/detail/step_kernel.cuh>
@@ -40,67 +41,39 @@
 
 namespace ferry {
 
-/// A whole engine step in one launch. At setup an engine declares what every step moves:
-/// `add_upload` (a packed array into a device buffer), `add_publish` (an array that kernels read
-/// in place through UVA), `add_writes` (staged row-segment writes into a 2-D target: a
-/// staged_write_tensor or any device matrix view, of any element type), `add_gather` (device rows
-/// picked by host indices, or taken from the host: dst[i] = src[idx[i]]) and `add_fill` (a device
-/// destination filled from a device value). Every step then: `begin()` takes the next pinned
-/// slot; the handles write the step's host data straight into it (`span(n)`, `stage_write`,
-/// `indices(n)`); `submit(stream)` enqueues ONE kernel launch (launch::kernel) or ONE graph replay
-/// (launch::graph: one executable for every step) that reads the descriptors and contents through
-/// UVA and does all of it, runs the epilogue (EpiloguePolicy: a functor deriving inputs on the
-/// device from what landed) and records its own completion for ferry's reuse core as its last act
-/// (no event record, no query in steady state). Under launch::graph an engine may replay the step
-/// inside its own graph instead: `submit_with(stream, launch)` hands it the step graph to hold as
-/// a child node. The host backend runs the same plan as one host task, with identical results.
+/// A whole engine step in one launch (docs/step_batch.md). At setup an engine declares what every
+/// step moves: `add_upload` (a packed array into a device buffer), `add_publish` (an array kernels
+/// read in place through UVA), `add_writes` (staged row-segment writes into a 2-D target),
+/// `add_gather` (dst[i] = src[idx[i]] from device memory, or a host value) and `add_fill` (a device
+/// destination filled from a device value). Every step: `begin()` takes a free pinned slot; the
+/// handles write the step's host data straight into it; `submit(stream)` enqueues ONE kernel launch
+/// (launch::kernel) or ONE replay of the batch's one graph executable (launch::graph) that does
+/// all of it, runs the epilogue (EpiloguePolicy: a functor deriving inputs on the device from
+/// what landed) and, as its last act, records its completion for ferry's reuse core (no event,
+/// no query in steady state). `submit_with` lets an engine replay the step inside its own graph.
+/// The host backend runs the same plan as one host task, with identical results.
 ///
-/// Policies (any order, each family at most once): GrowthPolicy (`growth::pow2` default: a step
-/// larger than its slot takes more arena memory for that step, and every slot grows to the
-/// largest step at its next use; `growth::fixed`: the declared maxima are the capacity, beyond
-/// them ferry::capacity_error and nothing is recorded), ReusePolicy (`reuse::event_fenced`
+/// Policies (any order, each family at most once): GrowthPolicy (`growth::pow2` default;
+/// `growth::fixed`: the declared maxima are the capacity), ReusePolicy (`reuse::event_fenced`
 /// default; `reuse::throw_when_full`; `reuse::caller_fenced`), LaunchPolicy (`launch::kernel`
-/// default; `launch::graph`, which needs growth::fixed: presets::graph_safe), EpiloguePolicy
-/// (`epilogue::none` default; `epilogue::functor<F>`), Backend; and the presets.
+/// default; `launch::graph`, which needs growth::fixed), EpiloguePolicy (`epilogue::none`
+/// default; `epilogue::functor<F>`: F's `FERRY_HOST_DEVICE operator()(const step_context&) const`
+/// runs after every upload, write, gather and fill of the step has landed, on CUDA by every thread
+/// of the launch's last block, on the host backend once), Backend; and the presets.
 ///
-/// **The epilogue** (epilogue::functor<F>): F is trivially copyable, its state set at plan time
-/// (set_epilogue), and `f(const step_context&)` runs in the step's launch once every upload,
-/// write, gather and fill of the step has landed: on CUDA by every thread of one block (the last
-/// to finish), on the host backend once on the host, so its call operator is FERRY_HOST_DEVICE
-/// for both. Through the context it reads the step's views (step_ref from a handle's ref()) and
-/// the step's number; it may read and write device memory it holds pointers to (per-request
-/// state, a block table, a sampler's output), except what a fill or gather of the same step reads
-/// and what the step's destinations hold (their values are this step's: read them); a publish's
-/// view is pinned host memory: read it, never write it. Kernels after the step on its stream see
-/// what it wrote.
-///
-/// **Rules.** Destinations of one step are disjoint, except writes into one target: of two
-/// writes that overlap, the one staged later wins. A fill's source must not be written by the
-/// same step (it may be an element of this step's publish). Both are checked at setup: an add_*
-/// call whose destination (or fill source) overlaps one declared before throws
-/// std::invalid_argument naming both byte ranges. Uploads and writes land in memory
-/// the engine owns; a published view lives in the slot: **it stays valid for work enqueued on the
-/// submit's stream before the next submit** (work on another stream: record_use(stream) before
-/// the next submit). Under event_fenced a slot is rewritten only once its kernel and the readers
-/// of its publishes have passed; when the next slot is still in use, begin() takes the one after
-/// it if that is free, else inserts a new slot (up to max_slots) without blocking; when the batch
-/// already holds max_slots, the ring is full and the ReusePolicy decides: `reuse::event_fenced`
-/// waits for the next slot to pass (back-pressure: the host runs at most max_slots - 1 steps
-/// ahead; the wait is a synchronization, counted in backend_stats_of and by sync_guard),
-/// `reuse::throw_when_full` throws ferry::capacity_error. While the stream keeps up, begin() takes the slot of
-/// the step before the last once it has passed, so that the host writes into warm memory.
-/// Under caller_fenced nothing is checked: the caller makes sure a slot's step and readers are
-/// done `slots` steps later.
-///
-/// **Capture safety.** begin(), cancel(), the handles' calls, reserve() and the add_* calls touch no stream
-/// and may run while a stream captures; submit(), submit_with() and record_use() throw
-/// ferry::error on a capturing stream (the graph a replay uses is ferry's own, one per batch).
-///
-/// Handles are small values that share the batch's state; they stay valid while it lives (moves
-/// included); once it is destroyed or assigned over, each of their calls throws ferry::error, as
-/// on an empty handle. Destruction waits for the batch's kernels and for the readers of the last step's
-/// publishes (the device, as freeing memory does: their streams may be gone). Move-only; not
-/// thread-safe.
+/// Rules (checked, not only documented; docs/step_batch.md): a step's destinations are disjoint,
+/// except writes into one target (the later staged wins); fill and gather sources are not written
+/// by the step; **a published view stays valid for work enqueued on the submit's stream before
+/// the next submit** (on another stream: record_use(stream)). Under event_fenced a slot is
+/// rewritten only once its kernel and its publishes' readers have passed: begin() takes a free
+/// slot, else inserts one up to max_slots, else (a full ring) waits for the next slot (a
+/// synchronization, counted by sync_guard; throw_when_full throws ferry::capacity_error). Under
+/// caller_fenced the caller makes sure a slot's step and readers are done `slots` steps later.
+/// begin(), cancel(), the handles' calls, reserve(), set_epilogue() and the add_* calls touch no
+/// stream (capture-safe); submit(), submit_with() and record_use() throw ferry::error on a
+/// capturing stream. Handles share the batch's state: valid while it lives (moves included),
+/// each call throws ferry::error once it is destroyed or assigned over. Destruction waits for the
+/// batch's kernels and its last publishes' readers. Move-only; not thread-safe.
 template <class... Policies>
 class step_batch {
   using policies = detail::policies<
@@ -131,156 +104,30 @@ class step_batch {
   using submitter = detail::step_submit<slots_of>;
   using core = typename slots_of::core;
   using handle = detail::step_handle<step_batch, core>;
+  template <class, class>
+  friend class step_upload;
+  template <class, class>
+  friend class step_publish;
+  template <class, class>
+  friend class step_gather;
+  template <class, class>
+  friend class step_writes;
   static constexpr std::size_t none = core::none;
 
  public:
   /// The default ceiling on slots.
   static constexpr std::size_t default_max_slots = detail::ring_default_max_slots;
 
-  // ---- handles (empty when default-constructed; they share the batch's state) -----------------
+  // ---- handles (step_handles.hpp: empty when default-constructed; they share the batch's state)
 
-  /// A packed upload into a device buffer: each step, `span(n)` is where the host writes the
-  /// first n elements of the destination (pinned slot memory); the submit copies them.
   template <class T>
-  class upload : public handle {
-    using handle::handle, handle::state, handle::i_;
-
-   public:
-    /// This step's n elements for destination[0, n), uninitialized: write every one of them
-    /// before submit(). A second call in one step replaces the first. n > destination().size():
-    /// std::out_of_range; growth::fixed and n > the declared max_n: ferry::capacity_error
-    /// (nothing changes either way).
-    [[nodiscard]] std::span<T> span(std::size_t n) {
-      return {reinterpret_cast<T*>(state("upload").upload_span(i_, n, sizeof(T))), n};
-    }
-    /// The device buffer this upload fills. ferry::error for an empty handle or one whose batch
-    /// was assigned over or destroyed.
-    [[nodiscard]] device_span<T> destination() const {
-      const auto& r = state("upload").uploads_[i_];
-      return {reinterpret_cast<T*>(r.dst), r.limit};
-    }
-    /// The epilogue's reference to this upload: destination[0, n) for the step's n.
-    [[nodiscard]] step_ref<T> ref() const {
-      return detail::step_ref_access<T>::make(static_cast<std::uint32_t>(state("upload").uploads_[i_].view));
-    }
-  };
-
-  /// A UVA publish: each step, `span(n)` is where the host writes n elements (pinned slot
-  /// memory); `view()` is what kernels read in place, with no copy (see the class's lifetime rule).
+  using upload = step_upload<step_batch, T>;    ///< A packed upload into a device buffer.
   template <class T>
-  class publish : public handle {
-    using handle::handle, handle::state, handle::i_;
-
-   public:
-    /// This step's n elements, uninitialized: write every one before submit(). A second call in
-    /// one step replaces the first. growth::fixed and n > the declared max_n:
-    /// ferry::capacity_error (nothing changes).
-    [[nodiscard]] std::span<T> span(std::size_t n) {
-      return {reinterpret_cast<T*>(state("publish").publish_span(i_, n, sizeof(T))), n};
-    }
-    /// The kernel-readable view of the last span() of the current (or last submitted) step;
-    /// empty before the step's span() call and after cancel(). ferry::error for an empty handle
-    /// or one whose batch was assigned over or destroyed.
-    [[nodiscard]] device_span<const T> view() const {
-      core& k = state("publish");
-      const auto& r = k.publishes_[i_];
-      const device_span<const T> v(static_cast<const T*>(ops::mapped(r.at)), r.n);
-#if FERRY_CHECKED_VIEWS
-      if (r.n != 0 && k.cur_ != none) return detail::stamp_view(v, k.slots_[k.cur_].generation, "step_batch");
-#endif
-      return v;
-    }
-    /// The epilogue's reference to this publish: the step's n elements in its slot.
-    [[nodiscard]] step_ref<const T> ref() const {
-      return detail::step_ref_access<const T>::make(static_cast<std::uint32_t>(state("publish").publishes_[i_].view));
-    }
-  };
-
-  /// A gather into a device buffer: each step, `indices(n)` is where the host writes the source
-  /// row of each of dst[0, n); the submit's launch sets dst[i] = src[indices[i]] when it runs
-  /// (stream order: the source may be written by work enqueued before the submit, such as the
-  /// previous step's sampler), or, where indices[i] is ferry::from_host, host_values()[i].
+  using publish = step_publish<step_batch, T>;  ///< An array kernels read in place (UVA).
   template <class T>
-  class gather : public handle {
-    using handle::handle, handle::state, handle::i_;
-
-   public:
-    /// This step's n indices for destination[0, n) (pinned slot memory), uninitialized: write
-    /// every one before submit(), each in [0, source size) or ferry::from_host (checked by
-    /// submit: std::out_of_range, nothing enqueued). A second call in one step replaces the first
-    /// (and its host values). n > destination().size(): std::out_of_range; growth::fixed and
-    /// n > the declared max_n: ferry::capacity_error (nothing changes either way).
-    [[nodiscard]] std::span<std::int32_t> indices(std::size_t n) {
-      return {state("gather").gather_indices(i_, n), n};
-    }
-    /// After indices(n): n host values (pinned slot memory, uninitialized), taken by the rows
-    /// whose index is ferry::from_host; the other rows' values are not read. ferry::error before
-    /// indices() in the step.
-    [[nodiscard]] std::span<T> host_values() {
-      core& k = state("gather");
-      return {reinterpret_cast<T*>(k.gather_values(i_)), k.gathers_[i_].n};
-    }
-    /// The device buffer this gather fills.
-    [[nodiscard]] device_span<T> destination() const {
-      const auto& r = state("gather").gathers_[i_];
-      return {reinterpret_cast<T*>(r.dst), r.limit};
-    }
-    /// The epilogue's reference to this gather: destination[0, n) for the step's n.
-    [[nodiscard]] step_ref<T> ref() const {
-      return detail::step_ref_access<T>::make(static_cast<std::uint32_t>(state("gather").gathers_[i_].view));
-    }
-  };
-
-  /// Staged writes into one rows x cols target, as staged_write_tensor's: each is recorded
-  /// straight into the slot and applied by the step's submit.
+  using gather = step_gather<step_batch, T>;    ///< Device rows by host indices, or host rows.
   template <class T>
-  class writes : public handle {
-    using handle::handle, handle::state, handle::state_or_null, handle::i_;
-
-   public:
-    /// Records a write of the elements of `range` to [row][start, start + n). Checks first, even
-    /// for an empty range: row < rows(), start <= cols(), n <= cols() - start; otherwise
-    /// std::out_of_range naming them, and nothing is recorded. The element type must be T's
-    /// (ferry's dtype rule). growth::fixed: beyond the declared max_writes / max_elements,
-    /// ferry::capacity_error, nothing recorded. The range is consumed when this returns.
-    template <std::ranges::input_range R>
-      requires(std::ranges::sized_range<R> || std::ranges::forward_range<R>)
-    void stage_write(std::size_t row, std::size_t start, R&& range) {
-      detail::check_same_element<std::ranges::range_value_t<R>, T>();
-      stage(row, start, range);
-    }
-    /// stage_write(row, start, {a, b, c}).
-    void stage_write(std::size_t row, std::size_t start, std::initializer_list<T> values) {
-      stage(row, start, std::span<const T>(values.begin(), values.size()));
-    }
-    /// A one-element write of `value` at [row][0] (ferry's scalar rule).
-    template <class V>
-    void stage_write_elem(std::size_t row, V value) {
-      detail::check_scalar<V, T>();
-      const T v = static_cast<T>(value);
-      stage(row, 0, std::span<const T>(&v, 1));
-    }
-    /// Writes recorded in the open step (empty writes are not recorded). These four counts are 0
-    /// for an empty handle; ferry::error for one whose batch was assigned over or destroyed.
-    [[nodiscard]] std::size_t pending() const { return count([](const auto& r) { return r.writes; }); }
-    /// Elements recorded in the open step.
-    [[nodiscard]] std::size_t pending_elements() const { return count([](const auto& r) { return r.elements; }); }
-    /// The target's rows.
-    [[nodiscard]] std::size_t rows() const { return count([](const auto& r) { return r.rec.rows(); }); }
-    /// The target's columns.
-    [[nodiscard]] std::size_t cols() const { return count([](const auto& r) { return r.rec.cols(); }); }
-
-   private:
-    template <class R>
-    void stage(std::size_t row, std::size_t start, R&& src) {
-      state("writes").template stage_write<T>(i_, row, start, src);
-    }
-    template <class F>
-    std::size_t count(F of) const {
-      const core* k = state_or_null("writes");
-      return k ? of(k->writes_[i_]) : 0;
-    }
-  };
+  using writes = step_writes<step_batch, T>;    ///< Staged writes into a rows x cols target.
 
   // ---- construction ----------------------------------------------------------------------------
 

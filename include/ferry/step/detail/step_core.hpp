@@ -288,14 +288,8 @@ class step_core {
     if (Fixed && n > r.max_n)
       throw capacity_error("ferry: step_batch (growth::fixed): an upload of " + std::to_string(n) +
                            " elements exceeds its declared max_n of " + std::to_string(r.max_n));
-    const std::size_t bytes = n * elem;
-    if (r.at == nullptr || bytes > r.room) {
-      const std::size_t room = Fixed ? r.max_n * elem : bytes;  // checked when declared
-      r.at = place_again(r.at, r.room, room, r.dst);
-      r.room = room;
-    }
-    r.bytes = bytes;
-    return r.at;
+    r.bytes = n * elem;
+    return room_for(r.at, r.room, r.bytes, r.max_n * elem, r.dst);  // max_n * elem: checked when declared
   }
   /// This step's `n` indices for gather `i`: where the host writes them (the record's indices).
   std::int32_t* gather_indices(std::size_t i, std::size_t n) {
@@ -307,15 +301,10 @@ class step_core {
     if (Fixed && n > r.max_n)
       throw capacity_error("ferry: step_batch (growth::fixed): a gather of " + std::to_string(n) +
                            " elements exceeds its declared max_n of " + std::to_string(r.max_n));
-    const std::size_t bytes = record_bytes(n);  // n <= limit: checked with the plan's bytes
-    if (r.at == nullptr || bytes > r.room) {
-      const std::size_t room = Fixed ? record_bytes(r.max_n) : bytes;
-      r.at = place_again(r.at, r.room, room, 0);
-      r.room = room;
-    }
+    std::byte* const at = room_for(r.at, r.room, record_bytes(n), record_bytes(r.max_n), 0);
     r.n = n;
     r.has_values = false;
-    return reinterpret_cast<std::int32_t*>(r.at + sizeof(gather_record));
+    return reinterpret_cast<std::int32_t*>(at + sizeof(gather_record));
   }
   /// This step's host values for gather `i` (its n of indices()), used where an index is
   /// from_host: where the host writes them.
@@ -324,14 +313,9 @@ class step_core {
     check_open("gather::host_values");
     if (r.at == nullptr)
       throw error("ferry: step_batch::gather::host_values: call indices(n) first in this step");
-    const std::size_t bytes = r.n * r.elem;
-    if (r.values == nullptr || bytes > r.values_room) {
-      const std::size_t room = Fixed ? r.max_n * r.elem : bytes;
-      r.values = place_again(r.values, r.values_room, room, 0);
-      r.values_room = room;
-    }
+    std::byte* const at = room_for(r.values, r.values_room, r.n * r.elem, r.max_n * r.elem, 0);
     r.has_values = true;
-    return r.values;
+    return at;
   }
 
   /// std::out_of_range for a gather index outside its source, or from_host without host values.
@@ -356,13 +340,9 @@ class step_core {
       throw capacity_error("ferry: step_batch (growth::fixed): a publish of " + std::to_string(n) +
                            " elements exceeds its declared max_n of " + std::to_string(r.max_n));
     const std::size_t bytes = checked_bytes<capacity_error>(n, elem, "a publish");
-    if (r.at == nullptr || bytes > r.room) {
-      const std::size_t room = Fixed ? r.max_n * elem : bytes;  // checked when declared
-      r.at = place_again(r.at, r.room, room, 0);
-      r.room = room;
-    }
+    std::byte* const at = room_for(r.at, r.room, bytes, r.max_n * elem, 0);
     r.n = n;
-    return r.at;
+    return at;
   }
   /// Records a write of the elements of `src` into target `i` at [row][start]: the write plan's
   /// bounds, limits and chunking; its contents placed in the slot congruent to the destination.
@@ -481,6 +461,17 @@ class step_core {
     }
   }
 
+  /// Room for `bytes` of a record's contents this step, at `at` holding `room` bytes (null: none
+  /// yet): kept when it holds them, else placed again (place_again) at `bytes`, or at the record's
+  /// whole `fixed_bytes` under growth::fixed; `at` and `room` follow. Throws with nothing changed.
+  std::byte* room_for(std::byte*& at, std::size_t& room, std::size_t bytes, std::size_t fixed_bytes, std::uintptr_t dst) {
+    if (at == nullptr || bytes > room) {
+      const std::size_t want = Fixed ? fixed_bytes : bytes;
+      at = place_again(at, room, want, dst);
+      room = want;
+    }
+    return at;
+  }
   /// `bytes` of contents for a record that holds `room` bytes at `at` this step (null: none yet),
   /// too few: grown in place when it is the step's last placement and the block holds it, else
   /// placed anew. (growth::fixed places a record's whole max_n at its first span(), so that a
