@@ -732,7 +732,7 @@ TEST_CASE("step_engine: launch::graph runs 1000 changing steps through one execu
 }
 
 TEST_CASE("step_engine: submit_with hands one step graph every step; an engine graph built once runs 200 steps; "
-          "a stray replay does no step work",
+          "a replay before the next submit does no step work",
           "[step][engine][graph]") {
   using B = ferry::backend::cuda;
   FERRY_REQUIRE_BACKEND(B);
@@ -776,7 +776,8 @@ TEST_CASE("step_engine: submit_with hands one step graph every step; an engine g
     INFO("step " << k);
     REQUIRE(same_bits(read<std::int64_t, B>(seen.span(), h.s), h.u64.ref));  // the engine's node ran after the step
     if (k % 50 == 49) {
-      // A stray replay of the engine's executable: its kernel node runs, the step's does no work
+      // A replay of the engine's executable that no submit asked for, before the next submit (docs:
+      // every launch is a step; this checks the kernel's guard): its kernel node runs, the step's does no work
       // (no upload again over the poisoned destination, no epilogue: the step's lanes and count stay).
       h.u64.ref = randomize(h.u64.dst, ferry::stream_ref<B>(h.s), h.rng);
       REQUIRE(cudaGraphLaunch(exec, h.s.get()) == cudaSuccess);
