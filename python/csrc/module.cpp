@@ -237,12 +237,20 @@ struct UvaPool {
   virtual std::size_t slots() const = 0;
   virtual std::size_t current_slot() const = 0;
   virtual std::size_t capacity(std::size_t i) const = 0;
+  virtual std::uintptr_t slot_address(std::size_t i) const = 0;
+  virtual py::tuple slot(std::size_t i, const std::vector<std::int64_t>& tail) = 0;
 };
 
 template <class T>
 struct UvaPoolT final : UvaPool, std::enable_shared_from_this<UvaPoolT<T>> {
+  // vLLM's slots start as zeros (torch.zeros): each slot is zero-filled here, before any reader.
   UvaPoolT(std::size_t rows, std::size_t width, std::size_t slots)
-      : pool(ferry::row_width{width}, rows, slots) {}
+      : pool(ferry::row_width{width}, rows, slots) {
+    for (std::size_t i = 0; i < pool.slots(); ++i) {
+      const auto m = pool.slot_memory(i);
+      if (!m.empty()) std::memset(const_cast<T*>(m.data()), 0, m.size_bytes());
+    }
+  }
 
   at::Tensor copy_to_uva(py::handle values, const std::vector<std::int64_t>& tail) override {
     at::Tensor keep;
@@ -266,6 +274,20 @@ struct UvaPoolT final : UvaPool, std::enable_shared_from_this<UvaPoolT<T>> {
   std::size_t slots() const override { return pool.slots(); }
   std::size_t current_slot() const override { return pool.current_slot(); }
   std::size_t capacity(std::size_t i) const override { return pool.capacity(i); }
+  std::uintptr_t slot_address(std::size_t i) const override {
+    return reinterpret_cast<std::uintptr_t>(pool.slot_memory(i).data());
+  }
+  // All of slot i as (its pinned host tensor, its UVA tensor): capacity(i) rows of `tail`, over
+  // the slot's memory (one address under UVA; the same tensor on the host backend).
+  py::tuple slot(std::size_t i, const std::vector<std::int64_t>& tail) override {
+    const auto m = pool.slot_memory(i);
+    const auto sizes = shape(static_cast<std::int64_t>(pool.capacity(i)), tail);
+    auto* data = const_cast<T*>(m.data());
+    at::Tensor cpu = view_of(data, sizes, scalar_of<T>(), at::Device(at::kCPU), this->shared_from_this());
+    at::Tensor uva = cuda_build ? view_of(data, sizes, scalar_of<T>(), memory_device(), this->shared_from_this())
+                                : cpu;
+    return py::make_tuple(cpu, uva);
+  }
 
   ferry::uva_pool<T> pool;
   std::vector<T> scratch;
@@ -494,7 +516,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("record_use", &UvaPool::record_use)
       .def_property_readonly("slots", &UvaPool::slots)
       .def_property_readonly("current_slot", &UvaPool::current_slot)
-      .def("capacity", &UvaPool::capacity);
+      .def("capacity", &UvaPool::capacity)
+      .def("slot_address", &UvaPool::slot_address)
+      .def("slot", &UvaPool::slot);
 
   py::class_<UvaBacked, std::shared_ptr<UvaBacked>>(m, "UvaBacked")
       .def(py::init(&make_uva_backed), py::arg("rows"), py::arg("width"), py::arg("dtype"), py::arg("slots"))
@@ -508,15 +532,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("copy_to_gpu", &CpuGpu::copy_to_gpu)
       .def("copy_to_cpu", &CpuGpu::copy_to_cpu);
 
+  // The members take `self` as its holder: an instance made by StagedWriteTensor.__new__ alone
+  // (vLLM's tests make one) has no C++ object, and pybind11 then raises RuntimeError ("non-held
+  // instance") instead of handing the member a pointer to nothing.
+  using held = const std::shared_ptr<Staged>&;
   py::class_<Staged, std::shared_ptr<Staged>>(m, "Staged")
       .def(py::init(&make_staged), py::arg("memory"), py::arg("rows"), py::arg("cols"), py::arg("uva"),
            py::arg("slots"))
-      .def("stage_write", &Staged::stage_write)
-      .def("stage_write_elem", &Staged::stage_write_elem)
-      .def("apply_write", &Staged::apply_write)
-      .def("clear", &Staged::clear)
-      .def_property_readonly("pending", &Staged::pending)
-      .def_property_readonly("pending_elements", &Staged::pending_elements);
+      .def("stage_write", [](held t, std::int64_t row, std::int64_t start, py::handle values) {
+        t->stage_write(row, start, values);
+      })
+      .def("stage_write_elem", [](held t, std::int64_t row, py::handle value) { t->stage_write_elem(row, value); })
+      .def("apply_write", [](held t) { t->apply_write(); })
+      .def("clear", [](held t) { t->clear(); })
+      .def_property_readonly("pending", [](held t) { return t->pending(); })
+      .def_property_readonly("pending_elements", [](held t) { return t->pending_elements(); });
 
   py::class_<Fused>(m, "Fused")
       .def(py::init<std::size_t>(), py::arg("slots"))

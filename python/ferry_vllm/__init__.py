@@ -247,6 +247,13 @@ class UvaBuffer:
         self.np = self.cpu.numpy()
         self.uva = _C.uva_view(self.cpu)
 
+    @classmethod
+    def _over(cls, cpu: torch.Tensor, uva: torch.Tensor) -> UvaBuffer:
+        """A UvaBuffer over memory someone else owns (a slot of a UvaBufferPool)."""
+        buf = cls.__new__(cls)
+        buf.cpu, buf.np, buf.uva = cpu, cpu.numpy(), uva
+        return buf
+
 
 class UvaBufferPool:
     """A ring of `max_concurrency` pinned, mapped slots (ferry::uva_pool): copy_to_uva writes the
@@ -268,10 +275,35 @@ class UvaBufferPool:
         sizes = _sizes(size)
         self._tail = list(sizes[1:])
         self._pool = _C.UvaPool(sizes[0], _width(sizes), dtype, max_concurrency)
+        self._slot_bufs: dict[tuple[int, int], UvaBuffer] = {}
 
     @property
     def _curr(self) -> int:
+        """The index of the slot the last copy_to_uva used (0 before the first): ferry's
+        current_slot()."""
         return self._pool.current_slot
+
+    @property
+    def _uva_bufs(self) -> list[UvaBuffer]:
+        """vLLM's list of the pool's slots, read from ferry's ring as it is now: one UvaBuffer per
+        slot, in ring order, whose `cpu`/`np`/`uva` are all of that slot (its capacity in rows;
+        past what the slot's last call wrote, the rows are the slot's old contents; every slot is
+        zero-filled when the pool is made). A slot whose memory and capacity are unchanged gives
+        the same object; one that grew gives a new one. ferry may hold more slots than
+        max_concurrency (a fresh slot is inserted when every other is still read). An entry lives
+        as the views copy_to_uva returns do: once its slot grows, its old memory may go back to
+        ferry's arena."""
+        seen: dict[tuple[int, int], UvaBuffer] = {}
+        bufs = []
+        for i in range(self._pool.slots):
+            key = (self._pool.slot_address(i), self._pool.capacity(i))
+            buf = self._slot_bufs.get(key)
+            if buf is None:
+                buf = UvaBuffer._over(*self._pool.slot(i, self._tail))
+            seen[key] = buf
+            bufs.append(buf)
+        self._slot_bufs = seen
+        return bufs
 
     def _source(self, x):
         if not self._tail:
