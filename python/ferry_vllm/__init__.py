@@ -377,7 +377,8 @@ class StagedWriteTensor(_C.Staged):
 
     stage_write(index, start, x), stage_write_elem(index, x) and apply_write() are ferry's own
     (the C++ members, called without a Python frame); x is a list, tuple, range, generator, NumPy
-    array or CPU tensor."""
+    array or CPU tensor. device="cpu" (vLLM's CPU worker) makes `gpu` a CPU tensor, written on
+    ferry's host backend; apply_write is then done when it returns."""
 
     def __init__(
         self,
@@ -396,6 +397,13 @@ class StagedWriteTensor(_C.Staged):
         self.dtype = dtype
         self.device = device
         self.max_concurrency = max_concurrency
+        if CUDA and not uva_instead_of_gpu and device is not None and torch.device(device).type == "cpu":
+            # vLLM's CPU worker: a CPU tensor, written on ferry's host backend (each apply done
+            # when it returns, as torch's CPU ops are).
+            self.gpu = torch.zeros(sizes, dtype=dtype, device="cpu")
+            _C.Staged.__init__(self, self.gpu, sizes[0], _width(sizes), False, max_concurrency)
+            self.write_contents = None
+            return
         with _on_device(device):
             if not uva_instead_of_gpu:
                 self.gpu = torch.zeros(sizes, dtype=dtype, device=device if CUDA else "cpu")
@@ -419,7 +427,8 @@ class StagedWriteTensor(_C.Staged):
 
 class FusedStagedWriter:
     """Applies the staged writes of several StagedWriteTensors with one launch per element type
-    and target kind (ferry::fused_staged_writer)."""
+    and target kind (ferry::fused_staged_writer); tensors on device="cpu" are applied one by one,
+    each done when the call returns (vLLM's CPU worker applies them so)."""
 
     def __init__(self, device: torch.device | str, max_writes: int, max_concurrency: int | None = None):
         if max_concurrency is None:

@@ -330,6 +330,30 @@ def test_fused_writer_applies_every_tensor(gen):
     assert tensors[0].num_staged_writes == 1  # nothing applied, nothing dropped
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_staged_write_on_the_cpu_device(dtype, gen):
+    # vLLM's CPU worker: the tensor lives on the CPU (a CUDA build writes it on ferry's host
+    # backend; a host build places everything there) and holds its writes when apply returns.
+    t = fv.StagedWriteTensor((6, 40), dtype, torch.device("cpu"))
+    assert t.gpu.device.type == "cpu" and t.write_contents is None
+    ref = torch.zeros(6, 40, dtype=dtype)
+    for _ in range(3):
+        stage_random(t, ref, gen, writes=12)
+        t.apply_write()  # no synchronization: read at once
+        assert torch.equal(t.gpu, ref) and t.num_staged_writes == 0
+    with pytest.raises(IndexError):
+        t.stage_write(6, 0, [1])
+    # Fused with a tensor on the package's device: each gets its own writes.
+    other = fv.StagedWriteTensor((3, 8), dtype, DEVICE)
+    other_ref = torch.zeros(3, 8, dtype=dtype)
+    stage_random(t, ref, gen, writes=8)
+    stage_random(other, other_ref, gen, writes=8)
+    fv.FusedStagedWriter(torch.device("cpu"), max_writes=64).apply([t, other])
+    assert torch.equal(t.gpu, ref) and t.num_staged_writes == 0
+    sync()
+    assert torch.equal(other.gpu.cpu(), other_ref) and other.num_staged_writes == 0
+
+
 def test_staged_write_made_without_init_raises_and_applies_nothing(gen):
     # vLLM's own tests build a StagedWriteTensor with __new__ alone: it has no C++ object, and
     # every member raises (rather than reaching C++ with no object behind it).
