@@ -30,15 +30,17 @@ constexpr bool cuda_build = FERRY_HAS_CUDA != 0;
 
 // ---- streams ------------------------------------------------------------------------------------
 // CUDA: torch's current stream of the current device. Host backend: one ferry host stream, drained
-// after every call (torch's CPU tensors are read eagerly).
+// after every call (torch's CPU tensors are read eagerly). A CUDA build also runs the staged
+// writes of CPU tensors (vLLM's CPU worker, device="cpu") on ferry's host backend, on that stream.
+using host_backend = ferry::backend::host;
+ferry::stream<host_backend>& host_stream() {
+  static ferry::stream<host_backend> s;
+  return s;
+}
 #if FERRY_HAS_CUDA
 stream_t current_stream() { return ferry::from_torch(c10::cuda::getCurrentCUDAStream()); }
 void finish(stream_t) {}
 #else
-ferry::stream<B>& host_stream() {
-  static ferry::stream<B> s;
-  return s;
-}
 stream_t current_stream() { return host_stream(); }
 void finish(stream_t s) { s.synchronize(); }
 #endif
@@ -237,12 +239,20 @@ struct UvaPool {
   virtual std::size_t slots() const = 0;
   virtual std::size_t current_slot() const = 0;
   virtual std::size_t capacity(std::size_t i) const = 0;
+  virtual std::uintptr_t slot_address(std::size_t i) const = 0;
+  virtual py::tuple slot(std::size_t i, const std::vector<std::int64_t>& tail) = 0;
 };
 
 template <class T>
 struct UvaPoolT final : UvaPool, std::enable_shared_from_this<UvaPoolT<T>> {
+  // vLLM's slots start as zeros (torch.zeros): each slot is zero-filled here, before any reader.
   UvaPoolT(std::size_t rows, std::size_t width, std::size_t slots)
-      : pool(ferry::row_width{width}, rows, slots) {}
+      : pool(ferry::row_width{width}, rows, slots) {
+    for (std::size_t i = 0; i < pool.slots(); ++i) {
+      const auto m = pool.slot_memory(i);
+      if (!m.empty()) std::memset(const_cast<T*>(m.data()), 0, m.size_bytes());
+    }
+  }
 
   at::Tensor copy_to_uva(py::handle values, const std::vector<std::int64_t>& tail) override {
     at::Tensor keep;
@@ -266,6 +276,20 @@ struct UvaPoolT final : UvaPool, std::enable_shared_from_this<UvaPoolT<T>> {
   std::size_t slots() const override { return pool.slots(); }
   std::size_t current_slot() const override { return pool.current_slot(); }
   std::size_t capacity(std::size_t i) const override { return pool.capacity(i); }
+  std::uintptr_t slot_address(std::size_t i) const override {
+    return reinterpret_cast<std::uintptr_t>(pool.slot_memory(i).data());
+  }
+  // All of slot i as (its pinned host tensor, its UVA tensor): capacity(i) rows of `tail`, over
+  // the slot's memory (one address under UVA; the same tensor on the host backend).
+  py::tuple slot(std::size_t i, const std::vector<std::int64_t>& tail) override {
+    const auto m = pool.slot_memory(i);
+    const auto sizes = shape(static_cast<std::int64_t>(pool.capacity(i)), tail);
+    auto* data = const_cast<T*>(m.data());
+    at::Tensor cpu = view_of(data, sizes, scalar_of<T>(), at::Device(at::kCPU), this->shared_from_this());
+    at::Tensor uva =
+        cuda_build ? view_of(data, sizes, scalar_of<T>(), memory_device(), this->shared_from_this()) : cpu;
+    return py::make_tuple(cpu, uva);
+  }
 
   ferry::uva_pool<T> pool;
   std::vector<T> scratch;
@@ -372,7 +396,15 @@ struct Staged {
   virtual std::size_t pending_elements() const = 0;
   virtual at::ScalarType dtype() const = 0;
   virtual bool uva() const = 0;
+  virtual bool cpu() const = 0;  // a CPU target of a CUDA build, on ferry's host backend
 };
+
+#if FERRY_HAS_CUDA
+/// A CUDA build's staged-write tensor over a CPU torch tensor (vLLM's CPU worker): ferry's host
+/// backend, whose "device" memory is host memory.
+template <class T>
+using cpu_target = ferry::staged_write_tensor<T, ferry::target::device, host_backend>;
+#endif
 
 template <class X>
 struct StagedT final : Staged {
@@ -388,23 +420,33 @@ struct StagedT final : Staged {
     target.stage_write_elem(checked_index(row, "stage_write_elem", "index"), host_value<T>(value));
   }
   void apply_write() override {
-    const auto s = current_stream();
-    apply<T>(target, s);
-    finish(s);
+    if constexpr (on_cpu) {
+      // A CPU tensor holds its writes when the call returns, as torch's CPU ops do.
+      auto& s = host_stream();
+      target.apply_write(s);
+      s.synchronize();
+    } else {
+      const auto s = current_stream();
+      apply<T>(target, s);
+      finish(s);
+    }
   }
   void clear() override { target.clear(); }
   std::size_t pending() const override { return target.pending(); }
   std::size_t pending_elements() const override { return target.pending_elements(); }
   at::ScalarType dtype() const override { return scalar_of<T>(); }
   bool uva() const override { return std::is_same_v<X, uva_target<T>>; }
+  bool cpu() const override { return on_cpu; }
+  static constexpr bool on_cpu = cuda_build && std::is_same_v<typename X::backend_type, host_backend>;
 
   at::Tensor memory;  // the target's memory (a torch tensor); destroyed after `target`
   X target;
   std::vector<T> scratch;
 };
 
-// A staged-write tensor over `memory`: a CUDA tensor (device target) or a pinned CPU tensor (UVA
-// target), viewed as rows x cols.
+// A staged-write tensor over `memory`: a CUDA tensor (device target), a pinned CPU tensor (UVA
+// target) or, in a CUDA build, any other CPU tensor (a device target on ferry's host backend),
+// viewed as rows x cols.
 std::shared_ptr<Staged> make_staged(const at::Tensor& memory, std::int64_t rows, std::int64_t cols,
                                     bool uva, std::int64_t slots) {
   const auto r = checked_index(rows, "StagedWriteTensor", "rows");
@@ -421,6 +463,11 @@ std::shared_ptr<Staged> make_staged(const at::Tensor& memory, std::int64_t rows,
       return std::make_shared<StagedT<uva_target<T>>>(
           memory, make_uva_target<T>(ferry::from_torch_pinned<T>(memory), r, c, n));
     }
+#if FERRY_HAS_CUDA
+    if (memory.is_cpu())
+      return std::make_shared<StagedT<cpu_target<T>>>(
+          memory, cpu_target<T>(ferry::from_torch<T, host_backend>(memory, 0), r, c, n));
+#endif
     const int device = memory.is_cpu() ? 0 : memory.get_device();
     return std::make_shared<StagedT<device_target<T>>>(
         memory, make_device_target<T>(ferry::from_torch<T>(memory, device), r, c, n));
@@ -440,6 +487,15 @@ struct Fused {
           throw std::invalid_argument("ferry: FusedStagedWriter.apply got the same tensor twice (positions " +
                                       std::to_string(j) + " and " + std::to_string(i) + ")");
     }
+    // CPU targets (a CUDA build's, on ferry's host backend) apply one by one, each done when its
+    // apply returns, as vLLM's CPU worker applies them.
+    bool on_device = false;
+    for (const auto& t : tensors) {
+      if (t->pending() == 0) continue;
+      if (t->cpu()) t->apply_write();
+      else on_device = true;
+    }
+    if (!on_device) return;  // nothing for the device's stream
     const auto s = current_stream();
     run<std::int32_t>(tensors, s);
     run<std::int64_t>(tensors, s);
@@ -452,7 +508,7 @@ struct Fused {
     std::vector<device_target<T>*> dev;
     std::vector<uva_target<T>*> uva;
     for (const auto& t : tensors) {
-      if (t->dtype() != scalar_of<T>() || t->pending() == 0) continue;
+      if (t->dtype() != scalar_of<T>() || t->pending() == 0 || t->cpu()) continue;
       if (t->uva()) uva.push_back(&static_cast<StagedT<uva_target<T>>&>(*t).target);
       else dev.push_back(&static_cast<StagedT<device_target<T>>&>(*t).target);
     }
@@ -494,7 +550,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("record_use", &UvaPool::record_use)
       .def_property_readonly("slots", &UvaPool::slots)
       .def_property_readonly("current_slot", &UvaPool::current_slot)
-      .def("capacity", &UvaPool::capacity);
+      .def("capacity", &UvaPool::capacity)
+      .def("slot_address", &UvaPool::slot_address)
+      .def("slot", &UvaPool::slot);
 
   py::class_<UvaBacked, std::shared_ptr<UvaBacked>>(m, "UvaBacked")
       .def(py::init(&make_uva_backed), py::arg("rows"), py::arg("width"), py::arg("dtype"), py::arg("slots"))
@@ -508,15 +566,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("copy_to_gpu", &CpuGpu::copy_to_gpu)
       .def("copy_to_cpu", &CpuGpu::copy_to_cpu);
 
+  // The members take `self` as its holder: an instance made by StagedWriteTensor.__new__ alone
+  // (vLLM's tests make one) has no C++ object, and pybind11 then raises RuntimeError ("non-held
+  // instance") instead of handing the member a pointer to nothing.
+  using held = const std::shared_ptr<Staged>&;
   py::class_<Staged, std::shared_ptr<Staged>>(m, "Staged")
       .def(py::init(&make_staged), py::arg("memory"), py::arg("rows"), py::arg("cols"), py::arg("uva"),
            py::arg("slots"))
-      .def("stage_write", &Staged::stage_write)
-      .def("stage_write_elem", &Staged::stage_write_elem)
-      .def("apply_write", &Staged::apply_write)
-      .def("clear", &Staged::clear)
-      .def_property_readonly("pending", &Staged::pending)
-      .def_property_readonly("pending_elements", &Staged::pending_elements);
+      .def("stage_write", [](held t, std::int64_t row, std::int64_t start, py::handle values) {
+        t->stage_write(row, start, values);
+      })
+      .def("stage_write_elem",
+           [](held t, std::int64_t row, py::handle value) { t->stage_write_elem(row, value); })
+      .def("apply_write", [](held t) { t->apply_write(); })
+      .def("clear", [](held t) { t->clear(); })
+      .def_property_readonly("pending", [](held t) { return t->pending(); })
+      .def_property_readonly("pending_elements", [](held t) { return t->pending_elements(); });
 
   py::class_<Fused>(m, "Fused")
       .def(py::init<std::size_t>(), py::arg("slots"))

@@ -247,6 +247,13 @@ class UvaBuffer:
         self.np = self.cpu.numpy()
         self.uva = _C.uva_view(self.cpu)
 
+    @classmethod
+    def _over(cls, cpu: torch.Tensor, uva: torch.Tensor) -> UvaBuffer:
+        """A UvaBuffer over memory someone else owns (a slot of a UvaBufferPool)."""
+        buf = cls.__new__(cls)
+        buf.cpu, buf.np, buf.uva = cpu, cpu.numpy(), uva
+        return buf
+
 
 class UvaBufferPool:
     """A ring of `max_concurrency` pinned, mapped slots (ferry::uva_pool): copy_to_uva writes the
@@ -268,10 +275,35 @@ class UvaBufferPool:
         sizes = _sizes(size)
         self._tail = list(sizes[1:])
         self._pool = _C.UvaPool(sizes[0], _width(sizes), dtype, max_concurrency)
+        self._slot_bufs: dict[tuple[int, int], UvaBuffer] = {}
 
     @property
     def _curr(self) -> int:
+        """The index of the slot the last copy_to_uva used (0 before the first): ferry's
+        current_slot()."""
         return self._pool.current_slot
+
+    @property
+    def _uva_bufs(self) -> list[UvaBuffer]:
+        """vLLM's list of the pool's slots, read from ferry's ring as it is now: one UvaBuffer per
+        slot, in ring order, whose `cpu`/`np`/`uva` are all of that slot (its capacity in rows;
+        past what the slot's last call wrote, the rows are the slot's old contents; every slot is
+        zero-filled when the pool is made). A slot whose memory and capacity are unchanged gives
+        the same object; one that grew gives a new one. ferry may hold more slots than
+        max_concurrency (a fresh slot is inserted when every other is still read). An entry lives
+        as the views copy_to_uva returns do: once its slot grows, its old memory may go back to
+        ferry's arena."""
+        seen: dict[tuple[int, int], UvaBuffer] = {}
+        bufs = []
+        for i in range(self._pool.slots):
+            key = (self._pool.slot_address(i), self._pool.capacity(i))
+            buf = self._slot_bufs.get(key)
+            if buf is None:
+                buf = UvaBuffer._over(*self._pool.slot(i, self._tail))
+            seen[key] = buf
+            bufs.append(buf)
+        self._slot_bufs = seen
+        return bufs
 
     def _source(self, x):
         if not self._tail:
@@ -345,7 +377,8 @@ class StagedWriteTensor(_C.Staged):
 
     stage_write(index, start, x), stage_write_elem(index, x) and apply_write() are ferry's own
     (the C++ members, called without a Python frame); x is a list, tuple, range, generator, NumPy
-    array or CPU tensor."""
+    array or CPU tensor. device="cpu" (vLLM's CPU worker) makes `gpu` a CPU tensor, written on
+    ferry's host backend; apply_write is then done when it returns."""
 
     def __init__(
         self,
@@ -364,6 +397,13 @@ class StagedWriteTensor(_C.Staged):
         self.dtype = dtype
         self.device = device
         self.max_concurrency = max_concurrency
+        if CUDA and not uva_instead_of_gpu and device is not None and torch.device(device).type == "cpu":
+            # vLLM's CPU worker: a CPU tensor, written on ferry's host backend (each apply done
+            # when it returns, as torch's CPU ops are).
+            self.gpu = torch.zeros(sizes, dtype=dtype, device="cpu")
+            _C.Staged.__init__(self, self.gpu, sizes[0], _width(sizes), False, max_concurrency)
+            self.write_contents = None
+            return
         with _on_device(device):
             if not uva_instead_of_gpu:
                 self.gpu = torch.zeros(sizes, dtype=dtype, device=device if CUDA else "cpu")
@@ -387,7 +427,8 @@ class StagedWriteTensor(_C.Staged):
 
 class FusedStagedWriter:
     """Applies the staged writes of several StagedWriteTensors with one launch per element type
-    and target kind (ferry::fused_staged_writer)."""
+    and target kind (ferry::fused_staged_writer); tensors on device="cpu" are applied one by one,
+    each done when the call returns (vLLM's CPU worker applies them so)."""
 
     def __init__(self, device: torch.device | str, max_writes: int, max_concurrency: int | None = None):
         if max_concurrency is None:

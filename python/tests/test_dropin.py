@@ -148,6 +148,39 @@ def test_uva_pool_rotation_growth_and_contents(size, kind, gen):
     assert slots_seen[:4] == [1, 0, 1, 0]
 
 
+@pytest.mark.parametrize("size", [(4,), (4, 3)])
+def test_uva_pool_uva_bufs_are_ferrys_slots(size, gen):
+    pool = fv.UvaBufferPool(size, torch.float32, max_concurrency=3)
+    bufs = pool._uva_bufs
+    assert len(bufs) == 3 and len({b.cpu.data_ptr() for b in bufs}) == 3
+    for b in bufs:  # every slot starts as zeros, of the pool's size
+        assert tuple(b.cpu.shape) == size and b.np.shape == size and tuple(b.uva.shape) == size
+        assert b.uva.device.type == DEVICE and b.uva.data_ptr() == b.cpu.data_ptr()
+        assert torch.count_nonzero(b.cpu).item() == 0
+        assert b.cpu.is_pinned() or not fv.CUDA
+    for length in [3, 2, 7, 4, 1, 20, 5, 20]:
+        ref = rand((length, *size[1:]), torch.float32, gen)
+        before = pool._uva_bufs
+        out = pool.copy_to_uva(ref)
+        sync()
+        now, cur = pool._uva_bufs, pool._curr
+        assert len(now) == 3
+        # The view is the head of the current slot, which holds the source's rows.
+        assert out.data_ptr() == now[cur].uva.data_ptr()
+        assert torch.equal(now[cur].cpu[:length], ref) and np.array_equal(now[cur].np[:length], ref.numpy())
+        assert now[cur].cpu.shape[0] == pool._pool.capacity(cur)
+        # Untouched slots keep their object; the used one a new object exactly when it grew.
+        assert all(now[i] is before[i] for i in range(3) if i != cur)
+        if length <= before[cur].cpu.shape[0]:
+            assert now[cur] is before[cur]
+        else:
+            assert now[cur] is not before[cur] and now[cur].cpu.shape[0] == 1 << (length - 1).bit_length()
+    # One memory: a write through the slot's host tensor is what the last view reads.
+    last = pool._uva_bufs[pool._curr]
+    last.cpu[1:3] = -last.cpu[1:3] - 1
+    assert torch.equal(out.cpu()[1:3], -ref[1:3] - 1)
+
+
 def test_uva_pool_rejects_rows_of_another_shape():
     pool = fv.UvaBufferPool((4, 3), torch.float32, max_concurrency=2)
     with pytest.raises(ValueError, match=r"\[2\] do not match the pool's rows \[3\]"):
@@ -295,3 +328,52 @@ def test_fused_writer_applies_every_tensor(gen):
     with pytest.raises(ValueError, match="same tensor twice"):
         writer.apply([tensors[0], tensors[0]])
     assert tensors[0].num_staged_writes == 1  # nothing applied, nothing dropped
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_staged_write_on_the_cpu_device(dtype, gen):
+    # vLLM's CPU worker: the tensor lives on the CPU (a CUDA build writes it on ferry's host
+    # backend; a host build places everything there) and holds its writes when apply returns.
+    t = fv.StagedWriteTensor((6, 40), dtype, torch.device("cpu"))
+    assert t.gpu.device.type == "cpu" and t.write_contents is None
+    ref = torch.zeros(6, 40, dtype=dtype)
+    for _ in range(3):
+        stage_random(t, ref, gen, writes=12)
+        t.apply_write()  # no synchronization: read at once
+        assert torch.equal(t.gpu, ref) and t.num_staged_writes == 0
+    with pytest.raises(IndexError):
+        t.stage_write(6, 0, [1])
+    # Fused with a tensor on the package's device: each gets its own writes.
+    other = fv.StagedWriteTensor((3, 8), dtype, DEVICE)
+    other_ref = torch.zeros(3, 8, dtype=dtype)
+    stage_random(t, ref, gen, writes=8)
+    stage_random(other, other_ref, gen, writes=8)
+    fv.FusedStagedWriter(torch.device("cpu"), max_writes=64).apply([t, other])
+    assert torch.equal(t.gpu, ref) and t.num_staged_writes == 0
+    sync()
+    assert torch.equal(other.gpu.cpu(), other_ref) and other.num_staged_writes == 0
+
+
+def test_staged_write_made_without_init_raises_and_applies_nothing(gen):
+    # vLLM's own tests build a StagedWriteTensor with __new__ alone: it has no C++ object, and
+    # every member raises (rather than reaching C++ with no object behind it).
+    bare = fv.StagedWriteTensor.__new__(fv.StagedWriteTensor)
+    calls = [lambda: bare.stage_write(0, 0, [1]), lambda: bare.stage_write_elem(0, 1), bare.apply_write,
+             bare.clear_staged_writes, lambda: bare.num_staged_writes]
+    for call in calls:
+        with pytest.raises(RuntimeError, match="non-held"):
+            call()
+    made = fv.StagedWriteTensor((2, 4), torch.int32, DEVICE)
+    ref = torch.zeros(2, 4, dtype=torch.int32)
+    stage_random(made, ref, gen, writes=3)
+    vals = rand((3,), torch.int32, gen)
+    made.stage_write(1, 1, vals.tolist())
+    ref[1, 1:4] = vals
+    pending = made.num_staged_writes
+    assert pending > 0
+    with pytest.raises(RuntimeError, match="non-held"):
+        fv.FusedStagedWriter(DEVICE, max_writes=8).apply([made, bare])
+    assert made.num_staged_writes == pending  # nothing applied, nothing dropped
+    fv.FusedStagedWriter(DEVICE, max_writes=8).apply([made])
+    sync()
+    assert torch.equal(made.gpu.cpu(), ref) and made.num_staged_writes == 0

@@ -721,6 +721,39 @@ TEMPLATE_TEST_CASE("uva_pool over rows of a fixed width grows the row count and 
   s.synchronize();
 }
 
+TEMPLATE_TEST_CASE("uva_pool slot_memory spans each slot's rows at the address its views use",
+                   "[pool]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  constexpr std::size_t width = 3;
+  ferry::uva_pool<std::int32_t, TestType> pool(ferry::row_width{width}, 2, 2);
+  REQUIRE(pool.slot_memory(0).size() == 2 * width);
+  REQUIRE(pool.slot_memory(1).size() == 2 * width);
+  CHECK(pool.slot_memory(0).data() != pool.slot_memory(1).data());
+
+  // Slot 1 (the first call's), written within its capacity: the whole slot is the view's rows.
+  const auto two = ferry_test::random_values<std::int32_t>(2 * width, 51);
+  const auto v = pool.copy_to_uva(two, s);
+  REQUIRE(pool.current_slot() == 1);
+  const auto m1 = pool.slot_memory(1);
+  CHECK(m1.data() == v.data());
+  CHECK(read(m1) == two);
+  s.synchronize();
+
+  // Slot 0 grows from 2 to 8 rows: its memory follows, the view's rows first; slot 1 is untouched.
+  const auto five = ferry_test::random_values<std::int32_t>(5 * width, 52);
+  const auto w = pool.copy_to_uva(five, s);
+  REQUIRE(pool.current_slot() == 0);
+  const auto m0 = pool.slot_memory(0);
+  CHECK(m0.data() == w.data());
+  CHECK(m0.size() == 8 * width);
+  CHECK(std::vector<std::int32_t>(m0.data(), m0.data() + five.size()) == five);
+  CHECK(pool.slot_memory(1).data() == m1.data());
+  CHECK(read(pool.slot_memory(1)) == two);
+  CHECK_THROWS_AS(pool.slot_memory(2), std::out_of_range);
+  s.synchronize();
+}
+
 TEMPLATE_TEST_CASE("uva_pool over rows: growth::fixed, busy slots, and a zero width", "[pool]",
                    FERRY_TEST_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);

@@ -304,6 +304,16 @@ class uva_pool {
                               std::to_string(ring_.size()));
     return ring_[i].capacity;
   }
+  /// All of slot `i`: capacity(i) rows of width() elements at its UVA address (pinned, mapped
+  /// memory: the host's address too), for inspecting the ring. Elements past what the last call
+  /// into the slot wrote are unspecified; the span obeys a view's lifetime rule (a later call that
+  /// grows the slot gives its block back). std::out_of_range for i >= slots().
+  [[nodiscard]] device_span<const T> slot_memory(std::size_t i) const {
+    if (i >= ring_.size())
+      throw std::out_of_range("ferry: uva_pool::slot_memory: slot " + std::to_string(i) + " of " +
+                              std::to_string(ring_.size()));
+    return {data_of(ring_[i]), ring_[i].capacity * width_};
+  }
 
  private:
   std::string prefix() const { return std::string("ferry: ") + name_ + ": "; }
