@@ -1,4 +1,4 @@
-// expect: ignoring return value of .*upload<T>::span
+// expect: ignoring return value of .*step_upload<Batch, T>::span
 // The span a step_batch upload's span(n) returns is [[nodiscard]]: it is where this step's n
 // elements must be written, and dropping it would upload uninitialized memory; here the warning
 // is made an error so that the check sees it. The twin fills the span.
