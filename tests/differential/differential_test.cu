@@ -1294,7 +1294,9 @@ TEMPLATE_TEST_CASE("differential: fused_staged_writer", "[differential]", DIFF_B
 
 // ---------------------------------------------------------------------------------------------
 // step_batch: a random plan (two uploads, two publishes, two write targets of different element
-// types, a fill from a publish's element and one from a device value), then random steps on
+// types, a fill from a publish's element and one from a device value, a gather from a device
+// array rewritten in stream order before some submits, with rows from the host, and an epilogue
+// that derives from the gathered rows and the upload's size), then random steps on
 // random streams against a host model: random sizes (span() called twice at times: the second
 // wins), overlapping writes (the later wins), sizes beyond growth::fixed's maxima (capacity_error,
 // nothing recorded), a fill index the publish does not hold (submit throws out_of_range), steps
@@ -1302,7 +1304,8 @@ TEMPLATE_TEST_CASE("differential: fused_staged_writer", "[differential]", DIFF_B
 // Under the user GrowthPolicies the steps that hold more than 64 KiB are refused at submit
 // (the policy throws, or answers 2^63 bytes): capacity_error with nothing enqueued, again on a
 // retry, the step open with its data; it is then made smaller (the upload's first elements, as
-// written) and submitted, or cancelled. Readers of the publishes on other streams call
+// written) and submitted, or cancelled. A gather index outside its source, or ferry::from_host
+// without host values, is refused by submit (out_of_range, nothing enqueued) and then fixed. Readers of the publishes on other streams call
 // record_use before the next submit (event_fenced), or are waited for by the caller
 // (caller_fenced: a slot comes back `slots` submits later). The destinations are one region
 // across streams (each submit writes all of them).
@@ -1335,10 +1338,31 @@ struct step_huge_policy {
   }
 };
 
+/// The differential step's epilogue: for each gathered row i, echo[i] = 3 * row + the upload's
+/// elements this step; meta = {step number, gathered rows, upload elements}. A batch made without
+/// set_epilogue (the one assigned over) has no echo and does nothing.
+struct step_digest {
+  ferry::step_ref<std::int32_t> gathered, uploaded;
+  std::int64_t* echo = nullptr;
+  std::int64_t* meta = nullptr;
+  FERRY_HOST_DEVICE void operator()(const ferry::step_context& ctx) const {
+    if (echo == nullptr) return;
+    const auto g = ctx.view(gathered);
+    const auto up = static_cast<std::int64_t>(ctx.size(uploaded));
+    for (std::size_t i = ctx.rank(); i < g.size(); i += ctx.threads()) echo[i] = std::int64_t{g[i]} * 3 + up;
+    if (ctx.rank() == 0) {
+      meta[0] = static_cast<std::int64_t>(ctx.step());
+      meta[1] = static_cast<std::int64_t>(g.size());
+      meta[2] = up;
+    }
+  }
+};
+
 }  // namespace diff_policies
 
 namespace {
 
+using diff_policies::step_digest;
 using diff_policies::step_huge_policy;
 using diff_policies::step_refuse_above;
 using diff_policies::step_throwing_policy;
@@ -1352,7 +1376,8 @@ struct step_combo {
 
 template <class B, class C>
 void step_episode(bench<B>& b, std::uint64_t ops) {
-  using batch_t = ferry::step_batch<typename C::growth, typename C::reuse, typename C::launch, B>;
+  using batch_t = ferry::step_batch<typename C::growth, typename C::reuse, typename C::launch, B,
+                                    ferry::epilogue::functor<step_digest>>;
   using i32 = std::int32_t;
   using i64 = std::int64_t;
   using u8 = std::uint8_t;
@@ -1369,6 +1394,7 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
   const std::size_t max_w = 1 + b.below(12), max_e32 = 1 + b.below(rows32 * cols32),
                     max_e8 = 1 + b.below(rows8 * cols8);
   const std::size_t fill_n1 = b.below(40), fill_n2 = b.below(3000);
+  const std::size_t ng = 1 + b.below(1500), nsrc = 1 + b.below(300);  // gather rows, source rows
   const std::size_t slots = (fenced ? 2 : 1) + b.below(3);
   const std::size_t max_slots = slots + (fixed && b.chance(30) ? 0 : b.below(6));
   ferry::pinned_arena<B> arena;
@@ -1386,6 +1412,8 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
   ferry::device_buffer<u8, B> t8(rows8 * cols8);
   ferry::device_buffer<i32, B> f1(fill_n1);
   ferry::device_buffer<i64, B> f2(fill_n2), value(1);
+  ferry::device_buffer<i32, B> gd(ng), gsrc(nsrc);
+  ferry::device_buffer<i64, B> echo(ng), meta(3);
   diff::region_order<B> order;  // every destination (and the fill's device value)
   const std::size_t l0 = b.any_lane();
   order.write(b.lane, l0);
@@ -1395,6 +1423,10 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
   auto mt8 = filled(t8, l0);
   auto mf1 = filled(f1, l0);
   auto mf2 = filled(f2, l0);
+  auto mgd = filled(gd, l0);
+  auto msrc = filled(gsrc, l0);
+  auto mecho = filled(echo, l0);
+  auto mmeta = filled(meta, l0);
 
   auto batch = std::make_unique<batch_t>(slots, max_slots, arena);
   auto hint = [&](std::size_t n) { return fixed || b.chance(30) ? n : b.below(4); };
@@ -1408,6 +1440,10 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
                               fixed ? max_e8 : hint(max_e8));
   batch->add_fill(f1.span(), p32, fill_index);
   batch->add_fill(f2.span(), value.span().data());
+  auto g32 = batch->add_gather(gd.span(), ferry::device_span<const i32>(gsrc.span()), hint(ng));
+  batch->set_epilogue(step_digest{g32.ref(), u32.ref(), echo.span().data(), meta.span().data()});
+  b.template expect_throw<std::invalid_argument>([&] { (void)batch->add_upload(gsrc.span().first(1), 1); },
+                                                 "an upload over a gather's source");
   // Destinations that overlap the plan's are rejected, and nothing is added (the steps show it).
   b.template expect_throw<std::invalid_argument>([&] { (void)batch->add_upload(d32.span().subspan(b.below(big32), 1), 1); },
                                                  "an upload over an upload");
@@ -1425,7 +1461,7 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
 
   std::set<std::size_t> pending;  // event_fenced: streams reading the last step's publishes
   std::deque<std::vector<std::pair<std::size_t, std::uint64_t>>> in_flight;  // caller_fenced: per submit
-  std::uint64_t steps = 0, refused = 0, cancelled = 0, retried = 0;
+  std::uint64_t steps = 0, refused = 0, cancelled = 0, retried = 0, gather_refused = 0, gathered = 0;
 
   auto caller_duty = [&] {  // caller_fenced: a slot's step and readers are done `slots` submits later
     if constexpr (!fenced) {
@@ -1514,6 +1550,27 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
     }
     if (fixed && b.chance(5))
       b.template expect_throw<ferry::capacity_error>([&] { (void)pd.span(npd + 1); }, "publish::span beyond max_n");
+    // the gather: random rows of the source, some from the host; a bad index at times (submit
+    // refuses it, and it is fixed below)
+    std::vector<i32> gidx, ghost;  // this step's indices and host values (empty: no gather this step)
+    bool gather_bad = false;
+    if (b.chance(75)) {
+      const std::size_t n = b.size_upto(ng);
+      auto idx = g32.indices(n);
+      const bool with_host = b.chance(60);
+      for (std::size_t i = 0; i < n; ++i)
+        idx[i] = with_host && b.chance(20) ? ferry::from_host : static_cast<i32>(b.below(nsrc));
+      if (with_host) {
+        ghost = b.template fresh<i32>(n);
+        std::copy(ghost.begin(), ghost.end(), g32.host_values().begin());
+      }
+      if (n != 0 && b.chance(6)) {  // outside the source, or from the host without host values
+        const std::size_t at = b.below(n);
+        idx[at] = with_host ? static_cast<i32>(nsrc + b.below(3)) : (b.chance(50) ? ferry::from_host : -2);
+        gather_bad = true;
+      }
+      gidx.assign(idx.begin(), idx.end());
+    }
     // the writes: a few hot rows, overlapping (the later wins)
     const std::size_t writes = b.below(max_w + 3);
     for (std::size_t k = 0; k < writes; ++k) {
@@ -1567,6 +1624,10 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
     order.write(b.lane, l);
     const auto val = b.template fresh<i64>(1);
     ferry::async_h2d(val, value.span(), b.lane[l]);
+    if (b.chance(50)) {  // the gather's source rewritten by work before the submit (stream order)
+      msrc = b.template fresh<i32>(nsrc);
+      ferry::async_h2d(msrc, gsrc.span(), b.lane[l]);
+    }
     if constexpr (fenced) {  // readers of the last step's publishes on other streams
       for (std::size_t x : pending)
         if (x != l) batch->record_use(b.lane[x]);
@@ -1579,7 +1640,7 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
       } catch (const std::exception& e) {
         if (ferry_test::enqueued<B>(b.lane[l]) != tasks) b.mismatch("a submit that threw enqueued work");
         if (!batch->in_step()) b.mismatch("a submit that threw closed the step");
-        const bool index = !p32_set || sp32.size() <= fill_index;
+        const bool index = !p32_set || sp32.size() <= fill_index || gather_bad;
         if (dynamic_cast<const std::out_of_range*>(&e) != nullptr && index) return false;
         if (dynamic_cast<const ferry::capacity_error*>(&e) != nullptr && refuses && big) return false;
         throw;
@@ -1590,6 +1651,17 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
         b.mismatch("a submit refused after its step was fixed");
         batch->cancel();
         return;
+      }
+      if (gather_bad) {  // the gather's bad rows made good (the indices written before stay)
+        ++gather_refused;
+        auto idx = g32.indices(gidx.size());
+        if (!std::equal(idx.begin(), idx.end(), gidx.begin())) b.mismatch("a refused step lost the gather's indices");
+        for (std::size_t i = 0; i < gidx.size(); ++i)
+          if (gidx[i] < (ghost.empty() ? 0 : ferry::from_host) || gidx[i] >= static_cast<i32>(nsrc))
+            idx[i] = gidx[i] = static_cast<i32>(b.below(nsrc));
+        if (!ghost.empty()) std::copy(ghost.begin(), ghost.end(), g32.host_values().begin());
+        gather_bad = false;
+        continue;
       }
       if (!p32_set || sp32.size() <= fill_index) {  // the fill's element: the publish made longer
         sp32 = b.template fresh<i32>(fill_index + 1 + b.below(8));
@@ -1626,6 +1698,13 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
     for (const auto& w : ws8) std::copy(w.v.begin(), w.v.end(), mt8.begin() + static_cast<std::ptrdiff_t>(w.row * cols8 + w.start));
     std::fill(mf1.begin(), mf1.end(), sp32[fill_index]);
     std::fill(mf2.begin(), mf2.end(), val[0]);
+    const auto up_n = static_cast<i64>(s32 ? s32->size() : 0);
+    for (std::size_t i = 0; i < gidx.size(); ++i) {
+      mgd[i] = gidx[i] == ferry::from_host ? ghost[i] : msrc[static_cast<std::size_t>(gidx[i])];
+      mecho[i] = i64{mgd[i]} * 3 + up_n;
+    }
+    mmeta = {static_cast<i64>(steps - 1), static_cast<i64>(gidx.size()), up_n};
+    gathered += gidx.size();
     // readers
     std::vector<std::pair<std::size_t, std::uint64_t>> readers{{l, b.lane.epoch[l]}};
     if constexpr (fenced) pending.clear();
@@ -1648,6 +1727,9 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
       b.expect(m, ferry::device_span<const u8>(t8.span()), mt8, "write target (uint8)");
       b.expect(m, ferry::device_span<const i32>(f1.span()), mf1, "fill from a publish");
       b.expect(m, ferry::device_span<const i64>(f2.span()), mf2, "fill from a device value");
+      b.expect(m, ferry::device_span<const i32>(gd.span()), mgd, "gather destination");
+      b.expect(m, ferry::device_span<const i64>(echo.span()), mecho, "epilogue's rows");
+      b.expect(m, ferry::device_span<const i64>(meta.span()), mmeta, "epilogue's step, rows and upload size");
     }
   };
 
@@ -1688,12 +1770,16 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
   b.expect(m, ferry::device_span<const i32>(d32.span()), m32, "upload destination (int32) at the end");
   b.expect(m, ferry::device_span<const i32>(t32.span()), mt32, "write target (int32) at the end");
   b.expect(m, ferry::device_span<const u8>(t8.span()), mt8, "write target (uint8) at the end");
+  b.expect(m, ferry::device_span<const i32>(gd.span()), mgd, "gather destination at the end");
+  b.expect(m, ferry::device_span<const i64>(echo.span()), mecho, "epilogue's rows at the end");
   b.sync_all();
   const std::string name = std::string("step_batch [") + diff::backend_name<B>() + "]: ";
   diff::counts().add(name + "steps submitted", steps);
   diff::counts().add(name + "submits refused by the growth policy or a fill index", refused);
   diff::counts().add(name + "refused submits retried unchanged", retried);
   diff::counts().add(name + "steps cancelled", cancelled);
+  diff::counts().add(name + "rows gathered (the epilogue's echo checked)", gathered);
+  diff::counts().add(name + "submits refused for a gather index, then fixed", gather_refused);
 }
 
 TEMPLATE_TEST_CASE("differential: step_batch", "[differential]", DIFF_BACKENDS) {
