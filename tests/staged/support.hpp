@@ -110,10 +110,10 @@ struct caller_memory {
   }
 };
 
-/// Bitwise equality of two element vectors.
+/// Bitwise equality of two element vectors (empty ones included).
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 /// The first differing element index, or -1 (for messages).

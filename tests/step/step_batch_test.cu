@@ -4,7 +4,7 @@
 #if defined(__CUDACC__)
 #include <ferry/ferry.cuh>
 #endif
-#include <staged/support.hpp>
+#include <step/support.hpp>
 
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
@@ -30,37 +30,10 @@ namespace {
 
 using ferry_test::model;
 using ferry_test::random_bits;
-
-/// Bitwise equality (empty vectors included).
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
-}
-
-/// The elements of `v`, read back through a stream-ordered copy into pinned memory kept between
-/// calls (a pinned allocation per read would dominate 1000 checked steps); synchronizes `s`.
-template <class T, class B>
-std::vector<T> read(ferry::device_span<const T> v, ferry::stream_ref<B> s) {
-  if (v.empty()) return {};
-  static ferry::pinned_buffer<std::uint64_t, B>* buf = nullptr;  // left at exit, as ferry's arena
-  const std::size_t words = (v.size() * sizeof(T) + 7) / 8;
-  if (!buf || buf->size() < words) {
-    delete buf;
-    buf = new ferry::pinned_buffer<std::uint64_t, B>(std::max<std::size_t>(words, 1 << 16));
-  }
-  const auto out = ferry::assume_pinned(std::span<T>(reinterpret_cast<T*>(buf->host().data()), v.size()));
-  ferry::async_d2h(v, out, s);
-  s.synchronize();
-  return {out.begin(), out.end()};
-}
-
-/// `buf` set to random bits (stream-ordered on `s`); returns them.
-template <class T, class B>
-std::vector<T> randomize(ferry::device_buffer<T, B>& buf, ferry::stream_ref<B> s, std::mt19937_64& rng) {
-  auto v = random_bits<T>(buf.size(), rng);
-  ferry::async_h2d(v, buf.span(), s);
-  return v;
-}
+using ferry_test::randomize;
+using ferry_test::read;
+using ferry_test::returns_after_open;
+using ferry_test::same_bits;
 
 /// A step plan of every kind, on batch type Batch: three write targets (int32 tensor with rows of
 /// several chunks, a plain double matrix, a uint8 tensor), three uploads (int64, uint16 of more
@@ -322,24 +295,6 @@ __global__ void step_batch_test_read(const std::uint32_t* view, std::uint32_t* o
 #endif
 
 namespace {
-
-/// Runs `call`, which must wait for work held behind `g` (a full ring), while a helper thread opens
-/// the gate after 50 ms: true when `call` returned only once the gate was open.
-template <class B, class F>
-bool returns_after_open(ferry_test::gate<B>& g, F&& call) {
-  std::atomic<bool> opened{false};
-  std::thread helper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    opened.store(true);
-    g.open();
-  });
-  struct joiner {
-    std::thread& t;
-    ~joiner() { t.join(); }
-  } join{helper};
-  call();
-  return opened.load();
-}
 
 /// Enqueues on `r` a reader of `view` that copies it into `out`. CUDA: a kernel, as an engine
 /// reads a publish (a cudaMemcpyAsync between two host buffers is synchronous for the host, so it

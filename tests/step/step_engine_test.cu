@@ -5,7 +5,7 @@
 #if defined(__CUDACC__)
 #include <ferry/ferry.cuh>
 #endif
-#include <staged/support.hpp>
+#include <step/support.hpp>
 
 #include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
@@ -198,31 +198,10 @@ namespace {
 using namespace step_engine_test;
 using ferry_test::model;
 using ferry_test::random_bits;
+using ferry_test::randomize;
+using ferry_test::read;
+using ferry_test::returns_after_open;
 using ferry_test::same_bits;
-
-/// The elements of `v`, read back with async_d2h into pinned memory kept between calls; synchronizes `s`.
-template <class T, class B>
-std::vector<T> read(ferry::device_span<const T> v, ferry::stream_ref<B> s) {
-  if (v.empty()) return {};
-  static ferry::pinned_buffer<std::uint64_t, B>* buf = nullptr;  // left at exit, as ferry's arena
-  const std::size_t words = (v.size() * sizeof(T) + 7) / 8;
-  if (!buf || buf->size() < words) {
-    delete buf;
-    buf = new ferry::pinned_buffer<std::uint64_t, B>(std::max<std::size_t>(words, 1 << 16));
-  }
-  const auto out = ferry::assume_pinned(std::span<T>(reinterpret_cast<T*>(buf->host().data()), v.size()));
-  ferry::async_d2h(v, out, s);
-  s.synchronize();
-  return {out.begin(), out.end()};
-}
-
-/// `buf` set to random bits (stream-ordered on `s`); returns them.
-template <class T, class B>
-std::vector<T> randomize(ferry::device_buffer<T, B>& buf, ferry::stream_ref<B> s, std::mt19937_64& rng) {
-  auto v = random_bits<T>(buf.size(), rng);
-  ferry::async_h2d(v, buf.span(), s);
-  return v;
-}
 
 template <class T>
 std::vector<std::uint64_t> bits(const T* v, std::size_t n) {
@@ -409,22 +388,6 @@ void plan_run(std::uint64_t seed, long steps) {
     p.step(k);
     p.check(k);
   }
-}
-
-/// Runs `call`, which must wait for work held behind `g` (a full ring), while a helper thread opens
-/// the gate after 50 ms: true when `call` returned only once the gate was open.
-template <class B, class F>
-bool returns_after_open(ferry_test::gate<B>& g, F&& call) {
-  std::atomic<bool> opened{false};
-  std::thread helper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    opened.store(true);
-    g.open();
-  });
-  call();
-  const bool after = opened.load();
-  helper.join();
-  return after;
 }
 
 /// Enqueues on `s` a writer of every element of `src` with source_value(k, i): a kernel on CUDA, a
