@@ -1440,7 +1440,7 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
                               fixed ? max_e8 : hint(max_e8));
   batch->add_fill(f1.span(), p32, fill_index);
   batch->add_fill(f2.span(), value.span().data());
-  auto g32 = batch->add_gather(gd.span(), ferry::device_span<const i32>(gsrc.span()), hint(ng));
+  auto g32 = batch->add_gather(gd.span(), ferry::device_span<const i32>(gsrc.span()), std::min(hint(ng), ng));  // max_n within the destination
   batch->set_epilogue(step_digest{g32.ref(), u32.ref(), echo.span().data(), meta.span().data()});
   b.template expect_throw<std::invalid_argument>([&] { (void)batch->add_upload(gsrc.span().first(1), 1); },
                                                  "an upload over a gather's source");

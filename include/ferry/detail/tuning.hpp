@@ -58,9 +58,9 @@ static_assert(write_chunk_bytes % (write_block_threads * write_vector_bytes) == 
 /// Scalar loads each thread issues before its stores where source and destination are not
 /// congruent: enough in flight to cover a read through PCIe.
 inline constexpr unsigned write_scalar_loads_in_flight = 8;
-/// Elements of a gather one block of the step kernel moves (4 per thread: the indices' reads
-/// through PCIe overlap).
-inline constexpr std::size_t gather_piece_elements = 4 * write_block_threads;
+/// Elements of a gather or scatter record (step_batch) one block of the step kernel moves (4 per
+/// thread: the indices' reads through PCIe overlap).
+inline constexpr std::size_t piece_elements = 4 * write_block_threads;
 /// Device lanes (a launch's arrival count, a batch's step counter) per device, for every
 /// step_batch of the process: a slot in use holds one under launch::kernel, a batch one under
 /// launch::graph.

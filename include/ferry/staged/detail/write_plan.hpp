@@ -89,6 +89,8 @@ class write_recorder {
     if (!resolver_.any_overlap(d, n)) return nullptr;
     return &resolver_.paint(d, n, per_chunk);
   }
+  /// True when two writes noted since the last reset() or resolved() may overlap.
+  [[nodiscard]] bool suspect() const noexcept { return tracker_.suspect(); }
   /// The recorded descriptors are known disjoint (resolved, or found so).
   void resolved() noexcept { tracker_.resolved(); }
   /// Room to resolve `chunks` descriptors without allocating: a count a pinned slot already holds

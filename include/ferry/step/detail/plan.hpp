@@ -6,9 +6,12 @@
 // contents never move while a step is being filled. The descriptors are the write plan's
 // (staged/detail/layout.hpp) over bytes at absolute addresses: block b of the step kernel runs
 // descriptor b, a copy of `count` bytes from `src` to `dst`, a fill of `count` bytes at `dst` with
-// the `fill`-byte value at `src`, or (`fill` has gather_flag) a piece of a gather: `count`
-// elements at `dst` from the gather record at `src` (gather_record: the source's address, the host
-// values' address, then the int32 indices). Blocks at or beyond `work` do nothing. The last block
+// the `fill`-byte value at `src`, or a piece of a record (`fill` has piece_flag; piece_record):
+// of a gather, `count` elements at `dst` from the record at `src` (the source's address, the host
+// values' address, then the int32 indices); of a scatter (scatter_flag too), `count` one-element
+// writes into the target at `dst` (the values' address, then the uint32 element indices; the
+// write plan's one-element writes while none of them may overlap). Blocks at or beyond `work` do
+// nothing. The last block
 // of the launch to finish (an arrival count in device memory, one per launch in flight) runs the
 // epilogue with the view entries, then stores the kernel mark.
 //
@@ -49,30 +52,45 @@ inline chunk_desc* step_descs(void* table) noexcept {
   return reinterpret_cast<chunk_desc*>(static_cast<std::byte*>(table) + sizeof(step_header));
 }
 
-/// A gather's descriptors have this bit in `fill`, the piece's number above bit 4, and the
-/// element size's log2 in bits 0-3; `count` is the piece's elements.
-inline constexpr std::uint32_t gather_flag = 0x80000000u;
-constexpr std::uint32_t gather_fill(std::size_t piece, std::size_t elem) noexcept {
+/// A piece of a record (a gather's or a scatter's) has piece_flag in `fill` (a scatter's also
+/// scatter_flag), the piece's number in bits 4-29, and the element size's log2 in bits 0-3;
+/// `count` is the piece's elements, the ones from element piece * piece_elements of the record.
+inline constexpr std::uint32_t piece_flag = 0x80000000u;
+inline constexpr std::uint32_t scatter_flag = 0x40000000u;
+/// Pieces a record may have (its elements: piece_elements times as many).
+inline constexpr std::size_t max_pieces = std::size_t{1} << 26;
+constexpr std::uint32_t piece_fill(std::uint32_t kind, std::size_t piece, std::size_t elem) noexcept {
   const std::uint32_t log2 = elem == 1 ? 0 : elem == 2 ? 1 : elem == 4 ? 2 : 3;
-  return gather_flag | static_cast<std::uint32_t>(piece << 4) | log2;
+  return piece_flag | kind | static_cast<std::uint32_t>(piece << 4) | log2;
 }
-/// The head of a gather's record in the slot: the device source's address and the host values'
-/// (mapped; 0 when none this step), followed by the step's int32 indices.
-struct gather_record {
+/// The first element of the record that the piece with `fill` moves.
+FERRY_HOST_DEVICE constexpr std::size_t piece_first(std::uint32_t fill) noexcept {
+  return static_cast<std::size_t>((fill & ~(piece_flag | scatter_flag)) >> 4) * piece_elements;
+}
+/// The head of a record in the slot: for a gather the device source's address and the host
+/// values' (mapped; 0 when none this step), followed by the step's int32 indices; for a scatter
+/// the values' address (`src` is 0), followed by the uint32 element indices into the target.
+struct piece_record {
   std::uint64_t src;
   std::uint64_t values;
 };
-static_assert(sizeof(gather_record) == 16, "the indices follow 16 bytes into a gather record");
+static_assert(sizeof(piece_record) == 16, "the indices follow 16 bytes into a record");
 
-/// The host's gather piece: `d.count` elements from the record at d.src into d.dst.
-inline void run_gather_now(const chunk_desc& d) noexcept {
-  const auto* rec = reinterpret_cast<const gather_record*>(d.src);
+/// The host's piece of a record: a gather's `d.count` elements from the record at d.src into
+/// d.dst, or a scatter's `d.count` elements into the target at d.dst.
+inline void run_piece_now(const chunk_desc& d) noexcept {
+  const auto* rec = reinterpret_cast<const piece_record*>(d.src);
   const std::size_t elem = std::size_t{1} << (d.fill & 0xfu);
-  const std::size_t first = static_cast<std::size_t>((d.fill & ~gather_flag) >> 4) * gather_piece_elements;
-  const auto* idx = reinterpret_cast<const std::int32_t*>(rec + 1) + first;
+  const std::size_t first = piece_first(d.fill);
   auto* dst = reinterpret_cast<std::byte*>(d.dst);
-  const auto* src = reinterpret_cast<const std::byte*>(rec->src);
   const auto* values = reinterpret_cast<const std::byte*>(rec->values) + first * elem;
+  if (d.fill & scatter_flag) {
+    const auto* idx = reinterpret_cast<const std::uint32_t*>(rec + 1) + first;
+    for (std::size_t i = 0; i < d.count; ++i) std::memcpy(dst + std::size_t{idx[i]} * elem, values + i * elem, elem);
+    return;
+  }
+  const auto* idx = reinterpret_cast<const std::int32_t*>(rec + 1) + first;
+  const auto* src = reinterpret_cast<const std::byte*>(rec->src);
   for (std::size_t i = 0; i < d.count; ++i) {
     const std::int32_t j = idx[i];
     std::memcpy(dst + i * elem, j >= 0 ? src + static_cast<std::size_t>(j) * elem : values + i * elem, elem);
@@ -85,8 +103,8 @@ inline void run_step_now(const void* table, void (*epilogue)(const void* table))
   const auto* h = static_cast<const step_header*>(table);
   const chunk_desc* d = step_descs(const_cast<void*>(table));
   for (std::uint64_t i = 0; i < h->work; ++i) {
-    if (d[i].fill & gather_flag)
-      run_gather_now(d[i]);
+    if (d[i].fill & piece_flag)
+      run_piece_now(d[i]);
     else
       run_chunks_now(d + i, 1, 0, 0, 1);
   }

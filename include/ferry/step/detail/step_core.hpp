@@ -69,17 +69,29 @@ class step_core {
     std::byte* at = nullptr;  // the last step's contents (host address) and elements
     std::size_t n = 0, room = 0;
   };
+  /// A one-element write: its element of the target, its value's bytes.
+  struct single_write {
+    std::uint64_t dst;
+    alignas(8) std::byte value[8];
+  };
   struct writes_rec {
     std::uintptr_t base;
     std::size_t elem, max_writes, max_elements;
     write_recorder rec;              // the target's rows x cols, and the write plan's rules
     std::vector<chunk_desc> chunks;  // dst: element of the target; src: absolute element index
     std::size_t writes = 0, elements = 0;
+    // One-element writes while none of the step's writes may overlap (`scatters`: element sizes
+    // 1, 2, 4 or 8, targets of up to 2^32 elements), placed in the slot as one scatter record at
+    // submit.
+    bool scatters = false;
+    std::vector<single_write> singles;
+    std::byte* record = nullptr;  // this step's scatter record and its bytes
+    std::size_t record_room = 0;
   };
   struct gather_rec {
     std::uintptr_t dst, src;
     std::size_t elem, limit, src_n, max_n, view;
-    std::byte* at = nullptr;  // this step's record (gather_record + indices) and elements
+    std::byte* at = nullptr;  // this step's record (piece_record + indices) and elements
     std::size_t n = 0, room = 0;
     std::byte* values = nullptr;  // this step's host values (when host_values() was called)
     std::size_t values_room = 0;
@@ -131,6 +143,7 @@ class step_core {
   static void reserve_writes(writes_rec& w, std::size_t descs, const char* who) {
     try {
       w.chunks.reserve(descs);
+      if (w.scatters) w.singles.reserve(descs);
     } catch (const std::exception&) {  // std::bad_alloc, std::length_error
       throw out_of_memory(std::string("ferry: ") + who + ": the host memory for " + std::to_string(descs) +
                           " chunks of a write target cannot be allocated");
@@ -164,7 +177,8 @@ class step_core {
     (void)checked_bytes<capacity_error>(max_elements, elem, "step_batch writes");
     const std::size_t bytes = checked_bytes(checked_bytes(rows, cols, "a write target"), elem, "a write target");
     check_disjoint("add_writes", "target", base, bytes);
-    writes_.push_back({base, elem, max_writes, max_elements, write_recorder(rows, cols), {}, 0, 0});
+    const bool scatters = (elem == 1 || elem == 2 || elem == 4 || elem == 8) && rows * cols <= UINT32_MAX;
+    writes_.push_back({base, elem, max_writes, max_elements, write_recorder(rows, cols), {}, 0, 0, scatters});
     return writes_.size() - 1;
   }
   /// Declares a gather of up to `max_n` of `limit` elements of `elem` bytes into `dst` from the
@@ -200,10 +214,15 @@ class step_core {
 
   /// Descriptors of `bytes` bytes of copies or fills.
   static std::size_t chunks_of(std::size_t bytes) noexcept { return ceil_div(bytes, write_chunk_bytes); }
-  /// Descriptors of a gather of `n` elements.
-  static std::size_t pieces_of(std::size_t n) noexcept { return ceil_div(n, gather_piece_elements); }
-  /// Bytes of a gather record of `n` indices (checked when the gather is declared).
-  static std::size_t record_bytes(std::size_t n) noexcept { return sizeof(gather_record) + n * sizeof(std::int32_t); }
+  /// Descriptors of a gather or scatter of `n` elements.
+  static std::size_t pieces_of(std::size_t n) noexcept { return ceil_div(n, piece_elements); }
+  /// Bytes of a gather or scatter record of `n` indices (checked when the gather is declared).
+  static std::size_t record_bytes(std::size_t n) noexcept { return sizeof(piece_record) + n * sizeof(std::int32_t); }
+  /// Bytes of a scatter record of `n` values of `elem` bytes: the record, then the values from
+  /// the next multiple of 8.
+  static std::size_t scatter_bytes(std::size_t n, std::size_t elem) noexcept {
+    return round_up(record_bytes(n), std::size_t{8}) + n * elem;
+  }
 
   /// The bytes of a table of `descs` descriptors: header, descriptors, the view entries, the
   /// epilogue's bytes (ferry::capacity_error on overflow).
@@ -234,6 +253,7 @@ class step_core {
       add(descs, chunks_of(times(w.max_elements, w.elem)));
       add(bytes, times(w.max_elements, w.elem));
       add(bytes, times(w.max_writes, write_vector_bytes));
+      add(bytes, sizeof(piece_record) + 8 + write_vector_bytes);  // a scatter record's head and padding
     }
     for (const auto& g : gathers_) {
       add(descs, pieces_of(g.max_n));
@@ -301,10 +321,13 @@ class step_core {
     if (Fixed && n > r.max_n)
       throw capacity_error("ferry: step_batch (growth::fixed): a gather of " + std::to_string(n) +
                            " elements exceeds its declared max_n of " + std::to_string(r.max_n));
+    if (n > max_pieces * piece_elements) [[unlikely]]
+      throw capacity_error("ferry: step_batch: a gather of " + std::to_string(n) + " elements exceeds " +
+                           std::to_string(max_pieces * piece_elements) + " elements");
     std::byte* const at = room_for(r.at, r.room, record_bytes(n), record_bytes(r.max_n), 0);
     r.n = n;
     r.has_values = false;
-    return reinterpret_cast<std::int32_t*>(at + sizeof(gather_record));
+    return reinterpret_cast<std::int32_t*>(at + sizeof(piece_record));
   }
   /// This step's host values for gather `i` (its n of indices()), used where an index is
   /// from_host: where the host writes them.
@@ -323,7 +346,7 @@ class step_core {
     for (std::size_t g = 0; g < gathers_.size(); ++g) {
       const auto& r = gathers_[g];
       if (r.at == nullptr) continue;
-      const auto* idx = reinterpret_cast<const std::int32_t*>(r.at + sizeof(gather_record));
+      const auto* idx = reinterpret_cast<const std::int32_t*>(r.at + sizeof(piece_record));
       const auto src_n = static_cast<std::int64_t>(std::min<std::size_t>(r.src_n, INT32_MAX));
       const std::int32_t lowest = r.has_values ? from_host : 0;
       std::int32_t lo = 0, hi = 0;  // one pass without branches; the bad row is looked for after
@@ -351,6 +374,7 @@ class step_core {
   }
   /// Records a write of the elements of `src` into target `i` at [row][start]: the write plan's
   /// bounds, limits and chunking; its contents placed in the slot congruent to the destination.
+  /// A one-element write that overlaps no write before it joins the step's scatter instead.
   /// Throws with nothing recorded.
   template <class T, class R>
   void stage_write(std::size_t i, std::size_t row, std::size_t start, R&& src) {
@@ -362,6 +386,17 @@ class step_core {
     if (len == 0) return;
     if constexpr (Fixed)
       rec::check_limits("a step_batch write target", "step", r.writes, r.elements, len, r.max_writes, r.max_elements);
+    if (len == 1 && r.scatters) {
+      r.rec.note(row, start, 1);  // first: a write that overlaps an earlier one must come after it
+      if (!r.rec.suspect()) [[likely]] {
+        single_write one{dst, {}};
+        fill(src, reinterpret_cast<T*>(one.value), 1);  // a gather may throw: nothing recorded
+        r.singles.push_back(one);                       // may throw: nothing recorded
+        ++r.writes;
+        ++r.elements;
+        return;
+      }
+    }
     T* const out = reinterpret_cast<T*>(place(len * sizeof(T), r.base + dst * sizeof(T)));
     fill(src, out, len);  // a gather may throw: the placed bytes are only unused
     constexpr std::size_t per_chunk = elements_per_chunk<T>;
@@ -394,10 +429,12 @@ class step_core {
       if (u.at) z.bytes += u.bytes + write_vector_bytes;
     }
     for (auto& w : writes_) {
+      if (w.rec.suspect()) [[unlikely]]
+        unscatter(w);
       if (const auto* out = w.rec.resolve(w.chunks.data(), w.chunks.size(), write_chunk_bytes / w.elem))
         w.chunks.assign(out->begin(), out->end());  // may throw: still suspect, resolved again
       w.rec.resolved();
-      z.descs += w.chunks.size();
+      z.descs += w.chunks.size() + pieces_of(w.singles.size());
       z.bytes += w.elements * w.elem + w.writes * write_vector_bytes;
     }
     for (const auto& p : publishes_) {
@@ -412,6 +449,34 @@ class step_core {
     }
     for (const auto& f : fills_) z.descs += chunks_of(f.bytes);
     return z;
+  }
+
+  /// A write target's one-element writes as chunks in front of the others, once a later write
+  /// may overlap them (they were recorded before it, and overlap no write recorded before them,
+  /// so they come first). Each moves with nothing lost: if one throws, the rest stay scattered.
+  template <class W>
+  void unscatter(W& w) {
+    while (!w.singles.empty()) {
+      const single_write& one = w.singles.back();
+      std::byte* const out = place(w.elem, w.base + one.dst * w.elem);
+      std::memcpy(out, one.value, w.elem);
+      w.chunks.insert(w.chunks.begin(), {one.dst, reinterpret_cast<std::uintptr_t>(ops::mapped(out)) / w.elem, 1, 0});
+      w.singles.pop_back();
+    }
+  }
+
+  /// Places every write target's scatter record of this step (the last of submit's placements:
+  /// nothing after it throws before the launch). growth::fixed places room for every
+  /// one-element write the target's limits still allow, so that a submit tried again after more
+  /// writes keeps the record's place. Throws with nothing changed but room taken.
+  void place_scatters() {
+    for (auto& w : writes_) {
+      const std::size_t n = w.singles.size();
+      if (n == 0) continue;
+      const std::size_t most =
+          Fixed ? std::min(w.max_writes - (w.writes - n), w.max_elements - (w.elements - n)) : n;  // within the limits
+      (void)room_for(w.record, w.record_room, scatter_bytes(n, w.elem), scatter_bytes(most, w.elem), 0);
+    }
   }
 
   /// Encodes the open step, the `number`th (`step`: the device counter's value for it under
@@ -433,18 +498,25 @@ class step_core {
       if (u.bytes) put(u.dst, mapped(u.at), u.bytes, 0);
       views[u.view] = {u.dst, u.bytes / u.elem};
     }
-    for (const auto& w : writes_)
+    for (const auto& w : writes_) {
       for (const auto& ch : w.chunks)
         d[n++] = {w.base + ch.dst * w.elem, ch.src * w.elem, static_cast<std::uint32_t>(ch.count * w.elem), 0};
+      const std::size_t singles = w.singles.size();
+      if (singles == 0) continue;
+      auto* idx = reinterpret_cast<std::uint32_t*>(w.record + sizeof(piece_record));
+      std::byte* const values = w.record + round_up(record_bytes(singles), std::size_t{8});
+      *reinterpret_cast<piece_record*>(w.record) = {0, mapped(values)};
+      for (std::size_t i = 0; i < singles; ++i) {
+        idx[i] = static_cast<std::uint32_t>(w.singles[i].dst);
+        std::memcpy(values + i * w.elem, w.singles[i].value, w.elem);
+      }
+      put_pieces(d, n, w.base, mapped(w.record), singles, scatter_flag, w.elem);
+    }
     for (const auto& g : gathers_) {
       views[g.view] = {g.dst, g.at ? g.n : 0};
       if (!g.at || g.n == 0) continue;
-      *reinterpret_cast<gather_record*>(g.at) = {g.src, g.has_values ? mapped(g.values) : 0};
-      for (std::size_t p = 0; p * gather_piece_elements < g.n; ++p) {
-        const std::size_t first = p * gather_piece_elements;
-        d[n++] = {g.dst + first * g.elem, mapped(g.at), static_cast<std::uint32_t>(std::min(gather_piece_elements, g.n - first)),
-                  gather_fill(p, g.elem)};
-      }
+      *reinterpret_cast<piece_record*>(g.at) = {g.src, g.has_values ? mapped(g.values) : 0};
+      put_pieces(d, n, g.dst, mapped(g.at), g.n, 0, g.elem);
     }
     for (const auto& f : fills_) {
       const std::uintptr_t src = f.publish == none ? f.src : mapped(publishes_[f.publish].at) + f.index * f.elem;
@@ -456,6 +528,16 @@ class step_core {
     h->step = step;
     h->number = number;
     h->views = mapped(views);
+  }
+
+  /// The descriptors d[n...] of a record at `record` (mapped) of `count` elements of `elem` bytes:
+  /// a gather's into `dst` (`kind` 0; each piece at its own first element) or a scatter's into the
+  /// target at `dst` (`kind` scatter_flag).
+  static void put_pieces(chunk_desc* d, std::size_t& n, std::uintptr_t dst, std::uintptr_t record, std::size_t count,
+                         std::uint32_t kind, std::size_t elem) noexcept {
+    for (std::size_t p = 0, first = 0; first < count; ++p, first += piece_elements)
+      d[n++] = {kind ? dst : dst + first * elem, record, static_cast<std::uint32_t>(std::min(piece_elements, count - first)),
+                piece_fill(kind, p, elem)};
   }
 
   /// Prepares a new table of `cap` descriptors: no step yet (launch::graph: a launch that finds
@@ -503,6 +585,9 @@ class step_core {
     for (auto& g : gathers_) g = {g.dst, g.src, g.elem, g.limit, g.src_n, g.max_n, g.view};
     for (auto& w : writes_) {
       w.chunks.clear();
+      w.singles.clear();
+      w.record = nullptr;
+      w.record_room = 0;
       w.rec.reset();
       w.writes = w.elements = 0;
     }

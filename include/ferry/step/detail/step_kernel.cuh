@@ -1,7 +1,7 @@
 // ferry/step/detail/step_kernel.cuh: the CUDA step kernel of step_batch, its launcher, the one
 // graph of a batch under launch::graph, and the device lanes. Block b runs descriptor b of the
 // step's table (plan.hpp), read through UVA: a copy or fill with the write plan's kernel body
-// (staged/detail/write_kernel.cuh), or a piece of a gather; the last block to arrive runs the
+// (staged/detail/write_kernel.cuh), or a piece of a gather or scatter; the last block to arrive runs the
 // epilogue, advances the batch's step counter (launch::graph) and stores the kernel mark; and
 // step_ops<backend::cuda>, which step_batch submits through.
 #pragma once
@@ -44,13 +44,19 @@ namespace step_kernels {
 /// Every device's lanes, zero when the module loads (plan.hpp, step_lane).
 FERRY_KERNEL_VISIBILITY __device__ detail::step_lane_words lanes[detail::step_lane_count];
 
-/// One piece of a gather: `n` elements of U into `dst` from the record at `rec`, whose indices
-/// for this piece start at element `first`.
+/// One piece of a record (plan.hpp): `n` elements of U from element `first` of the record at
+/// `rec`; a gather's into `dst`, a scatter's (`scatter`) into the target at `dst`.
 template <class U>
-__device__ __forceinline__ void gather_piece(U* dst, const detail::gather_record* rec, std::size_t first, unsigned n) {
+__device__ __forceinline__ void run_piece(U* dst, const detail::piece_record* rec, std::size_t first, unsigned n,
+                                          bool scatter) {
+  const U* values = reinterpret_cast<const U*>(rec->values) + first;
+  if (scatter) {
+    const auto* idx = reinterpret_cast<const std::uint32_t*>(rec + 1) + first;
+    for (unsigned i = threadIdx.x; i < n; i += blockDim.x) dst[idx[i]] = values[i];
+    return;
+  }
   const auto* idx = reinterpret_cast<const std::int32_t*>(rec + 1) + first;
   const U* src = reinterpret_cast<const U*>(rec->src);
-  const U* values = reinterpret_cast<const U*>(rec->values) + first;
   for (unsigned i = threadIdx.x; i < n; i += blockDim.x) {
     const std::int32_t j = idx[i];
     dst[i] = j >= 0 ? src[j] : values[i];
@@ -89,15 +95,16 @@ FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::write_block_th
   const bool ours = !graph || w[4] == counted;
   if (ours && blockIdx.x < w[0]) {
     const auto fill = static_cast<unsigned>(d[2] >> 32);
-    if (fill & detail::gather_flag) {
+    if (fill & detail::piece_flag) {
       const auto n = static_cast<unsigned>(d[2] & 0xffffffffu);
-      const std::size_t first = static_cast<std::size_t>((fill & ~detail::gather_flag) >> 4) * detail::gather_piece_elements;
-      const auto* rec = reinterpret_cast<const detail::gather_record*>(d[1]);
+      const std::size_t first = detail::piece_first(fill);
+      const auto* rec = reinterpret_cast<const detail::piece_record*>(d[1]);
+      const bool scatter = (fill & detail::scatter_flag) != 0;
       switch (fill & 0xfu) {
-        case 0: gather_piece(reinterpret_cast<unsigned char*>(d[0]), rec, first, n); break;
-        case 1: gather_piece(reinterpret_cast<unsigned short*>(d[0]), rec, first, n); break;
-        case 2: gather_piece(reinterpret_cast<unsigned*>(d[0]), rec, first, n); break;
-        default: gather_piece(reinterpret_cast<unsigned long long*>(d[0]), rec, first, n); break;
+        case 0: run_piece(reinterpret_cast<unsigned char*>(d[0]), rec, first, n, scatter); break;
+        case 1: run_piece(reinterpret_cast<unsigned short*>(d[0]), rec, first, n, scatter); break;
+        case 2: run_piece(reinterpret_cast<unsigned*>(d[0]), rec, first, n, scatter); break;
+        default: run_piece(reinterpret_cast<unsigned long long*>(d[0]), rec, first, n, scatter); break;
       }
     } else {
       write_kernels::run_chunk<unsigned char>(d, 0, 0);

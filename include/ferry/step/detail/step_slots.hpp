@@ -84,7 +84,7 @@ struct step_slots {
       for (auto& w : k.writes_) k.reserve_writes(w, table, "step_batch::reserve");
     } catch (...) {
       release_all(k);  // the plan is not fixed: a later reserve() or begin() starts over
-      release_graph(k);
+      if constexpr (Graphs) release_graph(k);
       k.want_table_ = k.want_content_ = 0;
       throw;
     }
@@ -176,8 +176,9 @@ struct step_slots {
                           k.lane_.address};
     k.graph_ = step_ops::template make_graph<Epilogue>(at, k.want_table_, k.device_, &k.epilogue_);
   }
-  /// The table and lane of the open step, the `number`th: launch::graph: the ring's table for the
-  /// step counter's value; launch::kernel: the slot's.
+  /// The open step's table, and in `step` the value of the device step counter it runs at:
+  /// launch::graph: the ring's table for that value (the lane's count before the batch plus its
+  /// submits); launch::kernel: the slot's own table (`step` 0, unused).
   static std::byte* table_of(core& k, slot& s, std::uint64_t& step) noexcept {
     if constexpr (Graphs) {
       step = k.lane_.step + k.steps_;

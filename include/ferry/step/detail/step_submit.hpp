@@ -61,6 +61,7 @@ struct step_submit {
     k.slots_.reserve_stamp(k.cur_);
     const bool stamps_prev = k.prev_ != none && k.prev_ != k.cur_;
     if (stamps_prev) k.slots_.reserve_stamp(k.prev_);
+    k.place_scatters();
     std::uint64_t step = 0;
     std::byte* const at = Slots::table_of(k, sl, step);
     k.encode(at, Slots::table_capacity(k, sl), step, k.steps_);
