@@ -11,6 +11,7 @@
 #include <ferry/memory/detail/warm_reuse.hpp>
 #include <ferry/policies/reuse.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -227,9 +228,9 @@ class slot_ring {
       // Candidates by use, oldest first; the current slot left out while open (wherever it stands
       // by use: a cancelled step leaves its slot the newest and the one before it current).
       std::size_t pos = n;
-      if (cur_ != npos && open_ && n > 1)
-        for (std::size_t k = 0; k < n; ++k)
-          if (used_[k] == cur_) pos = k;
+      if (cur_ != npos && open_ && n > 1)  // the newest, unless a cancelled use came after it
+        pos = used_.back() == cur_ ? n - 1
+                                   : static_cast<std::size_t>(std::find(used_.begin(), used_.end(), cur_) - used_.begin());
       const std::size_t m = pos == n ? n : n - 1;
       if (skip >= m) return npos;
       const auto at = [&](std::size_t j) { return used_[j < pos ? j : j + 1]; };
@@ -278,11 +279,9 @@ class slot_ring {
     open_ = true;
     slots_[i].stamps.clear();
     slots_[i].fresh = false;
-    for (std::size_t k = 0; order_ == ring_order::warmest && k < used_.size(); ++k) {
-      if (used_[k] != i) continue;
-      for (; k + 1 < used_.size(); ++k) used_[k] = used_[k + 1];
-      used_.back() = i;
-      break;
+    if (order_ == ring_order::warmest) {  // i moves to the newest place (a warm slot is near it)
+      const auto at = std::find(used_.rbegin(), used_.rend(), i).base();  // one past i
+      if (at != used_.begin()) std::rotate(at - 1, at, used_.end());
     }
     cur_ = i;
   }

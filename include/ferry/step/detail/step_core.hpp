@@ -390,7 +390,10 @@ class step_core {
       r.rec.note(row, start, 1);  // first: a write that overlaps an earlier one must come after it
       if (!r.rec.suspect()) [[likely]] {
         single_write one{dst, {}};
-        fill(src, reinterpret_cast<T*>(one.value), 1);  // a gather may throw: nothing recorded
+        if constexpr (std::ranges::contiguous_range<R>)
+          std::memcpy(one.value, std::ranges::data(src), sizeof(T));
+        else
+          fill(src, reinterpret_cast<T*>(one.value), 1);  // a gather may throw: nothing recorded
         r.singles.push_back(one);                       // may throw: nothing recorded
         ++r.writes;
         ++r.elements;
