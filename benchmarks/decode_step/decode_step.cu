@@ -76,9 +76,8 @@
 // reported missing (null, not met) with a printed reason.
 #include <decode_step/decode_step.hpp>
 
-#include <ferry/sync/sync_guard.hpp>
-
 #include <support/gpu.cuh>
+#include <support/guarded_steps.hpp>
 #include <support/runtime_calls.hpp>
 #if FERRY_BENCH_LIBTORCH
 #include <support/libtorch_peer.hpp>
@@ -760,24 +759,12 @@ void measure(std::vector<variant>& vs, const ferry_bench::options& o) {
   }
 }
 
-/// The untimed guard pass of a ferry row: warm steps in bursts (the stream drained between
-/// bursts, outside the guards, so that no burst runs further ahead than the measured ones).
+/// The untimed guard pass of a ferry row (ferry_bench::guarded_steps).
 void count_syncs(variant& v) {
-  constexpr int steps = 1000, burst = 250;
-  std::uint64_t syncs = 0, allocations = 0;
-  drain(v);
-  for (int done = 0; done < steps; done += burst) {
-    {
-      ferry::sync_guard guard(ferry::sync_guard::mode::record);
-      for (int k = 0; k < burst; ++k) v.step();
-      syncs += guard.syncs();
-      allocations += guard.allocations();
-      if (guard.syncs() + guard.allocations() != 0) v.guard_report = guard.report();
-    }
-    drain(v);
-  }
-  v.syncs = static_cast<double>(syncs) / steps;
-  v.allocations = static_cast<double>(allocations) / steps;
+  auto counts = ferry_bench::guarded_steps([&] { v.step(); }, [&] { drain(v); });
+  v.syncs = counts.syncs;
+  v.allocations = counts.allocations;
+  if (!counts.report.empty()) v.guard_report = std::move(counts.report);
 }
 
 /// The untimed calls pass of a row (see the file comment): bursts of `burst` steps with the stream

@@ -35,9 +35,9 @@
 #include <engine_step/engine_workload.hpp>
 
 #include <ferry/ferry.cuh>
-#include <ferry/sync/sync_guard.hpp>
 
 #include <support/gpu.cuh>
+#include <support/guarded_steps.hpp>
 #include <support/runtime_calls.hpp>
 #if FERRY_BENCH_LIBTORCH
 #include <engine_step/engine_step_torch.hpp>
@@ -56,6 +56,7 @@
 #include <span>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 using B = ferry::backend::cuda;
@@ -540,24 +541,12 @@ void check_before_timing(variant& v) {
   }
 }
 
-/// The untimed guard pass of a ferry row (decode_step.cu's): bursts of 250 warm steps inside
-/// ferry::sync_guard, the stream drained between them outside the guards.
+/// The untimed guard pass of a ferry row (ferry_bench::guarded_steps).
 void count_syncs(variant& v) {
-  constexpr int steps = 1000, burst = 250;
-  std::uint64_t syncs = 0, allocations = 0;
-  drain(v);
-  for (int done = 0; done < steps; done += burst) {
-    {
-      ferry::sync_guard guard(ferry::sync_guard::mode::record);
-      for (int k = 0; k < burst; ++k) v.step();
-      syncs += guard.syncs();
-      allocations += guard.allocations();
-      if (guard.syncs() + guard.allocations() != 0) v.guard_report = guard.report();
-    }
-    drain(v);
-  }
-  v.syncs = static_cast<double>(syncs) / steps;
-  v.allocations = static_cast<double>(allocations) / steps;
+  auto counts = ferry_bench::guarded_steps([&] { v.step(); }, [&] { drain(v); });
+  v.syncs = counts.syncs;
+  v.allocations = counts.allocations;
+  if (!counts.report.empty()) v.guard_report = std::move(counts.report);
 }
 
 void measure(std::vector<variant>& vs, const ferry_bench::options& o) {
