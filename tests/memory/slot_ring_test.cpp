@@ -12,6 +12,7 @@
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -367,4 +368,56 @@ TEMPLATE_TEST_CASE("slot_ring release waits for every slot's readers before givi
   CHECK(reads_at_give_back == 1);  // slot 1 went back only after its reader ran
   CHECK(ring.empty());
   CHECK(ring.current() == ring.npos);
+}
+
+// The use order that choose() reads (warmest) against a model, over random takes, closes and
+// cancels (rotate_to the slot before) on a ring of many slots, every slot free: choose() offers
+// the slot used last other than the open current one. Guards take()'s move to the newest place
+// and choose()'s lookup of the current slot, wherever a cancel left it.
+TEMPLATE_TEST_CASE("slot_ring (warmest) keeps the use order of a model over random takes and cancels",
+                   "[memory][slot_ring]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  constexpr std::size_t n = 40;
+  auto ring = make_ring<ring_of<B>>(ring_order::warmest, n, n);
+  std::vector<std::size_t> used;  // the model: oldest first
+  std::size_t cur = ring.npos;
+  bool open = false;
+  std::mt19937_64 rng(0x51075);
+  for (std::size_t k = 0; k < n; ++k) {  // fresh slots first, in order
+    REQUIRE(ring.choose() == k);
+    ring.take(k);
+    used.push_back(k);
+    cur = k;
+    open = true;
+  }
+  for (int op = 0; op < 5000; ++op) {
+    std::size_t want = ring.npos;  // the newest slot by use that is not the open current one
+    for (std::size_t j = used.size(); j-- > 0;)
+      if (!(open && used[j] == cur)) {
+        want = used[j];
+        break;
+      }
+    REQUIRE(ring.choose() == want);
+    const auto r = rng() % 8;
+    const std::size_t i = r < 5 ? want : static_cast<std::size_t>(rng() % n);  // the warmest, or any slot
+    if (r == 7 && cur != ring.npos) {
+      // A cancel: slot i taken, then the current goes back to the one before.
+      const std::size_t before = cur;
+      ring.take(i);
+      ring.rotate_to(before);
+      cur = before;
+    } else if (r == 6) {
+      ring.close();
+      open = false;
+      continue;
+    } else {
+      ring.take(i);
+      cur = i;
+    }
+    used.erase(std::find(used.begin(), used.end(), i));
+    used.push_back(i);
+    open = true;
+  }
+  ring.release([](int&) {});
 }
