@@ -49,22 +49,6 @@ void use(Ring& r, std::size_t i, ferry::stream_ref<B> s) {
   (void)r.stamp(i, s);
 }
 
-// Runs `call` (which must wait for work held behind `g`) while a helper opens `g` after 50 ms.
-// True when `call` returned only once the gate was open.
-template <class B, class F>
-bool returns_after_open(ferry_test::gate<B>& g, F&& call) {
-  std::atomic<bool> opened{false};
-  std::thread helper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    opened.store(true);
-    g.open();
-  });
-  call();
-  const bool waited = opened.load();
-  helper.join();
-  return waited;
-}
-
 // The rule written out plainly: the newest of the `warm` newest that passed, else the oldest.
 std::size_t reference_warmest(const std::vector<bool>& passed, std::size_t warm) {
   const std::size_t n = passed.size();
@@ -278,7 +262,7 @@ TEMPLATE_TEST_CASE("slot_ring when full: event_fenced waits, throw_when_full thr
     const auto waits = ferry::detail::ring_waits;
     const auto syncs = ferry::backend_stats_of<B>().synchronizations;
     bool blocked = false;
-    CHECK(returns_after_open(g, [&] { blocked = ring.when_full(ring.next(), [] { return std::string("x"); }); }));
+    CHECK(ferry_test::returns_after_open(g, [&] { blocked = ring.when_full(ring.next(), [] { return std::string("x"); }); }));
     CHECK(blocked);
     CHECK(read.load());  // the reader ran before the wait returned
     CHECK(ferry::detail::ring_waits == waits + 1);
@@ -358,7 +342,7 @@ TEMPLATE_TEST_CASE("slot_ring release waits for every slot's readers before givi
   s.synchronize();
   std::vector<int> given;
   int reads_at_give_back = -1;
-  CHECK(returns_after_open(g, [&] {
+  CHECK(ferry_test::returns_after_open(g, [&] {
     ring.release([&](int& slot) {
       given.push_back(slot);
       if (slot == 1) reads_at_give_back = reads.load();

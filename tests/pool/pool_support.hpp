@@ -64,26 +64,6 @@ bool returns_before_open(ferry_test::gate<B>& g, F&& destroy) {
   return early;
 }
 
-/// Runs `call`, which must wait for a reader held behind `g` (a full ring's back-pressure), while a
-/// helper thread opens the gate after `after`. True when `call` returned only once the gate was
-/// open, that is, when it waited for the held reader.
-template <class B, class F>
-bool returns_after_open(ferry_test::gate<B>& g, F&& call,
-                        std::chrono::milliseconds after = std::chrono::milliseconds(50)) {
-  std::atomic<bool> opened{false};
-  std::thread helper([&] {
-    std::this_thread::sleep_for(after);
-    opened.store(true);
-    g.open();
-  });
-  struct joiner {
-    std::thread& t;
-    ~joiner() { t.join(); }
-  } join{helper};
-  call();
-  return opened.load();
-}
-
 inline bool same(const ferry::pool_stats& a, const ferry::pool_stats& b) {
   return a.slots == b.slots && a.max_slots == b.max_slots && a.calls == b.calls &&
          a.grows == b.grows && a.fence_hits == b.fence_hits && a.inserted == b.inserted &&

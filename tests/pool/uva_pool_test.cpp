@@ -1065,7 +1065,7 @@ void check_full_ring_waits(ferry::stream<B>& s, Pool& pool) {
   const auto syncs = ferry::backend_stats_of<B>().synchronizations;
   const auto waits = ferry::detail::ring_waits;
   ferry::device_span<const std::int32_t> w;
-  CHECK(pool_test::returns_after_open(g, [&] { w = pool.copy_to_uva(generation<std::int32_t>(2, 8), s); }));
+  CHECK(ferry_test::returns_after_open(g, [&] { w = pool.copy_to_uva(generation<std::int32_t>(2, 8), s); }));
   CHECK(w.data() == v[0].data());  // the slot used longest ago
   CHECK(pool.current_slot() == 1);
   CHECK(pool.slots() == 2);

@@ -1,17 +1,14 @@
 // Helpers shared by the step tests (step_batch_test.cu, step_engine_test.cu): device data read
-// back and randomized in stream order, and a call timed against a gate that opens later.
+// back and randomized in stream order (a call timed against a gate: support/backends.hpp).
 #pragma once
 
 #include <staged/support.hpp>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <random>
 #include <span>
-#include <thread>
 #include <vector>
 
 namespace ferry_test {
@@ -39,24 +36,6 @@ std::vector<T> randomize(ferry::device_buffer<T, B>& buf, ferry::stream_ref<B> s
   auto v = random_bits<T>(buf.size(), rng);
   ferry::async_h2d(v, buf.span(), s);
   return v;
-}
-
-/// Runs `call`, which must wait for work held behind `g` (a full ring), while another thread opens
-/// the gate after 50 ms: true when `call` returned only once the gate was open.
-template <class B, class F>
-bool returns_after_open(gate<B>& g, F&& call) {
-  std::atomic<bool> opened{false};
-  std::thread opener([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    opened.store(true);
-    g.open();
-  });
-  struct joiner {
-    std::thread& t;
-    ~joiner() { t.join(); }
-  } join{opener};
-  call();
-  return opened.load();
 }
 
 }  // namespace ferry_test

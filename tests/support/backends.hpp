@@ -257,4 +257,23 @@ class gate {
   std::shared_ptr<state> state_;
 };
 
+/// Runs `call`, which must wait for work held behind `g` (a full ring's back-pressure), while a
+/// helper thread opens the gate after `after`: true when `call` returned only once the gate was
+/// open, that is, when it waited for the held work.
+template <class B, class F>
+bool returns_after_open(gate<B>& g, F&& call, std::chrono::milliseconds after = std::chrono::milliseconds(50)) {
+  std::atomic<bool> opened{false};
+  std::thread helper([&] {
+    std::this_thread::sleep_for(after);
+    opened.store(true);
+    g.open();
+  });
+  struct joiner {
+    std::thread& t;
+    ~joiner() { t.join(); }
+  } join{helper};
+  call();
+  return opened.load();
+}
+
 }  // namespace ferry_test
