@@ -1305,10 +1305,11 @@ TEMPLATE_TEST_CASE("differential: fused_staged_writer", "[differential]", DIFF_B
 // (the policy throws, or answers 2^63 bytes): capacity_error with nothing enqueued, again on a
 // retry, the step open with its data; it is then made smaller (the upload's first elements, as
 // written) and submitted, or cancelled. A gather index outside its source, or ferry::from_host
-// without host values, is refused by submit (out_of_range, nothing enqueued) and then fixed. Readers of the publishes on other streams call
-// record_use before the next submit (event_fenced), or are waited for by the caller
-// (caller_fenced: a slot comes back `slots` submits later). The destinations are one region
-// across streams (each submit writes all of them).
+// without host values, is refused by submit (out_of_range, nothing enqueued) and then fixed.
+// Readers of the publishes on other streams call record_use before the next submit
+// (event_fenced), or are waited for by the caller (caller_fenced: a slot comes back `slots`
+// submits later). The destinations are one region across streams (each submit writes all of
+// them).
 
 }  // namespace
 
@@ -1440,7 +1441,8 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
                               fixed ? max_e8 : hint(max_e8));
   batch->add_fill(f1.span(), p32, fill_index);
   batch->add_fill(f2.span(), value.span().data());
-  auto g32 = batch->add_gather(gd.span(), ferry::device_span<const i32>(gsrc.span()), std::min(hint(ng), ng));  // max_n within the destination
+  auto g32 = batch->add_gather(gd.span(), ferry::device_span<const i32>(gsrc.span()),
+                               std::min(hint(ng), ng));  // max_n within the destination
   batch->set_epilogue(step_digest{g32.ref(), u32.ref(), echo.span().data(), meta.span().data()});
   b.template expect_throw<std::invalid_argument>([&] { (void)batch->add_upload(gsrc.span().first(1), 1); },
                                                  "an upload over a gather's source");
