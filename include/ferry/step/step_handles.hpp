@@ -20,6 +20,19 @@
 
 namespace ferry {
 
+namespace detail {
+/// The device buffer that the upload or gather record `r` fills.
+template <class T, class Record>
+device_span<T> destination_of(const Record& r) {
+  return {reinterpret_cast<T*>(r.dst), r.limit};
+}
+/// The epilogue's reference to the view that the record `r` declared.
+template <class T, class Record>
+step_ref<T> ref_of(const Record& r) {
+  return step_ref_access<T>::make(static_cast<std::uint32_t>(r.view));
+}
+}  // namespace detail
+
 /// A packed upload into a device buffer: each step, `span(n)` is where the host writes the
 /// first n elements of the destination (pinned slot memory); the submit copies them.
 template <class Batch, class T>
@@ -39,12 +52,11 @@ class step_upload : public detail::step_handle<Batch, typename Batch::core> {
   /// The device buffer this upload fills. ferry::error for an empty handle or one whose batch
   /// was assigned over or destroyed.
   [[nodiscard]] device_span<T> destination() const {
-    const auto& r = state("upload").uploads_[i_];
-    return {reinterpret_cast<T*>(r.dst), r.limit};
+    return detail::destination_of<T>(state("upload").uploads_[i_]);
   }
   /// The epilogue's reference to this upload: destination[0, n) for the step's n.
   [[nodiscard]] step_ref<T> ref() const {
-    return detail::step_ref_access<T>::make(static_cast<std::uint32_t>(state("upload").uploads_[i_].view));
+    return detail::ref_of<T>(state("upload").uploads_[i_]);
   }
 };
 
@@ -78,7 +90,7 @@ class step_publish : public detail::step_handle<Batch, typename Batch::core> {
   }
   /// The epilogue's reference to this publish: the step's n elements in its slot.
   [[nodiscard]] step_ref<const T> ref() const {
-    return detail::step_ref_access<const T>::make(static_cast<std::uint32_t>(state("publish").publishes_[i_].view));
+    return detail::ref_of<const T>(state("publish").publishes_[i_]);
   }
 };
 
@@ -110,12 +122,11 @@ class step_gather : public detail::step_handle<Batch, typename Batch::core> {
   }
   /// The device buffer this gather fills.
   [[nodiscard]] device_span<T> destination() const {
-    const auto& r = state("gather").gathers_[i_];
-    return {reinterpret_cast<T*>(r.dst), r.limit};
+    return detail::destination_of<T>(state("gather").gathers_[i_]);
   }
   /// The epilogue's reference to this gather: destination[0, n) for the step's n.
   [[nodiscard]] step_ref<T> ref() const {
-    return detail::step_ref_access<T>::make(static_cast<std::uint32_t>(state("gather").gathers_[i_].view));
+    return detail::ref_of<T>(state("gather").gathers_[i_]);
   }
 };
 

@@ -41,7 +41,7 @@ class host_sync_guard {
   /// it stays silent: call check() before leaving the scope to see those). Record mode never
   /// throws.
   ~host_sync_guard() noexcept(false) {
-    verdict_.check_at_exit(total(), [&] { return message(); });
+    verdict_.check_at_exit(*this, "host_sync_guard");
   }
 
   /// The mode given at construction.
@@ -85,7 +85,7 @@ class host_sync_guard {
   /// In raise mode, throws ferry::sync_error naming the calls seen since construction (or since
   /// the last check() that threw) when there are any. Record mode: does nothing.
   void check() {
-    verdict_.check(total(), [&] { return message(); });
+    verdict_.check(*this, "host_sync_guard");
   }
 
  private:
@@ -102,12 +102,6 @@ class host_sync_guard {
     return {now.pinned_allocations - start_.pinned_allocations, now.pinned_frees - start_.pinned_frees,
             now.device_allocations - start_.device_allocations, now.device_frees - start_.device_frees,
             now.synchronizations - start_.synchronizations};
-  }
-  [[nodiscard]] std::uint64_t total() const noexcept { return syncs() + allocations(); }
-  [[nodiscard]] std::string message() const {
-    return "ferry: host_sync_guard (raise mode) saw " + std::to_string(syncs()) +
-           " synchronizing call(s) and " + std::to_string(allocations()) +
-           " allocation(s) or free(s) inside its scope: " + report();
   }
 
   detail::sync_verdict verdict_;

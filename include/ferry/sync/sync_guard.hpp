@@ -105,7 +105,7 @@ class sync_guard {
       }
     }
     detail::cupti_subscription::instance().release();
-    verdict_.check_at_exit(total(), [&] { return message(); });
+    verdict_.check_at_exit(*this, "sync_guard");
   }
 
   /// The mode given at construction.
@@ -160,7 +160,7 @@ class sync_guard {
   /// In raise mode, throws ferry::sync_error naming the calls seen since construction (or since
   /// the last check() that threw) when there are any. Record mode: does nothing.
   void check() {
-    verdict_.check(total(), [&] { return message(); });
+    verdict_.check(*this, "sync_guard");
   }
 
  private:
@@ -172,12 +172,6 @@ class sync_guard {
     return n;
   }
   [[nodiscard]] std::uint64_t ring_waits() const noexcept { return detail::ring_waits - ring_waits_; }
-  [[nodiscard]] std::uint64_t total() const noexcept { return syncs() + allocations(); }
-  [[nodiscard]] std::string message() const {
-    return "ferry: sync_guard (raise mode) saw " + std::to_string(syncs()) +
-           " synchronizing call(s) and " + std::to_string(allocations()) +
-           " allocation(s) or free(s) inside its scope: " + report();
-  }
 
   detail::sync_verdict verdict_;
   std::thread::id owner_;

@@ -33,6 +33,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace ferry::detail {
 
@@ -114,27 +115,12 @@ constexpr std::size_t inline_apply_data_bytes(std::size_t chunks, std::size_t co
 template <class T>
 inline constexpr std::size_t elements_per_chunk = write_chunk_bytes / sizeof(T);
 
-/// The unsigned integer type of a given size: kernels copy bits, not values.
-template <std::size_t Size>
-struct word_of;
-template <>
-struct word_of<1> {
-  using type = std::uint8_t;
-};
-template <>
-struct word_of<2> {
-  using type = std::uint16_t;
-};
-template <>
-struct word_of<4> {
-  using type = std::uint32_t;
-};
-template <>
-struct word_of<8> {
-  using type = std::uint64_t;
-};
+/// The unsigned integer type of T's size (1, 2, 4 or 8 bytes): kernels copy bits, not values.
 template <class T>
-using word_t = typename word_of<sizeof(T)>::type;
+using word_t = std::conditional_t<
+    sizeof(T) == 1, std::uint8_t,
+    std::conditional_t<sizeof(T) == 2, std::uint16_t,
+                       std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
 
 /// How backend B enqueues an apply of a chunk table: `preload<U>()`, `enqueue<U>(stream, descs, n,
 /// dst_base, src_base, kernel_mark)` and `enqueue_inline<U>(stream, descs, n, contents,

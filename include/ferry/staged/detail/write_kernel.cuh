@@ -25,6 +25,26 @@ namespace ferry {
 inline namespace FERRY_KERNEL_NAMESPACE {
 namespace write_kernels {
 
+/// Copies `n` values V from `src` to `dst`, thread `tid` of `nt` taking every nt-th one, in
+/// rounds where each thread issues its K loads before its K stores.
+template <unsigned K, class V>
+__device__ __forceinline__ void copy_loads_first(V* __restrict__ dst, const V* __restrict__ src,
+                                                 unsigned n, unsigned tid, unsigned nt) {
+  for (unsigned base = 0; base < n; base += nt * K) {
+    V r[K];
+#pragma unroll
+    for (unsigned k = 0; k < K; ++k) {
+      const unsigned i = base + k * nt + tid;
+      if (i < n) r[k] = src[i];
+    }
+#pragma unroll
+    for (unsigned k = 0; k < K; ++k) {
+      const unsigned i = base + k * nt + tid;
+      if (i < n) dst[i] = r[k];
+    }
+  }
+}
+
 /// Copies `n` words from `src` to `dst` with the whole block.
 template <class U>
 __device__ __forceinline__ void copy_chunk(U* __restrict__ dst, const U* __restrict__ src,
@@ -44,40 +64,13 @@ __device__ __forceinline__ void copy_chunk(U* __restrict__ dst, const U* __restr
     nvec = (n - head) / per_vec;
   }
   if (nvec == 0) {
-    // Scalar: every thread issues up to K loads before its stores.
-    constexpr unsigned K = detail::write_scalar_loads_in_flight;
-    for (unsigned base = 0; base < n; base += nt * K) {
-      U r[K];
-#pragma unroll
-      for (unsigned k = 0; k < K; ++k) {
-        const unsigned i = base + k * nt + tid;
-        if (i < n) r[k] = src[i];
-      }
-#pragma unroll
-      for (unsigned k = 0; k < K; ++k) {
-        const unsigned i = base + k * nt + tid;
-        if (i < n) dst[i] = r[k];
-      }
-    }
+    copy_loads_first<detail::write_scalar_loads_in_flight>(dst, src, n, tid, nt);  // scalar
     return;
   }
   if (tid < head) dst[tid] = src[tid];
-  const uint4* vs = reinterpret_cast<const uint4*>(src + head);
-  uint4* vd = reinterpret_cast<uint4*>(dst + head);
-  constexpr unsigned K = detail::write_vector_loads_in_flight;
-  for (unsigned base = 0; base < nvec; base += nt * K) {
-    uint4 r[K];
-#pragma unroll
-    for (unsigned k = 0; k < K; ++k) {
-      const unsigned i = base + k * nt + tid;
-      if (i < nvec) r[k] = vs[i];
-    }
-#pragma unroll
-    for (unsigned k = 0; k < K; ++k) {
-      const unsigned i = base + k * nt + tid;
-      if (i < nvec) vd[i] = r[k];
-    }
-  }
+  copy_loads_first<detail::write_vector_loads_in_flight>(reinterpret_cast<uint4*>(dst + head),
+                                                          reinterpret_cast<const uint4*>(src + head),
+                                                          nvec, tid, nt);
   for (unsigned i = head + nvec * per_vec + tid; i < n; i += nt) dst[i] = src[i];
 }
 

@@ -11,9 +11,8 @@
 // values' address, then the int32 indices); of a scatter (scatter_flag too), `count` one-element
 // writes into the target at `dst` (the values' address, then the uint32 element indices; the
 // write plan's one-element writes while none of them may overlap). Blocks at or beyond `work` do
-// nothing. The last block
-// of the launch to finish (an arrival count in device memory, one per launch in flight) runs the
-// epilogue with the view entries, then stores the kernel mark.
+// nothing. The last block of the launch to finish (an arrival count in device memory, one per
+// launch in flight) runs the epilogue with the view entries, then stores the kernel mark.
 //
 // Under launch::graph the table is not passed: one graph executable serves every step, and its
 // kernel finds the step's table on the device, in a ring of tables indexed by the batch's device

@@ -178,7 +178,7 @@ class step_core {
     const std::size_t bytes = checked_bytes(checked_bytes(rows, cols, "a write target"), elem, "a write target");
     check_disjoint("add_writes", "target", base, bytes);
     const bool scatters = (elem == 1 || elem == 2 || elem == 4 || elem == 8) && rows * cols <= UINT32_MAX;
-    writes_.push_back({base, elem, max_writes, max_elements, write_recorder(rows, cols), {}, 0, 0, scatters});
+    writes_.push_back({base, elem, max_writes, max_elements, write_recorder(rows, cols), {}, 0, 0, scatters, {}, nullptr, 0});
     return writes_.size() - 1;
   }
   /// Declares a gather of up to `max_n` of `limit` elements of `elem` bytes into `dst` from the
@@ -298,16 +298,22 @@ class step_core {
     return base_ + off;
   }
 
+  /// std::out_of_range when `n` elements of `what` (an upload or gather record `r`) exceed its
+  /// destination; ferry::capacity_error when growth::fixed and they exceed its declared max_n.
+  template <class Record>
+  static void check_count(const Record& r, std::size_t n, const char* what) {
+    if (n > r.limit)
+      throw std::out_of_range(std::string("ferry: step_batch: ") + what + " of " + std::to_string(n) +
+                              " elements into a destination of " + std::to_string(r.limit));
+    if (Fixed && n > r.max_n)
+      throw capacity_error(std::string("ferry: step_batch (growth::fixed): ") + what + " of " + std::to_string(n) +
+                           " elements exceeds its declared max_n of " + std::to_string(r.max_n));
+  }
   /// This step's `n` elements of `elem` bytes for upload `i`: where the host writes them.
   std::byte* upload_span(std::size_t i, std::size_t n, std::size_t elem) {
     auto& r = uploads_[i];
     check_open("upload::span");
-    if (n > r.limit)
-      throw std::out_of_range("ferry: step_batch upload of " + std::to_string(n) + " elements into a destination of " +
-                              std::to_string(r.limit));
-    if (Fixed && n > r.max_n)
-      throw capacity_error("ferry: step_batch (growth::fixed): an upload of " + std::to_string(n) +
-                           " elements exceeds its declared max_n of " + std::to_string(r.max_n));
+    check_count(r, n, "an upload");
     r.bytes = n * elem;
     return room_for(r.at, r.room, r.bytes, r.max_n * elem, r.dst);  // max_n * elem: checked when declared
   }
@@ -315,12 +321,7 @@ class step_core {
   std::int32_t* gather_indices(std::size_t i, std::size_t n) {
     auto& r = gathers_[i];
     check_open("gather::indices");
-    if (n > r.limit)
-      throw std::out_of_range("ferry: step_batch gather of " + std::to_string(n) + " elements into a destination of " +
-                              std::to_string(r.limit));
-    if (Fixed && n > r.max_n)
-      throw capacity_error("ferry: step_batch (growth::fixed): a gather of " + std::to_string(n) +
-                           " elements exceeds its declared max_n of " + std::to_string(r.max_n));
+    check_count(r, n, "a gather");
     if (n > max_pieces * piece_elements) [[unlikely]]
       throw capacity_error("ferry: step_batch: a gather of " + std::to_string(n) + " elements exceeds " +
                            std::to_string(max_pieces * piece_elements) + " elements");
@@ -457,8 +458,7 @@ class step_core {
   /// A write target's one-element writes as chunks in front of the others, once a later write
   /// may overlap them (they were recorded before it, and overlap no write recorded before them,
   /// so they come first). Each moves with nothing lost: if one throws, the rest stay scattered.
-  template <class W>
-  void unscatter(W& w) {
+  void unscatter(writes_rec& w) {
     while (!w.singles.empty()) {
       const single_write& one = w.singles.back();
       std::byte* const out = place(w.elem, w.base + one.dst * w.elem);

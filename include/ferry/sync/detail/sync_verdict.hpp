@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <string>
 
 namespace ferry::detail {
 
@@ -19,21 +20,24 @@ class sync_verdict {
 
   [[nodiscard]] sync_mode mode() const noexcept { return mode_; }
 
-  // check(): in raise mode, throws when calls were seen that no earlier check() reported.
-  // `seen` is the scope's total (syncs + allocations); `report` builds the message lazily.
-  template <class Report>
-  void check(std::uint64_t seen, Report&& report) {
+  // check(): in raise mode, throws when the scope `g` (a sync_guard or host_sync_guard named
+  // `name`) saw calls that no earlier check() reported, naming them with g.report().
+  template <class Scope>
+  void check(const Scope& g, const char* name) {
+    const std::uint64_t seen = g.syncs() + g.allocations();
     if (mode_ != sync_mode::raise || seen == reported_) return;
     reported_ = seen;
-    throw sync_error(report());
+    throw sync_error(std::string("ferry: ") + name + " (raise mode) saw " + std::to_string(g.syncs()) +
+                     " synchronizing call(s) and " + std::to_string(g.allocations()) +
+                     " allocation(s) or free(s) inside its scope: " + g.report());
   }
 
   // The destructor path: the same as check(), but only when no exception began unwinding since
   // the scope was made (throwing then would call std::terminate).
-  template <class Report>
-  void check_at_exit(std::uint64_t seen, Report&& report) {
+  template <class Scope>
+  void check_at_exit(const Scope& g, const char* name) {
     if (std::uncaught_exceptions() > uncaught_) return;
-    check(seen, static_cast<Report&&>(report));
+    check(g, name);
   }
 
  private:
