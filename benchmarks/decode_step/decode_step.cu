@@ -70,7 +70,9 @@
 // takes one subscriber), another untimed pass counts every in-process row's CUDA runtime calls per
 // step in steady state (support/runtime_calls.hpp: 1000 steps counted after 1000 uncounted ones),
 // in bursts drained between them as the host-time bursts, and with the GPU idle. Each missed
-// host-time target gets a line naming the calls per step of the two rows it compares.
+// host-time target gets a line naming the calls per step of the two rows it compares. Last, where
+// the host time of ferry's step_batch rows and their floors goes, in bursts and with the GPU idle:
+// each sampled (support/host_profile.hpp), in the JSON's "host_profile".
 //
 // Targets (SPEC §10) are computed from rows looked up by label; a target whose row is absent is
 // reported missing (null, not met) with a printed reason.
@@ -78,6 +80,7 @@
 
 #include <support/gpu.cuh>
 #include <support/guarded_steps.hpp>
+#include <support/host_profile.hpp>
 #include <support/runtime_calls.hpp>
 #if FERRY_BENCH_LIBTORCH
 #include <support/libtorch_peer.hpp>
@@ -1022,6 +1025,38 @@ static int run(int argc, char** argv) {
   if (o.torch_step.empty()) std::cout << "(no --torch-step FILE: the PyTorch-in-Python row is absent)\n";
   std::cout << "(the warm ring: a " << warm_model_ms * 1e3 << " us kernel after each step stands in for the model; "
                "the host waits for the previous step's before the next step)\n";
+  rep.write_json(o.json);
+
+  // Where the host time goes (written after the figures above, which stand without it): ferry's
+  // step_batch rows and their floors, sampled every 20 us by path below the row's step function,
+  // in bursts (GPU behind) and with the GPU idle (one step at a time, the stream drained before
+  // each, not sampled); "us per step" is the share times the row's timed figure of that regime.
+  struct sampled_row {
+    const char* label;
+    const char* root;
+    bool idle;
+  };
+  for (const sampled_row r : {sampled_row{label_step_batch_kernel, "ferry_step::run", true},
+                              sampled_row{label_floor_direct, "floor_step::run", true},
+                              sampled_row{label_step_batch_kernel, "ferry_step::run", false},
+                              sampled_row{label_floor_direct, "floor_step::run", false},
+                              sampled_row{label_step_batch_graph, "ferry_step::run", false},
+                              sampled_row{label_floor_graph_one, "floor_step::run", false}}) {
+    variant* v = nullptr;
+    for (auto& x : vs)
+      if (std::string(x.label) == r.label) v = &x;
+    const double figure = r.idle ? host_idle(r.label) : host(r.label);
+    const int steps = r.idle ? 1 : o.burst, bursts = r.idle ? 4096 : std::min(o.bursts, 20);
+    for (const auto& [path, share] :
+         ferry_bench::sample_steps(r.root, 4, bursts, steps, [&] { v->step(); }, [&] { drain(*v); })) {
+      rep.host_profile.push_back({{"row", r.label}, {"regime", r.idle ? "GPU idle" : "bursts"}, {"where", path},
+                                  {"share", share}, {"us per step", share * figure}});
+      std::cout << "  host profile: " << r.label << (r.idle ? " (GPU idle): " : " (bursts): ") << std::fixed
+                << std::setprecision(3) << share * figure << " us (" << std::setprecision(1) << share * 100 << "%) "
+                << path << "\n";
+    }
+  }
+  std::cout.unsetf(std::ios::floatfield);
   rep.write_json(o.json);
   return 0;
 }

@@ -12,6 +12,7 @@ rounds; this writes the one decode_step.json of the run:
            met), except those whose goal is 0 (syncs and allocations per step: one round with any
            is a miss), which take the worst round.
   rounds:  the number of rounds merged; "round_targets": every round's target values, in order.
+  host_profile: every round's lines, each with its round's number.
 
 Usage: merge_rounds.py OUT.json ROUND1.json [ROUND2.json ...]
 """
@@ -80,7 +81,10 @@ def merge(docs):
             value = statistics.median(values)
         met = value is not None and (value <= goal if op == "<=" else value >= goal)
         targets.append({"name": name, "value": value, "op": op, "target": goal, "met": met})
-    out = {k: v for k, v in docs[0].items() if k not in ("rows", "targets")}
+    out = {k: v for k, v in docs[0].items() if k not in ("rows", "targets", "host_profile")}
+    profile = [dict(p, round=i + 1) for i, d in enumerate(docs) for p in d.get("host_profile", [])]
+    if profile:
+        out["host_profile"] = profile
     out.update({"rows": rows, "targets": targets, "rounds": n,
                 "round_targets": [{t["name"]: t.get("value") for t in d.get("targets", [])} for d in docs]})
     return out

@@ -31,13 +31,16 @@
 // behind a kernel holding the stream (support/gpu.cuh's device_us; the libtorch row's bursts are
 // shorter, so that they fit in the launch queue and the hold). Then untimed passes: ferry's rows
 // inside ferry::sync_guard (record mode: syncs and allocations per step), and every row's CUDA
-// runtime calls per step (support/runtime_calls.hpp).
+// runtime calls per step (support/runtime_calls.hpp). Last, where the host time of ferry's rows and
+// their floors goes: each sampled in the same regime (support/host_profile.hpp), in the JSON's
+// "host_profile".
 #include <engine_step/engine_workload.hpp>
 
 #include <ferry/ferry.cuh>
 
 #include <support/gpu.cuh>
 #include <support/guarded_steps.hpp>
+#include <support/host_profile.hpp>
 #include <support/runtime_calls.hpp>
 #if FERRY_BENCH_LIBTORCH
 #include <engine_step/engine_step_torch.hpp>
@@ -712,6 +715,31 @@ static int run(int argc, char** argv) {
     std::cout << "target graph_host_vs_libtorch: missing (the libtorch row has no figures: " << libtorch_why << ")\n";
   for (const auto& v : vs)
     if (!v.guard_report.empty()) std::cout << "sync_guard saw in " << v.label << ": " << v.guard_report << "\n";
+  rep.write_json(o.json);
+
+  // Where the host time goes (written after the figures above, which stand without it): each of
+  // ferry's rows and its floor, sampled every 20 us over 20 bursts in the timed regime (the GPU
+  // behind), by path below the row's step function; "us per step" is the share times the row's
+  // timed host figure.
+  struct sampled_row {
+    const char* label;
+    const char* root;
+  };
+  for (const sampled_row r : {sampled_row{label_graph, "ferry_engine::run"}, sampled_row{label_floor, "floor_engine::run"},
+                              sampled_row{label_kernel, "ferry_engine::run"},
+                              sampled_row{label_floor_kernel, "floor_engine::run"}}) {
+    variant* v = nullptr;
+    for (auto& x : vs)
+      if (std::string(x.label) == r.label) v = &x;
+    for (const auto& [path, share] : ferry_bench::sample_steps(
+             r.root, 4, std::min(o.bursts, 20), o.burst, [&] { v->step(); }, [&] { drain(*v); })) {
+      rep.host_profile.push_back({{"row", r.label}, {"where", path}, {"share", share}, {"us per step", share * v->host}});
+      std::cout << "  host profile: " << r.label << ": " << std::fixed << std::setprecision(3) << share * v->host
+                << " us (" << std::setprecision(1) << share * 100 << "%) " << path << "\n";
+    }
+    if (const std::string bad = v->check(); !bad.empty())
+      throw std::runtime_error(std::string(v->label) + ": check after sampling failed: " + bad);
+  }
   rep.write_json(o.json);
   return 0;
 }

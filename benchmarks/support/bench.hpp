@@ -207,6 +207,7 @@ struct report {
   std::string machine;
   std::vector<row> rows;
   std::vector<target> targets;
+  std::vector<row> host_profile;  ///< where rows' host time goes (support/host_profile.hpp), if sampled
 
   explicit report(std::string name) : benchmark(std::move(name)) {
     char host[256] = {};
@@ -283,6 +284,12 @@ struct report {
       f << (i ? ",\n    {" : "\n    {");
       for (std::size_t k = 0; k < rows[i].size(); ++k)
         f << (k ? ", " : "") << json_value(rows[i][k].first) << ": " << json_value(rows[i][k].second);
+      f << "}";
+    }
+    for (std::size_t i = 0; i < host_profile.size(); ++i) {
+      f << (i ? ",\n    {" : "\n  ],\n  \"host_profile\": [\n    {");
+      for (std::size_t k = 0; k < host_profile[i].size(); ++k)
+        f << (k ? ", " : "") << json_value(host_profile[i][k].first) << ": " << json_value(host_profile[i][k].second);
       f << "}";
     }
     f << "\n  ],\n  \"targets\": [";

@@ -1,0 +1,243 @@
+// ferry_bench::host_profile: where a row's host time per step goes, on a machine without a
+// profiler. A timer (timer_create on CLOCK_MONOTONIC: a CPU-time clock ticks only as often as the
+// scheduler) signals the calling thread only, every `period_us` microseconds; while sampling is on
+// (the thread runs steps without blocking), the handler stores the stack's return addresses (backtrace() into a preallocated
+// buffer, nothing else). split() names them afterwards: dladdr for shared libraries (the CUDA
+// runtime's exported entry points, libc), `addr2line -C -f -i` for this executable (built with -g:
+// inlined functions are named too, template arguments dropped), and counts the samples by their
+// path below the row's step function. Host-only; Linux with glibc. The shares are of the time
+// sampling was on.
+#pragma once
+
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ferry_bench {
+
+class host_profile {
+ public:
+  static constexpr int max_depth = 48;
+  using stack = std::array<void*, max_depth>;
+
+  /// Room for `max_samples` samples, one every `period_us` while on(), of the calling thread.
+  explicit host_profile(std::size_t max_samples = 1 << 16, long period_us = 20) : samples_(max_samples) {
+    void* warm[4];
+    (void)backtrace(warm, 4);  // loads the unwinder now, not inside the handler
+    the() = this;
+    struct sigaction sa {};
+    sa.sa_sigaction = &handler;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGPROF, &sa, &old_) != 0) throw std::runtime_error("host_profile: sigaction failed");
+    sigevent ev{};
+    ev.sigev_notify = SIGEV_THREAD_ID;
+    ev.sigev_signo = SIGPROF;
+    ev._sigev_un._tid = static_cast<pid_t>(syscall(SYS_gettid));
+    if (timer_create(CLOCK_MONOTONIC, &ev, &timer_) != 0)
+      throw std::runtime_error("host_profile: timer_create failed");
+    itimerspec it{};
+    it.it_interval.tv_nsec = period_us * 1000;
+    it.it_value = it.it_interval;
+    timer_settime(timer_, 0, &it, nullptr);
+  }
+  ~host_profile() {
+    timer_delete(timer_);
+    sigaction(SIGPROF, &old_, nullptr);
+    the() = nullptr;
+  }
+  host_profile(const host_profile&) = delete;
+  host_profile& operator=(const host_profile&) = delete;
+
+  /// Samples are taken only between on() and off() (a burst's steps, not its drain).
+  void on() { sampling_.store(true, std::memory_order_relaxed); }
+  void off() { sampling_.store(false, std::memory_order_relaxed); }
+  /// Samples taken so far (at most max_samples).
+  [[nodiscard]] std::size_t samples() const { return std::min(taken_.load(), samples_.size()); }
+  /// Forgets the samples taken so far.
+  void clear() { taken_ = 0; }
+
+  /// The samples so far by path below `root` (charge()), most first.
+  [[nodiscard]] std::vector<std::pair<std::string, std::size_t>> split(const std::string& root, int depth) const {
+    name_frames();
+    std::map<std::string, std::size_t> by;
+    const std::size_t n = samples();
+    for (std::size_t i = 0; i < n; ++i) ++by[charge(samples_[i].frames, samples_[i].depth, root, depth)];
+    std::vector<std::pair<std::string, std::size_t>> out(by.begin(), by.end());
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    return out;
+  }
+
+ private:
+  struct sample {
+    stack frames{};
+    int depth = 0;
+  };
+
+  static host_profile*& the() {
+    static host_profile* p = nullptr;
+    return p;
+  }
+  static void handler(int, siginfo_t*, void*) {
+    host_profile* p = the();
+    if (p == nullptr || !p->sampling_.load(std::memory_order_relaxed)) return;
+    const std::size_t i = p->taken_.fetch_add(1, std::memory_order_relaxed);
+    if (i >= p->samples_.size()) return;
+    auto& s = p->samples_[i];
+    s.depth = backtrace(s.frames.data(), max_depth);
+  }
+
+  /// Names every frame of the samples so far (names_): one addr2line run for this executable's.
+  void name_frames() const {
+    std::vector<std::pair<void*, std::uintptr_t>> own;  // (pc, offset in this executable)
+    const std::size_t n = samples();
+    for (std::size_t i = 0; i < n; ++i)
+      for (int f = 0; f < samples_[i].depth; ++f) {
+        void* pc = samples_[i].frames[static_cast<std::size_t>(f)];
+        if (names_.count(pc)) continue;
+        auto& out = names_[pc];
+        Dl_info info{};
+        // A return address points after its call: pc - 1 is inside the call instruction.
+        void* at = static_cast<char*>(pc) - 1;
+        if (dladdr(at, &info) == 0 || info.dli_fname == nullptr) {
+          out.push_back("?");
+        } else if (std::string file = info.dli_fname; file.empty() || file == self_path()) {
+          own.emplace_back(pc, reinterpret_cast<std::uintptr_t>(at) - reinterpret_cast<std::uintptr_t>(info.dli_fbase));
+        } else {
+          out.push_back(file.substr(file.rfind('/') + 1) + ": " + (info.dli_sname ? info.dli_sname : "?"));
+        }
+      }
+    if (own.empty()) return;
+    // addr2line -a: each address's line, then its inlined chain (function, file:line), innermost first.
+    char path[] = "/tmp/ferry_host_profile_XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0) return;
+    {
+      std::ostringstream addrs;
+      for (const auto& [pc, off] : own) addrs << "0x" << std::hex << off << "\n";
+      const std::string text = addrs.str();
+      (void)!write(fd, text.data(), text.size());
+      close(fd);
+    }
+    const std::string cmd = "addr2line -a -C -f -i -e '" + self_path() + "' < " + path + " 2>/dev/null";
+    std::unique_ptr<FILE, int (*)(FILE*)> f(popen(cmd.c_str(), "r"), pclose);
+    std::size_t k = 0;
+    std::vector<std::string>* out = nullptr;
+    char line[8192];
+    int field = 0;  // after an address line: function, file:line, function, file:line, ...
+    while (f && fgets(line, sizeof line, f.get())) {
+      std::string l(line);
+      while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
+      if (l.rfind("0x", 0) == 0 && field % 2 == 0 && k < own.size()) {
+        out = &names_[own[k++].first];
+        field = 0;
+        continue;
+      }
+      if (out && field++ % 2 == 0) out->push_back(function_name(l));
+    }
+    unlink(path);
+    for (const auto& [pc, off] : own)
+      if (names_[pc].empty()) names_[pc].push_back("?");
+  }
+
+  static std::string self_path() {
+    static const std::string p = [] {
+      char buf[4096];
+      const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+      return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+    }();
+    return p;
+  }
+
+  /// "void ferry::detail::step_core<...>::encode(std::byte*, ...) const" →
+  /// "ferry::detail::step_core::encode": no return type, template arguments or parameters.
+  static std::string function_name(std::string s) {
+    for (std::size_t at; (at = s.find("(anonymous namespace)")) != std::string::npos;) s.replace(at, 21, "{anon}");
+    std::string out;
+    int depth = 0;
+    for (const char c : s) {
+      if (c == '<') ++depth;
+      else if (c == '>') depth = std::max(0, depth - 1);
+      else if (depth > 0) continue;
+      else if (c == '(') break;
+      else if (c == ' ' && !out.ends_with("operator")) out.clear();  // a return type before the name
+      else out += c;
+    }
+    return out.empty() ? s : out;
+  }
+
+  static bool is_runtime(const std::string& n) {
+    return n.rfind("libcudart", 0) == 0 || n.rfind("libcuda.", 0) == 0;
+  }
+
+  /// The sample's path below the outermost frame named `root` (the row's step function): up to
+  /// `depth` frames, outermost first, ending at the first CUDA runtime frame ("cuda runtime:
+  /// cudaGraphLaunch": the call with the driver's work under it) or at libc's.
+  std::string charge(const stack& frames, int n, const std::string& root, int depth) const {
+    std::vector<std::string> chain;  // innermost first, inlined frames expanded
+    for (int f = 0; f < n; ++f)
+      for (auto& name : names_.at(frames[static_cast<std::size_t>(f)])) chain.push_back(name);
+    auto it = chain.rbegin();
+    while (it != chain.rend() && it->find(root) == std::string::npos) ++it;
+    if (it == chain.rend()) return "outside " + root;
+    std::string path;
+    for (++it; it != chain.rend() && depth > 0; ++it, --depth) {
+      const bool rt = is_runtime(*it), libc = it->rfind("libc.", 0) == 0;
+      path += (path.empty() ? "" : " > ") + (rt ? "cuda runtime: " + it->substr(it->find(": ") + 2) : *it);
+      if (rt || libc) break;
+    }
+    return path.empty() ? root + " itself" : path;
+  }
+
+  std::vector<sample> samples_;
+  std::atomic<std::size_t> taken_{0};
+  std::atomic<bool> sampling_{false};
+  timer_t timer_{};
+  struct sigaction old_ {};
+  mutable std::map<void*, std::vector<std::string>> names_;
+};
+
+/// The split of `steps` calls of `step` in each of `bursts` bursts, `drain` between bursts (not
+/// sampled), by path below `root` (host_profile::split, up to `depth` frames): each path's share
+/// of the samples, most first; paths under `min_share` each are merged into one "other" line.
+template <class Step, class Drain>
+std::vector<std::pair<std::string, double>> sample_steps(const std::string& root, int depth, int bursts, int steps,
+                                                         Step&& step, Drain&& drain, double min_share = 0.01) {
+  host_profile p;
+  for (int b = 0; b < bursts; ++b) {
+    p.on();
+    for (int k = 0; k < steps; ++k) step();
+    p.off();
+    drain();
+  }
+  std::vector<std::pair<std::string, double>> out;
+  double other = 0;
+  const auto n = static_cast<double>(p.samples());
+  for (const auto& [path, count] : p.split(root, depth)) {
+    const double share = static_cast<double>(count) / n;
+    if (share >= min_share) out.emplace_back(path, share);
+    else other += share;
+  }
+  if (other > 0) out.emplace_back("other (paths under " + std::to_string(static_cast<int>(min_share * 100)) + "% each)", other);
+  return out;
+}
+
+}  // namespace ferry_bench
