@@ -119,7 +119,7 @@ class host_profile {
         void* at = static_cast<char*>(pc) - 1;
         if (dladdr(at, &info) == 0 || info.dli_fname == nullptr) {
           out.push_back("?");
-        } else if (std::string file = info.dli_fname; file.empty() || file == self_path()) {
+        } else if (std::string file = info.dli_fname; file.empty() || real_path(file) == self_path()) {
           own.emplace_back(pc, reinterpret_cast<std::uintptr_t>(at) - reinterpret_cast<std::uintptr_t>(info.dli_fbase));
         } else {
           out.push_back(file.substr(file.rfind('/') + 1) + ": " + (info.dli_sname ? info.dli_sname : "?"));
@@ -158,6 +158,11 @@ class host_profile {
       if (names_[pc].empty()) names_[pc].push_back("?");
   }
 
+  static std::string real_path(const std::string& file) {
+    std::unique_ptr<char, void (*)(void*)> p(realpath(file.c_str(), nullptr), free);
+    return p ? std::string(p.get()) : file;
+  }
+  /// This executable's path (dladdr names it as it was started, perhaps relative).
   static std::string self_path() {
     static const std::string p = [] {
       char buf[4096];
