@@ -1028,32 +1028,28 @@ static int run(int argc, char** argv) {
   rep.write_json(o.json);
 
   // Where the host time goes (written after the figures above, which stand without it): ferry's
-  // step_batch rows and their floors, sampled every 20 us by path below the row's step function,
-  // in bursts (GPU behind) and with the GPU idle (one step at a time, the stream drained before
-  // each, not sampled); "us per step" is the share times the row's timed figure of that regime.
+  // step_batch rows and their floors, sampled every 20 us (support/host_profile.hpp), in bursts
+  // (the GPU behind) and with the GPU idle (one step at a time, the stream drained before each,
+  // not sampled); "us per step" is the share times the row's timed figure of that regime.
   struct sampled_row {
     const char* label;
-    const char* root;
     bool idle;
   };
-  for (const sampled_row r : {sampled_row{label_step_batch_kernel, "ferry_step::run", true},
-                              sampled_row{label_floor_direct, "floor_step::run", true},
-                              sampled_row{label_step_batch_kernel, "ferry_step::run", false},
-                              sampled_row{label_floor_direct, "floor_step::run", false},
-                              sampled_row{label_step_batch_graph, "ferry_step::run", false},
-                              sampled_row{label_floor_graph_one, "floor_step::run", false}}) {
+  for (const sampled_row r : {sampled_row{label_step_batch_kernel, true}, sampled_row{label_floor_direct, true},
+                              sampled_row{label_step_batch_kernel, false}, sampled_row{label_floor_direct, false},
+                              sampled_row{label_step_batch_graph, false}, sampled_row{label_floor_graph_one, false}}) {
     variant* v = nullptr;
     for (auto& x : vs)
       if (std::string(x.label) == r.label) v = &x;
     const double figure = r.idle ? host_idle(r.label) : host(r.label);
     const int steps = r.idle ? 1 : o.burst, bursts = r.idle ? 4096 : std::min(o.bursts, 20);
-    for (const auto& [path, share] :
-         ferry_bench::sample_steps(r.root, 4, bursts, steps, [&] { v->step(); }, [&] { drain(*v); })) {
-      rep.host_profile.push_back({{"row", r.label}, {"regime", r.idle ? "GPU idle" : "bursts"}, {"where", path},
+    for (const auto& [where, share] :
+         ferry_bench::sample_steps(bursts, steps, [&] { v->step(); }, [&] { drain(*v); })) {
+      rep.host_profile.push_back({{"row", r.label}, {"regime", r.idle ? "GPU idle" : "bursts"}, {"where", where},
                                   {"share", share}, {"us per step", share * figure}});
       std::cout << "  host profile: " << r.label << (r.idle ? " (GPU idle): " : " (bursts): ") << std::fixed
                 << std::setprecision(3) << share * figure << " us (" << std::setprecision(1) << share * 100 << "%) "
-                << path << "\n";
+                << where << "\n";
     }
   }
   std::cout.unsetf(std::ios::floatfield);

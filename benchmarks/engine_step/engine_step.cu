@@ -719,26 +719,21 @@ static int run(int argc, char** argv) {
 
   // Where the host time goes (written after the figures above, which stand without it): each of
   // ferry's rows and its floor, sampled every 20 us over 20 bursts in the timed regime (the GPU
-  // behind), by path below the row's step function; "us per step" is the share times the row's
-  // timed host figure.
-  struct sampled_row {
-    const char* label;
-    const char* root;
-  };
-  for (const sampled_row r : {sampled_row{label_graph, "ferry_engine::run"}, sampled_row{label_floor, "floor_engine::run"},
-                              sampled_row{label_kernel, "ferry_engine::run"},
-                              sampled_row{label_floor_kernel, "floor_engine::run"}}) {
+  // behind), by where each sample is charged (support/host_profile.hpp); "us per step" is the share
+  // times the row's timed host figure.
+  for (const char* label : {label_graph, label_floor, label_kernel, label_floor_kernel}) {
     variant* v = nullptr;
     for (auto& x : vs)
-      if (std::string(x.label) == r.label) v = &x;
-    for (const auto& [path, share] : ferry_bench::sample_steps(
-             r.root, 4, std::min(o.bursts, 20), o.burst, [&] { v->step(); }, [&] { drain(*v); })) {
-      rep.host_profile.push_back({{"row", r.label}, {"where", path}, {"share", share}, {"us per step", share * v->host}});
-      std::cout << "  host profile: " << r.label << ": " << std::fixed << std::setprecision(3) << share * v->host
-                << " us (" << std::setprecision(1) << share * 100 << "%) " << path << "\n";
+      if (std::string(x.label) == label) v = &x;
+    for (const auto& [where, share] :
+         ferry_bench::sample_steps(std::min(o.bursts, 20), o.burst, [&] { v->step(); }, [&] { drain(*v); })) {
+      rep.host_profile.push_back({{"row", label}, {"where", where}, {"share", share}, {"us per step", share * v->host}});
+      std::cout << "  host profile: " << label << ": " << std::fixed << std::setprecision(3) << share * v->host
+                << " us (" << std::setprecision(1) << share * 100 << "%) " << where << "\n";
     }
+    std::cout.unsetf(std::ios::floatfield);
     if (const std::string bad = v->check(); !bad.empty())
-      throw std::runtime_error(std::string(v->label) + ": check after sampling failed: " + bad);
+      throw std::runtime_error(std::string(label) + ": check after sampling failed: " + bad);
   }
   rep.write_json(o.json);
   return 0;

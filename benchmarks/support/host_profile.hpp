@@ -4,9 +4,9 @@
 // (the thread runs steps without blocking), the handler stores the stack's return addresses (backtrace() into a preallocated
 // buffer, nothing else). split() names them afterwards: dladdr for shared libraries (the CUDA
 // runtime's exported entry points, libc), `addr2line -C -f -i` for this executable (built with -g:
-// inlined functions are named too, template arguments dropped), and counts the samples by their
-// path below the row's step function. Host-only; Linux with glibc. The shares are of the time
-// sampling was on.
+// inlined functions are named too, template arguments dropped), and charges each sample to a
+// place (charge(): the ferry call and the runtime entry or ferry::detail function under it, or
+// the row's own code). Host-only; Linux with glibc. The shares are of the time sampling was on.
 #pragma once
 
 #include <dlfcn.h>
@@ -36,6 +36,8 @@ namespace ferry_bench {
 class host_profile {
  public:
   static constexpr int max_depth = 48;
+  /// The handler's frame and the signal trampoline's, above the interrupted code.
+  static constexpr int skipped_frames = 2;
   using stack = std::array<void*, max_depth>;
 
   /// Room for `max_samples` samples, one every `period_us` while on(), of the calling thread.
@@ -75,12 +77,12 @@ class host_profile {
   /// Forgets the samples taken so far.
   void clear() { taken_ = 0; }
 
-  /// The samples so far by path below `root` (charge()), most first.
-  [[nodiscard]] std::vector<std::pair<std::string, std::size_t>> split(const std::string& root, int depth) const {
+  /// The samples so far by where they are charged (charge()), most first.
+  [[nodiscard]] std::vector<std::pair<std::string, std::size_t>> split() const {
     name_frames();
     std::map<std::string, std::size_t> by;
     const std::size_t n = samples();
-    for (std::size_t i = 0; i < n; ++i) ++by[charge(samples_[i].frames, samples_[i].depth, root, depth)];
+    for (std::size_t i = 0; i < n; ++i) ++by[charge(samples_[i].frames, samples_[i].depth)];
     std::vector<std::pair<std::string, std::size_t>> out(by.begin(), by.end());
     std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
     return out;
@@ -193,23 +195,30 @@ class host_profile {
     return n.rfind("libcudart", 0) == 0 || n.rfind("libcuda.", 0) == 0;
   }
 
-  /// The sample's path below the outermost frame named `root` (the row's step function): up to
-  /// `depth` frames, outermost first, ending at the first CUDA runtime frame ("cuda runtime:
-  /// cudaGraphLaunch": the call with the driver's work under it) or at libc's.
-  std::string charge(const stack& frames, int n, const std::string& root, int depth) const {
+  /// Where a sample is charged: under the outermost ferry:: frame (the public call: submit, begin,
+  /// a handle's span, ...) where there is one, the CUDA runtime entry point it is in ("cuda runtime:
+  /// cudaGraphLaunch": the call and the driver's work under it), else the innermost ferry::detail
+  /// frame (the work: encode, check_gathers, ...); outside ferry, the innermost named function
+  /// (the row's own code), with "> libc" when the sample is in libc under it.
+  std::string charge(const stack& frames, int n) const {
     std::vector<std::string> chain;  // innermost first, inlined frames expanded
-    for (int f = 0; f < n; ++f)
+    for (int f = skipped_frames; f < n; ++f)
       for (auto& name : names_.at(frames[static_cast<std::size_t>(f)])) chain.push_back(name);
-    auto it = chain.rbegin();
-    while (it != chain.rend() && it->find(root) == std::string::npos) ++it;
-    if (it == chain.rend()) return "outside " + root;
-    std::string path;
-    for (++it; it != chain.rend() && depth > 0; ++it, --depth) {
-      const bool rt = is_runtime(*it), libc = it->rfind("libc.", 0) == 0;
-      path += (path.empty() ? "" : " > ") + (rt ? "cuda runtime: " + it->substr(it->find(": ") + 2) : *it);
-      if (rt || libc) break;
+    auto ferry = [](const std::string& x) { return x.rfind("ferry::", 0) == 0; };
+    const auto outer = std::find_if(chain.rbegin(), chain.rend(), ferry);
+    const std::string call = outer == chain.rend() ? "" : *outer + " > ";
+    const auto runtime = std::find_if(chain.rbegin(), chain.rend(), is_runtime);
+    if (runtime != chain.rend()) return call + "cuda runtime: " + runtime->substr(runtime->find(": ") + 2);
+    if (outer != chain.rend()) {
+      const auto work = std::find_if(chain.begin(), chain.end(),
+                                     [](const std::string& x) { return x.rfind("ferry::detail::", 0) == 0; });
+      return work == chain.end() || *work == *outer ? *outer : call + *work;
     }
-    return path.empty() ? root + " itself" : path;
+    const auto named = std::find_if(chain.begin(), chain.end(), [](const std::string& x) {
+      return x != "?" && x.rfind("libc.", 0) != 0 && x.rfind("libstdc++", 0) != 0;
+    });
+    if (named == chain.end()) return "?";
+    return *named + (chain.front().rfind("libc.", 0) == 0 ? " > libc" : "");
   }
 
   std::vector<sample> samples_;
@@ -221,11 +230,11 @@ class host_profile {
 };
 
 /// The split of `steps` calls of `step` in each of `bursts` bursts, `drain` between bursts (not
-/// sampled), by path below `root` (host_profile::split, up to `depth` frames): each path's share
-/// of the samples, most first; paths under `min_share` each are merged into one "other" line.
+/// sampled), by where the samples are charged (host_profile::split): each place's share of the
+/// samples, most first; places under `min_share` each are merged into one "other" line.
 template <class Step, class Drain>
-std::vector<std::pair<std::string, double>> sample_steps(const std::string& root, int depth, int bursts, int steps,
-                                                         Step&& step, Drain&& drain, double min_share = 0.01) {
+std::vector<std::pair<std::string, double>> sample_steps(int bursts, int steps, Step&& step, Drain&& drain,
+                                                         double min_share = 0.01) {
   host_profile p;
   for (int b = 0; b < bursts; ++b) {
     p.on();
@@ -236,12 +245,12 @@ std::vector<std::pair<std::string, double>> sample_steps(const std::string& root
   std::vector<std::pair<std::string, double>> out;
   double other = 0;
   const auto n = static_cast<double>(p.samples());
-  for (const auto& [path, count] : p.split(root, depth)) {
+  for (const auto& [path, count] : p.split()) {
     const double share = static_cast<double>(count) / n;
     if (share >= min_share) out.emplace_back(path, share);
     else other += share;
   }
-  if (other > 0) out.emplace_back("other (paths under " + std::to_string(static_cast<int>(min_share * 100)) + "% each)", other);
+  if (other > 0) out.emplace_back("other (places under " + std::to_string(static_cast<int>(min_share * 100)) + "% each)", other);
   return out;
 }
 
