@@ -1,12 +1,13 @@
 // ferry_bench::host_profile: where a row's host time per step goes, on a machine without a
 // profiler. A timer (timer_create on CLOCK_MONOTONIC: a CPU-time clock ticks only as often as the
 // scheduler) signals the calling thread only, every `period_us` microseconds; while sampling is on
-// (the thread runs steps without blocking), the handler stores the stack's return addresses (backtrace() into a preallocated
-// buffer, nothing else). split() names them afterwards: dladdr for shared libraries (the CUDA
-// runtime's exported entry points, libc), `addr2line -C -f -i` for this executable (built with -g:
-// inlined functions are named too, template arguments dropped), and charges each sample to a
-// place (charge(): the ferry call and the runtime entry or ferry::detail function under it, or
-// the row's own code). Host-only; Linux with glibc. The shares are of the time sampling was on.
+// (the thread runs steps without blocking), the handler stores the stack's return addresses
+// (backtrace() into a preallocated buffer, nothing else). split() names them afterwards: dladdr
+// for shared libraries (the CUDA runtime's exported entry points, libc), `addr2line -C -f -i` for
+// this executable (built with -g: inlined functions are named too, template arguments dropped),
+// and charges each sample to a place (charge(): the ferry call and the runtime entry or
+// ferry::detail function under it, or the row's own code). Host-only; Linux with glibc. The
+// shares are of the time sampling was on.
 #pragma once
 
 #include <dlfcn.h>
@@ -16,13 +17,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cstdlib>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -74,8 +74,6 @@ class host_profile {
   void off() { sampling_.store(false, std::memory_order_relaxed); }
   /// Samples taken so far (at most max_samples).
   [[nodiscard]] std::size_t samples() const { return std::min(taken_.load(), samples_.size()); }
-  /// Forgets the samples taken so far.
-  void clear() { taken_ = 0; }
 
   /// The samples so far by where they are charged (charge()), most first.
   [[nodiscard]] std::vector<std::pair<std::string, std::size_t>> split() const {
