@@ -1043,16 +1043,9 @@ static int run(int argc, char** argv) {
       if (std::string(x.label) == r.label) v = &x;
     const double figure = r.idle ? host_idle(r.label) : host(r.label);
     const int steps = r.idle ? 1 : o.burst, bursts = r.idle ? 4096 : std::min(o.bursts, 20);
-    for (const auto& [where, share] :
-         ferry_bench::sample_steps(bursts, steps, [&] { v->step(); }, [&] { drain(*v); })) {
-      rep.host_profile.push_back({{"row", r.label}, {"regime", r.idle ? "GPU idle" : "bursts"}, {"where", where},
-                                  {"share", share}, {"us per step", share * figure}});
-      std::cout << "  host profile: " << r.label << (r.idle ? " (GPU idle): " : " (bursts): ") << std::fixed
-                << std::setprecision(3) << share * figure << " us (" << std::setprecision(1) << share * 100 << "%) "
-                << where << "\n";
-    }
+    ferry_bench::profile_row(rep, {{"row", r.label}, {"regime", r.idle ? "GPU idle" : "bursts"}}, figure, bursts, steps,
+                             [&] { v->step(); }, [&] { drain(*v); });
   }
-  std::cout.unsetf(std::ios::floatfield);
   rep.write_json(o.json);
   return 0;
 }

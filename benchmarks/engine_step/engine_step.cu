@@ -725,13 +725,8 @@ static int run(int argc, char** argv) {
     variant* v = nullptr;
     for (auto& x : vs)
       if (std::string(x.label) == label) v = &x;
-    for (const auto& [where, share] :
-         ferry_bench::sample_steps(std::min(o.bursts, 20), o.burst, [&] { v->step(); }, [&] { drain(*v); })) {
-      rep.host_profile.push_back({{"row", label}, {"where", where}, {"share", share}, {"us per step", share * v->host}});
-      std::cout << "  host profile: " << label << ": " << std::fixed << std::setprecision(3) << share * v->host
-                << " us (" << std::setprecision(1) << share * 100 << "%) " << where << "\n";
-    }
-    std::cout.unsetf(std::ios::floatfield);
+    ferry_bench::profile_row(rep, {{"row", label}}, v->host, std::min(o.bursts, 20), o.burst, [&] { v->step(); },
+                             [&] { drain(*v); });
     if (const std::string bad = v->check(); !bad.empty())
       throw std::runtime_error(std::string(label) + ": check after sampling failed: " + bad);
   }

@@ -280,17 +280,18 @@ struct report {
     std::ofstream f(path);
     f << "{\n  \"benchmark\": " << json_value(benchmark) << ",\n  \"machine\": " << json_value(machine)
       << ",\n  \"date\": " << json_value(today()) << ",\n  \"rows\": [";
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      f << (i ? ",\n    {" : "\n    {");
-      for (std::size_t k = 0; k < rows[i].size(); ++k)
-        f << (k ? ", " : "") << json_value(rows[i][k].first) << ": " << json_value(rows[i][k].second);
-      f << "}";
-    }
-    for (std::size_t i = 0; i < host_profile.size(); ++i) {
-      f << (i ? ",\n    {" : "\n  ],\n  \"host_profile\": [\n    {");
-      for (std::size_t k = 0; k < host_profile[i].size(); ++k)
-        f << (k ? ", " : "") << json_value(host_profile[i][k].first) << ": " << json_value(host_profile[i][k].second);
-      f << "}";
+    auto objects = [&f](const std::vector<row>& list) {
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        f << (i ? ",\n    {" : "\n    {");
+        for (std::size_t k = 0; k < list[i].size(); ++k)
+          f << (k ? ", " : "") << json_value(list[i][k].first) << ": " << json_value(list[i][k].second);
+        f << "}";
+      }
+    };
+    objects(rows);
+    if (!host_profile.empty()) {
+      f << "\n  ],\n  \"host_profile\": [";
+      objects(host_profile);
     }
     f << "\n  ],\n  \"targets\": [";
     for (std::size_t i = 0; i < targets.size(); ++i) {

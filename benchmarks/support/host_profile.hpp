@@ -10,6 +10,8 @@
 // shares are of the time sampling was on.
 #pragma once
 
+#include <support/bench.hpp>
+
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <signal.h>
@@ -23,6 +25,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <iomanip>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -250,6 +254,24 @@ std::vector<std::pair<std::string, double>> sample_steps(int bursts, int steps, 
   }
   if (other > 0) out.emplace_back("other (places under " + std::to_string(static_cast<int>(min_share * 100)) + "% each)", other);
   return out;
+}
+
+/// One row's sample_steps() into `rep.host_profile`, a line each: the row's identifying columns
+/// `of`, then "where", "share" and "us per step" (the share times `figure`, the row's timed host
+/// µs per step in the same regime); each line is printed too.
+template <class Step, class Drain>
+void profile_row(report& rep, const row& of, double figure, int bursts, int steps, Step&& step, Drain&& drain) {
+  std::string name;
+  for (const auto& [k, v] : of) name += (name.empty() ? "" : ", ") + std::get<std::string>(v);
+  for (const auto& [where, share] : sample_steps(bursts, steps, step, drain)) {
+    row r = of;
+    r.insert(r.end(), {{"where", where}, {"share", share}, {"us per step", share * figure}});
+    rep.host_profile.push_back(std::move(r));
+    std::ostringstream line;
+    line << "  host profile: " << name << ": " << std::fixed << std::setprecision(3) << share * figure << " us ("
+         << std::setprecision(1) << share * 100 << "%) " << where;
+    std::cout << line.str() << std::endl;
+  }
 }
 
 }  // namespace ferry_bench
