@@ -8,7 +8,9 @@ array), staged apply (64 stage_write calls of 1..64 int32 each into a 1024 x 102
 apply_write), and a decode step (64 requests: token ids uploaded, positions through a UVA pool,
 sequence lengths through a UVA-backed tensor, one new block-table entry for 8 requests staged and
 applied, slot mapping through a CpuGpuBuffer). Each drop-in case is first checked against the
-baseline's result.
+baseline's result. Ablation rows, timed in the same rounds, split the drop-in's calls: a
+Python -> C++ crossing alone, a crossing that returns two tensor views, a tensor view made by
+slicing in Python, and the staged case's stage_write calls without the apply.
 
     python3 benchmarks/python/bench_dropin.py [--json FILE] [--rounds N] [--burst N]
 """
@@ -113,6 +115,32 @@ def step_case(rng):
 CASES = [("upload", upload_case), ("copy_to_uva", copy_to_uva_case), ("staged_apply", staged_case), ("step", step_case)]
 
 
+def ablations(rng):
+    """Parts of the drop-in's calls, timed alone (not steps, no baseline): where a call's host time
+    goes between the Python -> C++ crossing, the torch tensor it returns and ferry's own work."""
+    pool = fv.UvaBufferPool(1024, torch.int32, max_concurrency=2)
+    pool.copy_to_uva(np.zeros(1024, dtype=np.int32))
+    dev = torch.zeros(1024, dtype=torch.int32, device=DEV)
+    staged = fv.StagedWriteTensor((1024, 1024), torch.int32, DEV, max_concurrency=2)
+    writes = []
+    for row in rng.choice(1024, 64, replace=False):
+        n = int(rng.integers(1, 65))
+        writes.append((int(row), int(rng.integers(0, 1024 - n)), rng.integers(0, 2**30, n).tolist()))
+
+    def stage_only():
+        for row, start, values in writes:
+            staged.stage_write(row, start, values)
+        staged.clear_staged_writes()
+
+    c = pool._pool
+    return [
+        ("crossing: a C++ property read (UvaBufferPool._pool.current_slot)", lambda: c.current_slot),
+        ("crossing + two tensor views over a slot (UvaBufferPool._pool.slot(0, []))", lambda: c.slot(0, [])),
+        ("a tensor view by slicing in Python (dev[:1024])", lambda: dev[:1024]),
+        ("staged apply's 64 stage_write calls alone, then clear (no apply)", stage_only),
+    ]
+
+
 def burst(f, n):
     torch.cuda.synchronize()
     t0 = time.perf_counter_ns()
@@ -146,16 +174,26 @@ def main():
             burst(base, args.burst)
             burst(drop, args.burst)
         cases.append((name, base, drop))
+    for name, f in ablations(rng):
+        for _ in range(3):
+            burst(f, args.burst)
+        cases.append((name, None, f))
     times = {name: {"vllm": [], "ferry": []} for name, _, _ in cases}
     for r in range(args.rounds):
         for name, base, drop in cases[r % len(cases) :] + cases[: r % len(cases)]:
             order = [("vllm", base), ("ferry", drop)] if r % 2 == 0 else [("ferry", drop), ("vllm", base)]
             for who, f in order:
-                times[name][who].append(burst(f, args.burst))
+                if f is not None:
+                    times[name][who].append(burst(f, args.burst))
     rows, targets = [], []
     print(f"{'case':14} {'vLLM way us':>12} {'ferry_vllm us':>14} {'speedup':>8}")
-    for name, _, _ in cases:
-        v, f = statistics.median(times[name]["vllm"]), statistics.median(times[name]["ferry"])
+    for name, base, _ in cases:
+        f = statistics.median(times[name]["ferry"])
+        if base is None:
+            rows.append({"case": f"ablation: {name}", "ferry_us": round(f, 3)})
+            print(f"ablation: {name}: {f:.2f} us")
+            continue
+        v = statistics.median(times[name]["vllm"])
         rows.append({"case": name, "vllm_us": round(v, 3), "ferry_us": round(f, 3), "speedup": round(v / f, 2)})
         targets.append({"name": f"{name}_speedup", "value": round(v / f, 2), "op": ">=", "target": 10, "met": v / f >= 10})
         print(f"{name:14} {v:12.2f} {f:14.2f} {v / f:7.1f}x")

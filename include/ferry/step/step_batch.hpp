@@ -41,6 +41,10 @@
 
 namespace ferry {
 
+namespace detail {
+struct step_batch_access;
+}  // namespace detail
+
 /// A whole engine step in one launch (docs/step_batch.md). At setup an engine declares what every
 /// step moves: `add_upload` (a packed array into a device buffer), `add_publish` (an array kernels
 /// read in place through UVA), `add_writes` (staged row-segment writes into a 2-D target),
@@ -112,6 +116,7 @@ class step_batch {
   friend class step_gather;
   template <class, class>
   friend class step_writes;
+  friend struct detail::step_batch_access;
   static constexpr std::size_t none = core::none;
 
  public:
@@ -326,5 +331,16 @@ class step_batch {
 
   std::shared_ptr<core> core_;  // shared with the handles, which outlive it only to report so
 };
+
+namespace detail {
+/// What ferry's tests read of a step_batch that its interface does not show.
+struct step_batch_access {
+  /// The descriptors of the last submitted step (the blocks of its launch that have work).
+  template <class Batch>
+  static std::size_t last_descriptors(const Batch& b) noexcept {
+    return b.core_ ? b.core_->last_descs_ : 0;
+  }
+};
+}  // namespace detail
 
 }  // namespace ferry

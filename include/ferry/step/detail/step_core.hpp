@@ -457,15 +457,24 @@ class step_core {
 
   /// A write target's one-element writes as chunks in front of the others, once a later write
   /// may overlap them (they were recorded before it, and overlap no write recorded before them,
-  /// so they come first). Each moves with nothing lost: if one throws, the rest stay scattered.
+  /// so they come first), in one pass. If placing one throws, they all stay scattered.
   void unscatter(writes_rec& w) {
-    while (!w.singles.empty()) {
-      const single_write& one = w.singles.back();
-      std::byte* const out = place(w.elem, w.base + one.dst * w.elem);
-      std::memcpy(out, one.value, w.elem);
-      w.chunks.insert(w.chunks.begin(), {one.dst, reinterpret_cast<std::uintptr_t>(ops::mapped(out)) / w.elem, 1, 0});
-      w.singles.pop_back();
+    const std::size_t n = w.singles.size();
+    if (n == 0) return;
+    w.chunks.reserve(w.chunks.size() + n);  // may throw: nothing moved
+    w.chunks.insert(w.chunks.begin(), n, chunk_desc{});  // room reserved: no throw
+    try {
+      for (std::size_t i = 0; i < n; ++i) {
+        const single_write& one = w.singles[i];
+        std::byte* const out = place(w.elem, w.base + one.dst * w.elem);
+        std::memcpy(out, one.value, w.elem);
+        w.chunks[i] = {one.dst, reinterpret_cast<std::uintptr_t>(ops::mapped(out)) / w.elem, 1, 0};
+      }
+    } catch (...) {
+      w.chunks.erase(w.chunks.begin(), w.chunks.begin() + static_cast<std::ptrdiff_t>(n));
+      throw;
     }
+    w.singles.clear();
   }
 
   /// Places every write target's scatter record of this step (the last of submit's placements:
@@ -626,6 +635,7 @@ class step_core {
   std::size_t prev_ = none;  // the slot of the last submitted step
   bool prev_published_ = false;  // its publishes may have readers no stamp covers yet
   std::uint64_t steps_ = 0;
+  std::size_t last_descs_ = 0;  // the last submitted step's descriptors (detail::step_batch_access)
   // capacities wanted for every slot (fixed: the plan's bounds)
   std::size_t want_table_ = 0, want_content_ = 0;
   // the open step's bump allocation

@@ -1,9 +1,9 @@
 // ferry/step/detail/step_kernel.cuh: the CUDA step kernel of step_batch, its launcher, the one
 // graph of a batch under launch::graph, and the device lanes. Block b runs descriptor b of the
 // step's table (plan.hpp), read through UVA: a copy or fill with the write plan's kernel body
-// (staged/detail/write_kernel.cuh), or a piece of a gather or scatter; the last block to arrive runs the
-// epilogue, advances the batch's step counter (launch::graph) and stores the kernel mark; and
-// step_ops<backend::cuda>, which step_batch submits through.
+// (staged/detail/write_kernel.cuh), or a piece of a gather or scatter; the last block to arrive
+// runs the epilogue, advances the batch's step counter (launch::graph) and stores the kernel mark;
+// and step_ops<backend::cuda>, which step_batch submits through.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -74,8 +74,11 @@ FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::write_block_th
   // words, in one round trip. Plain loads: the launch orders them after the host's writes, and
   // __ldcv of mapped memory is slower (docs/design.md, "What the core's calls cost").
   __shared__ unsigned long long w[5], d[3];
-  __shared__ unsigned long long table, counted;  // launch::graph: the table found, the counter's value
-  __shared__ bool last;
+  // What the block needs after its work stays in shared memory and the parameters, out of the
+  // copy's registers (kept live across the copy, it spilled to a stack frame). launch::graph:
+  // `table` is the table found, `counted` the counter's value; `ours`: the step is submitted.
+  __shared__ unsigned long long table, counted;
+  __shared__ bool ours, last;
   auto* lane = reinterpret_cast<detail::step_lane_words*>(loc.lane);
   const bool graph = loc.count != 0;
   if (graph) {
@@ -85,15 +88,17 @@ FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::write_block_th
     }
     __syncthreads();
   }
-  const auto* words = reinterpret_cast<const unsigned long long*>(graph ? table : loc.tables);
-  constexpr unsigned first_desc = sizeof(detail::step_header) / sizeof(unsigned long long);
-  if (threadIdx.x < 5)
-    w[threadIdx.x] = words[threadIdx.x];
-  else if (threadIdx.x < 8)
-    d[threadIdx.x - 5] = words[first_desc + 3ull * blockIdx.x + (threadIdx.x - 5)];
+  {
+    const auto* words = reinterpret_cast<const unsigned long long*>(graph ? table : loc.tables);
+    constexpr unsigned first_desc = sizeof(detail::step_header) / sizeof(unsigned long long);
+    if (threadIdx.x < 5)
+      w[threadIdx.x] = words[threadIdx.x];
+    else if (threadIdx.x < 8)
+      d[threadIdx.x - 5] = words[first_desc + 3ull * blockIdx.x + (threadIdx.x - 5)];
+  }
   __syncthreads();
-  const bool ours = !graph || w[4] == counted;
-  if (ours && blockIdx.x < w[0]) {
+  if (threadIdx.x == 0) ours = !graph || w[4] == counted;
+  if ((!graph || w[4] == counted) && blockIdx.x < w[0]) {
     const auto fill = static_cast<unsigned>(d[2] >> 32);
     if (fill & detail::piece_flag) {
       const auto n = static_cast<unsigned>(d[2] & 0xffffffffu);
@@ -119,6 +124,7 @@ FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::write_block_th
   __syncthreads();
   if (!last) return;
   __threadfence();
+  const auto* words = reinterpret_cast<const unsigned long long*>(graph ? table : loc.tables);
   if constexpr (!std::is_same_v<F, detail::no_step_epilogue>) {
     if (ours) {
       f(step_context(reinterpret_cast<const detail::step_view_entry*>(words[5]), words[7], threadIdx.x, blockDim.x));

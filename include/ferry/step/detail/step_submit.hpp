@@ -86,6 +86,7 @@ struct step_submit {
     k.prev_ = k.cur_;
     k.prev_published_ = z.published;
     k.want_content_ = want_content;
+    k.last_descs_ = n;
     k.open_ = false;
     ++k.steps_;
   }

@@ -1,0 +1,148 @@
+// probe.launch_cost: what a kernel's own properties add to cudaLaunchKernel's host time.
+//
+// decode_step's launch::kernel row spends most of its time inside cudaLaunchKernel
+// (support/host_profile.hpp). This probe launches kernels that differ in one property each, on
+// one stream, interleaved round by round in a rotated order, and prints the median host time of
+// the cudaLaunchKernel call alone:
+//  - parameters: one pointer (8 bytes, as the step kernel before the slot ring took) against a
+//    step_locator and an empty functor (33 bytes, as ferry::step_kernels::run_step takes);
+//  - a stack frame: the same kernels with a local array (run_step had an 8-byte one, from a spill);
+//  - ferry's own step kernel, run_step<no_step_epilogue>, on a table with no work.
+// Every kernel runs 16 blocks of 256 threads (decode_step's descriptors) and stores one word.
+// Regimes: "idle" (the stream drained before each launch, not timed) and "burst" (64 launches back
+// to back, each timed, the stream drained between bursts).
+// Build: the target probe.launch_cost (benchmarks/CMakeLists.txt); run it on the GPU machine.
+#include <ferry/step/step_batch.hpp>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace {
+
+#define PROBE_CUDA(call)                                                                 \
+  do {                                                                                   \
+    const cudaError_t e_ = (call);                                                       \
+    if (e_ != cudaSuccess) {                                                             \
+      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));                    \
+      std::exit(1);                                                                      \
+    }                                                                                    \
+  } while (0)
+
+struct empty_functor {};
+
+__global__ void __launch_bounds__(256) by_pointer(unsigned long long* out) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *out += 1;
+}
+
+__global__ void __launch_bounds__(256) by_locator(ferry::detail::step_locator loc, empty_functor) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *reinterpret_cast<unsigned long long*>(loc.tables) += 1;
+}
+
+// Two words whose address a call takes: ptxas gives the caller a stack frame (its size: the
+// "local bytes/thread" printed).
+__device__ __noinline__ unsigned pick(const unsigned* a, unsigned i) { return a[i & 1]; }
+__device__ __forceinline__ unsigned through_stack(unsigned x, const unsigned long long* at) {
+  const unsigned a[2] = {x, x + 1};
+  return pick(a, static_cast<unsigned>(*at));
+}
+
+__global__ void __launch_bounds__(256) by_pointer_stack(unsigned long long* out) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *out += through_stack(threadIdx.x + 1, out);
+}
+
+__global__ void __launch_bounds__(256) by_locator_stack(ferry::detail::step_locator loc, empty_functor) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    auto* out = reinterpret_cast<unsigned long long*>(loc.tables);
+    *out += through_stack(threadIdx.x + 1, out);
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main() {
+  constexpr unsigned grid = 16, block = 256;
+  constexpr int rounds = 400, burst = 64;
+  cudaStream_t s = nullptr;
+  PROBE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  unsigned long long* word = nullptr;
+  PROBE_CUDA(cudaMalloc(&word, sizeof(unsigned long long)));
+  // ferry's step kernel: a mapped table with no work and no kernel mark, on one device lane.
+  void* table = nullptr;
+  PROBE_CUDA(cudaHostAlloc(&table, 4096, cudaHostAllocMapped | cudaHostAllocPortable));
+  std::fill_n(static_cast<unsigned char*>(table), 4096, 0);
+  void* mapped = nullptr;
+  PROBE_CUDA(cudaHostGetDevicePointer(&mapped, table, 0));
+  const ferry::detail::step_lane lane = ferry::detail::step_lanes().take(0);
+  ferry::detail::preload_step_kernel<void>();
+
+  const ferry::detail::step_locator to_word{reinterpret_cast<std::uintptr_t>(word), 0, 0, 0};
+  const ferry::detail::step_locator to_table{reinterpret_cast<std::uintptr_t>(mapped), 0, 0, lane.address};
+  empty_functor none{};
+  ferry::detail::no_step_epilogue no_epilogue{};
+  struct variant {
+    const char* name;
+    const void* kernel;
+    std::array<void*, 2> args;
+  };
+  const std::array<variant, 5> variants{{
+      {"pointer (8 B), no stack frame", reinterpret_cast<const void*>(&by_pointer), {&word, nullptr}},
+      {"locator + functor (33 B), no stack frame", reinterpret_cast<const void*>(&by_locator),
+       {const_cast<ferry::detail::step_locator*>(&to_word), &none}},
+      {"pointer (8 B), stack frame", reinterpret_cast<const void*>(&by_pointer_stack), {&word, nullptr}},
+      {"locator + functor (33 B), stack frame", reinterpret_cast<const void*>(&by_locator_stack),
+       {const_cast<ferry::detail::step_locator*>(&to_word), &none}},
+      {"ferry run_step<no_step_epilogue>, empty table",
+       reinterpret_cast<const void*>(&ferry::step_kernels::run_step<ferry::detail::no_step_epilogue>),
+       {const_cast<ferry::detail::step_locator*>(&to_table), &no_epilogue}},
+  }};
+  for (const auto& v : variants) {
+    cudaFuncAttributes a{};
+    PROBE_CUDA(cudaFuncGetAttributes(&a, v.kernel));
+    std::printf("%-48s local bytes/thread %zu, registers %d, params %zu\n", v.name, a.localSizeBytes,
+                a.numRegs, v.kernel == variants[0].kernel || v.kernel == variants[2].kernel ? sizeof(void*)
+                                                                                             : sizeof(to_word) + 1);
+  }
+  auto launch = [&](const variant& v) {
+    void* args[2] = {v.args[0], v.args[1]};
+    const auto t0 = std::chrono::steady_clock::now();
+    PROBE_CUDA(cudaLaunchKernel(v.kernel, dim3(grid), dim3(block), args, 0, s));
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::array<std::vector<double>, variants.size()> idle, bursts;
+  for (int r = -20; r < rounds; ++r) {  // 20 warm-up rounds
+    for (std::size_t k = 0; k < variants.size(); ++k) {
+      const auto& v = variants[(k + static_cast<std::size_t>(r + 20)) % variants.size()];
+      const std::size_t i = static_cast<std::size_t>(&v - variants.data());
+      PROBE_CUDA(cudaStreamSynchronize(s));
+      const double t = launch(v);
+      if (r >= 0) idle[i].push_back(t);
+      PROBE_CUDA(cudaStreamSynchronize(s));
+      for (int b = 0; b < burst; ++b) {
+        const double tb = launch(v);
+        if (r >= 0) bursts[i].push_back(tb);
+      }
+    }
+  }
+  PROBE_CUDA(cudaStreamSynchronize(s));
+  std::printf("\nmedian host us of cudaLaunchKernel, %d rounds (interleaved, rotated), grid %u x %u\n", rounds, grid,
+              block);
+  std::printf("%-48s %8s %8s\n", "kernel", "idle", "burst");
+  for (std::size_t i = 0; i < variants.size(); ++i)
+    std::printf("%-48s %8.3f %8.3f\n", variants[i].name, median(idle[i]), median(bursts[i]));
+  ferry::detail::step_lanes().give(0, lane);
+  PROBE_CUDA(cudaFreeHost(table));
+  PROBE_CUDA(cudaFree(word));
+  PROBE_CUDA(cudaStreamDestroy(s));
+  return 0;
+}
