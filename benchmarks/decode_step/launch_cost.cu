@@ -11,7 +11,8 @@
 // Every kernel runs 16 blocks of 256 threads (decode_step's descriptors) and stores one word.
 // Regimes: "idle" (the stream drained before each launch, not timed) and "burst" (64 launches back
 // to back, each timed, the stream drained between bursts).
-// Build: the target probe.launch_cost (benchmarks/CMakeLists.txt); run it on the GPU machine.
+// Build: the target probe.launch_cost (benchmarks/decode_step/CMakeLists.txt); run it on the GPU
+// machine.
 #include <ferry/step/step_batch.hpp>
 
 #include <cuda_runtime.h>
@@ -94,24 +95,25 @@ int main() {
     const char* name;
     const void* kernel;
     std::array<void*, 2> args;
+    std::size_t param_bytes;
   };
+  constexpr std::size_t by_ptr = sizeof(void*), by_loc = sizeof(ferry::detail::step_locator) + 1;
   const std::array<variant, 5> variants{{
-      {"pointer (8 B), no stack frame", reinterpret_cast<const void*>(&by_pointer), {&word, nullptr}},
+      {"pointer (8 B), no stack frame", reinterpret_cast<const void*>(&by_pointer), {&word, nullptr}, by_ptr},
       {"locator + functor (33 B), no stack frame", reinterpret_cast<const void*>(&by_locator),
-       {const_cast<ferry::detail::step_locator*>(&to_word), &none}},
-      {"pointer (8 B), stack frame", reinterpret_cast<const void*>(&by_pointer_stack), {&word, nullptr}},
+       {const_cast<ferry::detail::step_locator*>(&to_word), &none}, by_loc},
+      {"pointer (8 B), stack frame", reinterpret_cast<const void*>(&by_pointer_stack), {&word, nullptr}, by_ptr},
       {"locator + functor (33 B), stack frame", reinterpret_cast<const void*>(&by_locator_stack),
-       {const_cast<ferry::detail::step_locator*>(&to_word), &none}},
+       {const_cast<ferry::detail::step_locator*>(&to_word), &none}, by_loc},
       {"ferry run_step<no_step_epilogue>, empty table",
        reinterpret_cast<const void*>(&ferry::step_kernels::run_step<ferry::detail::no_step_epilogue>),
-       {const_cast<ferry::detail::step_locator*>(&to_table), &no_epilogue}},
+       {const_cast<ferry::detail::step_locator*>(&to_table), &no_epilogue}, by_loc},
   }};
   for (const auto& v : variants) {
     cudaFuncAttributes a{};
     PROBE_CUDA(cudaFuncGetAttributes(&a, v.kernel));
     std::printf("%-48s local bytes/thread %zu, registers %d, params %zu\n", v.name, a.localSizeBytes,
-                a.numRegs, v.kernel == variants[0].kernel || v.kernel == variants[2].kernel ? sizeof(void*)
-                                                                                             : sizeof(to_word) + 1);
+                a.numRegs, v.param_bytes);
   }
   auto launch = [&](const variant& v) {
     void* args[2] = {v.args[0], v.args[1]};
