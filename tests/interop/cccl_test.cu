@@ -151,7 +151,9 @@ TEMPLATE_TEST_CASE("a pinned_arena on an engine's pinned pool serves ferry's tra
 }
 
 #if FERRY_HAS_CCCL_MEMORY_RESOURCE
-namespace {
+// A named namespace: in an unnamed one nvcc reports the members that only cuda::mr's concepts
+// use as never referenced (#177-D).
+namespace cccl_resources {
 // A CCCL 3.0 synchronous resource of pinned, mapped memory: cuda::mr's member names and
 // properties; its memory is one ferry pinned buffer (cudaHostAlloc, mapped, on CUDA).
 template <class B>
@@ -176,7 +178,8 @@ class cccl_pool {
   ferry::pinned_buffer<std::uint64_t, B> slab_;
   std::size_t used_ = 0;
 };
-}  // namespace
+}  // namespace cccl_resources
+using cccl_resources::cccl_pool;
 
 static_assert(cuda::mr::resource_with<cccl_pool<host_b>, cuda::mr::host_accessible,
                                       cuda::mr::device_accessible>);
@@ -202,7 +205,7 @@ TEMPLATE_TEST_CASE("a CCCL cuda::mr resource backs a pinned_arena through cccl_p
   CHECK(pool.live == 0);
 }
 
-namespace {
+namespace cccl_resources {
 // A CCCL 3.0 stream-ordered resource of device memory (cudaMallocAsync / cudaFreeAsync on the
 // stream it is given), counting its live blocks and remembering the stream of each call.
 class cccl_device_pool {
@@ -227,7 +230,8 @@ class cccl_device_pool {
   std::map<void*, std::size_t> live;
   cudaStream_t last_stream = nullptr;
 };
-}  // namespace
+}  // namespace cccl_resources
+using cccl_resources::cccl_device_pool;
 
 static_assert(cuda::mr::async_resource_with<cccl_device_pool, cuda::mr::device_accessible>);
 // CCCL 3.0's member names: not ferry's contract, until adapted.
