@@ -676,8 +676,8 @@ static int run(int argc, char** argv) {
     std::cout << v.label << ": check after timing ok\n";
   }
 
-  auto find = [&](const char* label) -> const variant* {
-    for (const auto& v : vs)
+  auto find = [&](const char* label) -> variant* {
+    for (auto& v : vs)
       if (std::string(v.label) == label) return &v;
     return nullptr;
   };
@@ -722,9 +722,7 @@ static int run(int argc, char** argv) {
   // behind), by where each sample is charged (support/host_profile.hpp); "us per step" is the share
   // times the row's timed host figure.
   for (const char* label : {label_graph, label_floor, label_kernel, label_floor_kernel}) {
-    variant* v = nullptr;
-    for (auto& x : vs)
-      if (std::string(x.label) == label) v = &x;
+    variant* v = find(label);
     ferry_bench::profile_row(rep, {{"row", label}}, v->host, std::min(o.bursts, 20), o.burst, [&] { v->step(); },
                              [&] { drain(*v); });
     if (const std::string bad = v->check(); !bad.empty())
