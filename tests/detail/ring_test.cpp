@@ -30,25 +30,30 @@ struct counted {
 
 }  // namespace
 
-TEST_CASE("ring keeps FIFO order through pushes, pops and takes from anywhere, across wrap-around",
+TEST_CASE("ring keeps FIFO order through pushes, pops, inserts and takes anywhere, across wrap-around",
           "[ring]") {
   std::mt19937 gen(11);
   ring<int> r;
   std::deque<int> ref;
   int next = 1;
   for (int step = 0; step < 20000; ++step) {
-    const unsigned op = gen() % 8;
+    const unsigned op = gen() % 10;
     if (op < 4 || ref.empty()) {
       r.push_back(next);
       ref.push_back(next++);
     } else if (op < 6) {
       REQUIRE(r.pop_front() == ref.front());
       ref.pop_front();
-    } else {
+    } else if (op < 8) {
       const std::size_t i = gen() % ref.size();
       REQUIRE(r.take(i) == ref[i]);
       ref.erase(ref.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      const std::size_t i = gen() % (ref.size() + 1);  // size() inserts at the back
+      r.insert(i, next);
+      ref.insert(ref.begin() + static_cast<std::ptrdiff_t>(i), next++);
     }
+    REQUIRE(r.capacity() >= r.size());
     REQUIRE(r.size() == ref.size());
     if (!ref.empty()) {
       REQUIRE(r.front() == ref.front());
@@ -57,6 +62,20 @@ TEST_CASE("ring keeps FIFO order through pushes, pops and takes from anywhere, a
     if (step % 97 == 0)
       for (std::size_t i = 0; i < ref.size(); ++i) REQUIRE(r[i] == ref[i]);
   }
+}
+
+TEST_CASE("ring::clear empties it and keeps its storage", "[ring]") {
+  ring<int> r;
+  for (int i = 0; i < 20; ++i) r.push_back(i);
+  (void)r.pop_front();  // the head away from 0
+  const std::size_t cap = r.capacity();
+  r.clear();
+  CHECK(r.empty());
+  CHECK(r.capacity() == cap);
+  for (int i = 0; i < 3; ++i) r.push_back(100 + i);
+  REQUIRE(r.size() == 3);
+  CHECK(r.front() == 100);
+  CHECK(r.back() == 102);
 }
 
 TEST_CASE("ring::reserve keeps the elements and their order", "[ring]") {

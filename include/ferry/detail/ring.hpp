@@ -15,6 +15,8 @@ class ring {
  public:
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  /// The elements it holds before push_back() allocates.
+  [[nodiscard]] std::size_t capacity() const noexcept { return slots_.size(); }
   T& front() noexcept { return slots_[head_]; }
   const T& front() const noexcept { return slots_[head_]; }
   T& back() noexcept { return (*this)[size_ - 1]; }
@@ -46,6 +48,16 @@ class ring {
     }
     --size_;
     return v;
+  }
+  /// Inserts `v` before the i-th element (i <= size()), moving the elements after it.
+  void insert(std::size_t i, T v) {
+    push_back(std::move(v));
+    for (std::size_t k = size_ - 1; k > i; --k) std::swap((*this)[k], (*this)[k - 1]);
+  }
+  /// Empties the ring (its storage stays).
+  void clear() noexcept {
+    head_ = 0;
+    size_ = 0;
   }
   void reserve(std::size_t n) {
     while (slots_.size() < n) grow();

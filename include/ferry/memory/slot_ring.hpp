@@ -6,6 +6,7 @@
 #include <ferry/backend/detail/timeline.hpp>
 #include <ferry/backend/stats.hpp>
 #include <ferry/backend/stream.hpp>
+#include <ferry/detail/ring.hpp>
 #include <ferry/detail/tuning.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/detail/warm_reuse.hpp>
@@ -167,7 +168,7 @@ class slot_ring {
     entry e{std::move(s), std::move(spare_)};
     spare_ = slot_stamps{};
     slots_.push_back(std::move(e));
-    used_.insert(used_.begin() + static_cast<std::ptrdiff_t>(fresh_count()), slots_.size() - 1);
+    used_.insert(fresh_count(), slots_.size() - 1);
   }
 
   /// A use of slot i by the work enqueued on `s` so far: stamps it when the policy fences, and
@@ -229,8 +230,7 @@ class slot_ring {
       // by use: a cancelled step leaves its slot the newest and the one before it current).
       std::size_t pos = n;
       if (cur_ != npos && open_ && n > 1)  // the newest, unless a cancelled use came after it
-        pos = used_.back() == cur_ ? n - 1
-                                   : static_cast<std::size_t>(std::find(used_.begin(), used_.end(), cur_) - used_.begin());
+        pos = use_position(cur_);
       const std::size_t m = pos == n ? n : n - 1;
       if (skip >= m) return npos;
       const auto at = [&](std::size_t j) { return used_[j < pos ? j : j + 1]; };
@@ -267,9 +267,9 @@ class slot_ring {
     entry e{std::move(s), std::move(spare_)};
     spare_ = slot_stamps{};
     slots_.insert(slots_.begin() + static_cast<std::ptrdiff_t>(at), std::move(e));
-    for (auto& u : used_)
-      if (u >= at) ++u;
-    used_.insert(used_.begin() + static_cast<std::ptrdiff_t>(fresh_count()), at);
+    for (std::size_t k = 0; k < used_.size(); ++k)
+      if (used_[k] >= at) ++used_[k];
+    used_.insert(fresh_count(), at);
     return at;
   }
 
@@ -279,10 +279,8 @@ class slot_ring {
     open_ = true;
     slots_[i].stamps.clear();
     slots_[i].fresh = false;
-    if (order_ == ring_order::warmest) {  // i moves to the newest place (a warm slot is near it)
-      const auto at = std::find(used_.rbegin(), used_.rend(), i).base();  // one past i
-      if (at != used_.begin()) std::rotate(at - 1, at, used_.end());
-    }
+    if (order_ == ring_order::warmest)  // i moves to the newest place (room: it was there)
+      used_.push_back(used_.take(use_position(i)));
     cur_ = i;
   }
   /// The current slot's use is complete and stamped, and nothing of it stays in use beyond its
@@ -300,14 +298,9 @@ class slot_ring {
   Slot abandon(std::size_t i) noexcept {
     Slot s = std::move(slots_[i].value);
     slots_.erase(slots_.begin() + static_cast<std::ptrdiff_t>(i));
-    for (std::size_t k = 0; k < used_.size();) {
-      if (used_[k] == i) {
-        used_.erase(used_.begin() + static_cast<std::ptrdiff_t>(k));
-        continue;
-      }
+    (void)used_.take(use_position(i));
+    for (std::size_t k = 0; k < used_.size(); ++k)
       if (used_[k] > i) --used_[k];
-      ++k;
-    }
     cur_ = slots_.empty() ? npos : (i + slots_.size() - 1) % slots_.size();
     open_ = false;
     return s;
@@ -357,6 +350,16 @@ class slot_ring {
     slot_stamps stamps;
     bool fresh = true;  // never taken
   };
+  // Where slot i stands by use (every slot stands there once), searched from both ends: the slot
+  // taken is one of the newest or of the oldest, so the search is short however long the ring.
+  std::size_t use_position(std::size_t i) const noexcept {
+    const std::size_t n = used_.size();
+    for (std::size_t k = 0; k < n; ++k) {
+      if (used_[n - 1 - k] == i) return n - 1 - k;
+      if (used_[k] == i) return k;
+    }
+    return n;
+  }
   std::size_t fresh_count() const noexcept {
     std::size_t f = 0;
     while (f < used_.size() && f < slots_.size() && slots_[used_[f]].fresh) ++f;
@@ -366,7 +369,7 @@ class slot_ring {
   ring_order order_;
   std::size_t max_;
   std::vector<entry> slots_;      // in ring order
-  std::vector<std::size_t> used_;  // slot indices by use, oldest first (never-used ones first)
+  ring<std::size_t> used_;  // slot indices by use, oldest first (never-used ones first)
   std::size_t cur_ = npos;
   bool open_ = true;   // the current slot is in use beyond its stamps (left out of choose())
   slot_stamps spare_;  // the stamps' room of the next slot inserted (reserve_for_one)

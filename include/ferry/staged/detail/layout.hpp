@@ -115,12 +115,18 @@ constexpr std::size_t inline_apply_data_bytes(std::size_t chunks, std::size_t co
 template <class T>
 inline constexpr std::size_t elements_per_chunk = write_chunk_bytes / sizeof(T);
 
-/// The unsigned integer type of T's size (1, 2, 4 or 8 bytes): kernels copy bits, not values.
+/// The unsigned integer type of T's size: kernels copy bits, not values.
 template <class T>
-using word_t = std::conditional_t<
-    sizeof(T) == 1, std::uint8_t,
-    std::conditional_t<sizeof(T) == 2, std::uint16_t,
-                       std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
+struct word_of {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8,
+                "ferry: kernels copy elements as words of 1, 2, 4 or 8 bytes");
+  using type = std::conditional_t<
+      sizeof(T) == 1, std::uint8_t,
+      std::conditional_t<sizeof(T) == 2, std::uint16_t,
+                         std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
+};
+template <class T>
+using word_t = typename word_of<T>::type;
 
 /// How backend B enqueues an apply of a chunk table: `preload<U>()`, `enqueue<U>(stream, descs, n,
 /// dst_base, src_base, kernel_mark)` and `enqueue_inline<U>(stream, descs, n, contents,

@@ -2,9 +2,10 @@
 //
 // While staging, overlap_tracker keeps, per row, the hull [lo, hi) of the writes staged to it in
 // this batch (a direct-mapped table of at most overlap_tracker_rows (4096) rows, so exact for
-// tensors of up to that many rows and conservative above: two rows sharing an entry count as a possible overlap). A write that
-// falls outside its row's hull cannot overlap anything staged before it; that check is one table
-// entry per stage_write, so batches without overlaps pay nothing else.
+// tensors of up to that many rows and conservative above: two rows sharing an entry count as a
+// possible overlap). A write that falls outside its row's hull cannot overlap anything staged
+// before it; that check is one table entry per stage_write, so batches without overlaps pay
+// nothing else.
 //
 // Only when the tracker suspects an overlap does the apply run overlap_resolver: sort the chunks
 // by destination and test neighbours (exact; a false alarm ends here), and when chunks really

@@ -72,9 +72,14 @@ class staging_core {
     const std::uint64_t src = off / sizeof(T);
     recorder_.note(row, start, len);  // before a gather that may throw: only conservative
     if constexpr (!std::ranges::contiguous_range<R>) fill(r, out, len);  // may throw: nothing recorded
-    // Two counters are stored per write; pending() and pending_elements() derive the others.
-    write_recorder::split(d, dst, src, len, per_chunk);
-    if (chunks != 1) [[unlikely]] extra_chunks_ += chunks - 1;
+    // Two counters are stored per write; pending() and pending_elements() derive the others. The
+    // one-descriptor write is spelled out: a known count of 1 is an increment, not a split.
+    if (chunks == 1) [[likely]] {
+      *d = {dst, src, static_cast<std::uint32_t>(len), 0};
+    } else {
+      write_recorder::split(d, dst, src, len, per_chunk);
+      extra_chunks_ += chunks - 1;
+    }
     if (bytes >= congruence_min_bytes) padding_ += pad;
     chunks_ += chunks;
     used_ = end;
