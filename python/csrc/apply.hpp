@@ -28,6 +28,10 @@ using fused_writer = ferry::fused_staged_writer<T>;
 /// The most tensors of one target kind one fused launch takes (more are applied in groups).
 inline constexpr std::size_t fused_group = 4;
 
+/// A whole step's uploads and writes in one launch: slots grow to the largest step, are fenced on
+/// the stream that read them, and each step is one kernel launch.
+using step_batch = ferry::step_batch<ferry::growth::pow2, ferry::reuse::event_fenced, ferry::launch::kernel>;
+
 // Construction loads the apply kernel where it was built; defined in apply.cu.
 template <class T>
 device_target<T> make_device_target(ferry::device_span<T> memory, std::size_t rows, std::size_t cols,
@@ -46,5 +50,11 @@ template <class T>
 void apply_fused(fused_writer<T>& writer, std::span<device_target<T>* const> ts, stream_t s);
 template <class T>
 void apply_fused(fused_writer<T>& writer, std::span<uva_target<T>* const> ts, stream_t s);
+
+// A step_batch's construction (which loads the step kernel) and its submit (which launches it):
+// defined in apply.inc, where nvcc builds them. The plan, begin(), the handles, cancel() and the
+// destruction are called from module.cpp (docs/step_batch.md).
+std::unique_ptr<step_batch> make_step_batch(std::size_t slots);
+void submit_step(step_batch& b, stream_t s);
 
 }  // namespace ferry_vllm

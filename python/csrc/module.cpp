@@ -1,7 +1,8 @@
 // ferry_vllm._C: ferry's components over torch tensors, on torch's current stream. The Python
-// classes of ferry_vllm (vLLM's names and signatures) hold these objects. ferry's exceptions reach
-// Python through pybind11's translation: std::invalid_argument → ValueError, std::out_of_range →
-// IndexError, ferry::error and ferry::capacity_error (std::runtime_error) → RuntimeError.
+// classes of ferry_vllm (vLLM's names and signatures, and ferry's own StepBatch) hold these
+// objects. ferry's exceptions reach Python through pybind11's translation: std::invalid_argument →
+// ValueError, std::out_of_range → IndexError, ferry::error and ferry::capacity_error
+// (std::runtime_error) → RuntimeError.
 #include "apply.hpp"
 
 #include <ferry/interop/torch.hpp>
@@ -13,12 +14,15 @@
 #include <cuda_runtime.h>
 #endif
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <variant>
 #include <vector>
 
 namespace py = pybind11;
@@ -52,6 +56,12 @@ at::Device memory_device() {
 #else
   return at::Device(at::kCPU);
 #endif
+}
+
+// The elements of `t` as a device_span<T> of the memory it is on (from_torch's checks).
+template <class T>
+ferry::device_span<T> span_of(const at::Tensor& t) {
+  return ferry::from_torch<T>(t, t.is_cpu() ? 0 : t.get_device());
 }
 
 // ---- dtypes ---------------------------------------------------------------------------------------
@@ -192,7 +202,7 @@ at::Tensor h2d(py::handle values, at::ScalarType dtype) {
     at::Tensor out = at::empty({static_cast<std::int64_t>(src.size())},
                                at::TensorOptions().dtype(dtype).device(memory_device()));
     const auto s = current_stream();
-    const auto dst = ferry::from_torch<T>(out, out.device().is_cpu() ? 0 : out.get_device());
+    const auto dst = span_of<T>(out);
     if constexpr (cuda_build) {
       if (keep.defined() && keep.is_pinned()) {
         ferry::async_h2d(ferry::from_torch_pinned<const T>(keep), dst, s);
@@ -268,7 +278,7 @@ struct UvaPoolT final : UvaPool, std::enable_shared_from_this<UvaPoolT<T>> {
     at::Tensor keep;
     const auto src = host_values<T>(values, "copy_to_gpu", scratch, keep);
     const auto s = current_stream();
-    (void)pool.copy_to_device(src, ferry::from_torch<T>(out, out.device().is_cpu() ? 0 : out.get_device()), s);
+    (void)pool.copy_to_device(src, span_of<T>(out), s);
     finish(s);
     return out;
   }
@@ -468,9 +478,7 @@ std::shared_ptr<Staged> make_staged(const at::Tensor& memory, std::int64_t rows,
       return std::make_shared<StagedT<cpu_target<T>>>(
           memory, cpu_target<T>(ferry::from_torch<T, host_backend>(memory, 0), r, c, n));
 #endif
-    const int device = memory.is_cpu() ? 0 : memory.get_device();
-    return std::make_shared<StagedT<device_target<T>>>(
-        memory, make_device_target<T>(ferry::from_torch<T>(memory, device), r, c, n));
+    return std::make_shared<StagedT<device_target<T>>>(memory, make_device_target<T>(span_of<T>(memory), r, c, n));
   });
 }
 
@@ -533,6 +541,141 @@ struct Fused {
       writers;
 };
 
+// ---- StepBatch (ferry's addition) -----------------------------------------------------------------
+// A whole step's uploads and writes in one call and one launch (ferry::step_batch). The plan names
+// torch tensors on the memory device (held here, destroyed after the batch); each step() begins a
+// step, copies every upload's source into its span of the slot, stages every write there, and
+// submits on the current stream. Whatever throws cancels the step: nothing of it is enqueued, and
+// the next step() starts afresh.
+using upload_handle = std::variant<step_batch::upload<std::int32_t>, step_batch::upload<std::int64_t>,
+                                   step_batch::upload<float>>;
+using writes_handle = std::variant<step_batch::writes<std::int32_t>, step_batch::writes<std::int64_t>,
+                                   step_batch::writes<float>>;
+
+// `obj` as a list or tuple (PySequence_Fast: a list or tuple itself, anything else copied).
+py::object fast_sequence(py::handle obj, const char* message) {
+  PyObject* seq = PySequence_Fast(obj.ptr(), message);
+  if (seq == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(seq);
+}
+
+std::int64_t int_of(PyObject* obj) {
+  const long long v = PyLong_AsLongLong(obj);
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return v;
+}
+
+struct Step {
+  explicit Step(std::int64_t slots) : device(memory_device()) {
+    if (slots < 2)
+      throw std::invalid_argument("ferry: StepBatch: max_concurrency must be at least 2, got " + std::to_string(slots));
+    batch = make_step_batch(static_cast<std::size_t>(slots));
+  }
+
+  std::size_t add_upload(const at::Tensor& dst) {
+    check_memory(dst, 1, "StepBatch.add_upload");
+    uploads.push_back(dispatch(dst.scalar_type(), "StepBatch.add_upload", [&]<class T>() -> upload_handle {
+      return batch->add_upload<T>(span_of<T>(dst), static_cast<std::size_t>(dst.numel()));
+    }));
+    memory.push_back(dst);
+    return uploads.size() - 1;
+  }
+
+  std::size_t add_writes(const at::Tensor& target, std::int64_t max_writes, std::int64_t max_elements) {
+    check_memory(target, 2, "StepBatch.add_writes");
+    const auto w = checked_index(max_writes, "StepBatch.add_writes", "max_writes");
+    const auto e = checked_index(max_elements, "StepBatch.add_writes", "max_elements");
+    writes.push_back(dispatch(target.scalar_type(), "StepBatch.add_writes", [&]<class T>() -> writes_handle {
+      const ferry::staged_view<T> view(span_of<T>(target).data(), static_cast<std::size_t>(target.size(0)),
+                                       static_cast<std::size_t>(target.size(1)));
+      return batch->add_writes<T>(view, w, e);
+    }));
+    memory.push_back(target);
+    return writes.size() - 1;
+  }
+
+  // sources: one per upload (None: nothing this step); staged: (writes index, row, start, values)
+  void step(py::handle sources, py::handle staged) {
+    const py::object src = fast_sequence(sources, "ferry: StepBatch.step: uploads must be a sequence");
+    const py::object ws = fast_sequence(staged, "ferry: StepBatch.step: writes must be a sequence");
+    const auto n = static_cast<std::size_t>(PySequence_Fast_GET_SIZE(src.ptr()));
+    if (n != uploads.size())
+      throw std::invalid_argument("ferry: StepBatch.step: " + std::to_string(n) + " sources for " +
+                                  std::to_string(uploads.size()) + " uploads (one per upload, None for none)");
+    batch->begin();
+    try {
+      PyObject** items = PySequence_Fast_ITEMS(src.ptr());
+      for (std::size_t i = 0; i < n; ++i)
+        if (items[i] != Py_None) std::visit([&](auto& u) { fill(u, i, items[i]); }, uploads[i]);
+      PyObject** w = PySequence_Fast_ITEMS(ws.ptr());
+      for (Py_ssize_t j = 0, m = PySequence_Fast_GET_SIZE(ws.ptr()); j < m; ++j) stage(j, w[j]);
+      const auto s = current_stream();
+      submit_step(*batch, s);
+      finish(s);
+    } catch (...) {
+      batch->cancel();
+      throw;
+    }
+  }
+
+  std::uint64_t steps() const { return batch->steps(); }
+
+ private:
+  void check_memory(const at::Tensor& t, std::int64_t dims, const char* api) const {
+    if (t.dim() != dims)
+      throw std::invalid_argument(std::string("ferry: ") + api + ": expected a " + std::to_string(dims) +
+                                  "-D tensor, got " + std::to_string(t.dim()) + "-D");
+    if (t.device() != device)
+      throw std::invalid_argument(std::string("ferry: ") + api + ": the tensor is on " + t.device().str() +
+                                  ", the batch's memory on " + device.str());
+  }
+
+  template <class T>
+  std::span<const T> values(py::handle obj, at::Tensor& keep) {
+    return host_values<T>(obj, "StepBatch.step", std::get<std::vector<T>>(scratch), keep);
+  }
+
+  template <class T>
+  void fill(step_batch::upload<T>& u, std::size_t i, py::handle obj) {
+    at::Tensor keep;
+    const auto v = values<T>(obj, keep);
+    const std::size_t max_n = u.destination().size();
+    if (v.size() > max_n)
+      throw std::out_of_range("ferry: StepBatch.step: the source of upload " + std::to_string(i) + " has " +
+                              std::to_string(v.size()) + " elements, more than its destination's " +
+                              std::to_string(max_n));
+    std::copy(v.begin(), v.end(), u.span(v.size()).begin());
+  }
+
+  void stage(Py_ssize_t j, PyObject* write) {
+    const py::object f = fast_sequence(write, "ferry: StepBatch.step: a write must be a tuple");
+    if (PySequence_Fast_GET_SIZE(f.ptr()) != 4)
+      throw std::invalid_argument("ferry: StepBatch.step: write " + std::to_string(j) +
+                                  " must be (writes_index, row, start, values), got " +
+                                  std::to_string(PySequence_Fast_GET_SIZE(f.ptr())) + " items");
+    PyObject** it = PySequence_Fast_ITEMS(f.ptr());
+    const auto k = checked_index(int_of(it[0]), "StepBatch.step", "writes index");
+    if (k >= writes.size())
+      throw std::out_of_range("ferry: StepBatch.step: write " + std::to_string(j) + " names writes index " +
+                              std::to_string(k) + " of " + std::to_string(writes.size()));
+    const auto row = checked_index(int_of(it[1]), "StepBatch.step", "row");
+    const auto start = checked_index(int_of(it[2]), "StepBatch.step", "start");
+    std::visit(
+        [&]<class T>(step_batch::writes<T>& h) {
+          at::Tensor keep;
+          h.stage_write(row, start, values<T>(it[3], keep));
+        },
+        writes[k]);
+  }
+
+  at::Device device;                // the memory device of every tensor of the plan
+  std::vector<at::Tensor> memory;   // the plan's tensors, kept alive; destroyed after `batch`
+  std::unique_ptr<step_batch> batch;
+  std::vector<upload_handle> uploads;
+  std::vector<writes_handle> writes;
+  std::tuple<std::vector<std::int32_t>, std::vector<std::int64_t>, std::vector<float>> scratch;
+};
+
 }  // namespace
 }  // namespace ferry_vllm
 
@@ -586,4 +729,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<Fused>(m, "Fused")
       .def(py::init<std::size_t>(), py::arg("slots"))
       .def("apply", &Fused::apply);
+
+  py::class_<Step>(m, "Step")
+      .def(py::init<std::int64_t>(), py::arg("max_concurrency"))
+      .def("add_upload", &Step::add_upload, py::arg("dst"))
+      .def("add_writes", &Step::add_writes, py::arg("target"), py::arg("max_writes"), py::arg("max_elements"))
+      .def("step", &Step::step, py::arg("uploads"), py::arg("writes"))
+      .def_property_readonly("steps", &Step::steps);
 }

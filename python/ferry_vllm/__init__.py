@@ -12,6 +12,9 @@ current stream. Change the import and keep the code:
 
 ferry's errors arrive as ValueError (bad argument), IndexError (out of bounds) and RuntimeError
 (capacity, stream or state), each naming the mismatch. docs/python.md lists what differs.
+
+Beyond vLLM's interface, ferry's own StepBatch does a whole step's uploads and staged writes in
+one Python call and one kernel launch (ferry::step_batch).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ __all__ = [
     "CpuGpuBuffer",
     "FusedStagedWriter",
     "StagedWriteTensor",
+    "StepBatch",
     "UvaBackedTensor",
     "UvaBuffer",
     "UvaBufferPool",
@@ -446,3 +450,38 @@ class FusedStagedWriter:
         """Applies and clears the staged writes of `tensors` (output_ptrs and output_strides, vLLM's
         scratch for its kernel's table, are accepted and not needed)."""
         self._w.apply(list(tensors))
+
+
+# ---- ferry's own addition -----------------------------------------------------------------------
+
+
+class StepBatch(_C.Step):
+    """A whole engine step's uploads and staged writes in ONE call and ONE kernel launch
+    (ferry::step_batch: growth::pow2, reuse::event_fenced, launch::kernel), on torch's current
+    stream of the device current when it is made. Not a vLLM name: ferry's own addition.
+
+    Plan, once (the tensors are held by the batch; each must be contiguous, on the batch's
+    memory device, of dtype int32, int64 or float32):
+
+        sb = StepBatch(max_concurrency=2)
+        ids = sb.add_upload(input_ids)        # 1-D: each step writes input_ids[:n]
+        table = sb.add_writes(block_table, max_writes=64, max_elements=1024)   # 2-D target
+
+    Every step, one call:
+
+        sb.step([token_ids, None],            # one source per upload, in order (None: none)
+                [(table, row, start, values), ...])
+
+    A source or a write's values is a list, tuple, NumPy array or CPU tensor, read as
+    StagedWriteTensor.stage_write reads its values, and consumed when step() returns. The maxima
+    of add_writes are starting sizes (the slots grow to the largest step); an upload takes at most
+    its destination's numel() elements. Any error (a source longer than its destination:
+    IndexError naming the upload and both sizes; a write out of bounds: IndexError; a wrong number
+    of sources: ValueError) drops the whole step: nothing of it lands, and the batch is ready for
+    the next step(). On the host backend a step has landed when step() returns. `steps` counts
+    the steps submitted."""
+
+    def __init__(self, max_concurrency: int | None = None):
+        if max_concurrency is None:
+            max_concurrency = _DEFAULT_MAX_CONCURRENCY
+        _C.Step.__init__(self, max_concurrency)

@@ -146,8 +146,9 @@ class step_batch {
   /// The same, with blocks from `arena` (which must outlive the batch).
   step_batch(std::size_t slots, std::size_t max_slots, pinned_arena<B>& arena) {
     slots_of::check_counts(slots, max_slots);
-    core_ = std::make_shared<core>(slots, max_slots, ops::current_device(), arena);
     step_ops::template preload<epilogue_type>();
+    core_ = std::make_shared<core>(slots, max_slots, ops::current_device(), arena,
+                                   detail::step_slot_ops_of<B, epilogue_type>);
   }
   /// Takes over `o`'s slots and plan; handles and views handed out by `o` stay valid (they refer
   /// to the plan, which moves as a whole); `o` is left empty.

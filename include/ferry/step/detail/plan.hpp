@@ -153,7 +153,8 @@ struct step_graph {
 /// `take_lane(device)`, `give_lane(device, lane)`. Specialized per backend (below;
 /// step_kernel.cuh, nvcc only); this primary template is what a translation unit not built by
 /// nvcc gets for CUDA: neither a construction (which preloads the step kernel) nor a submit
-/// compiles.
+/// compiles. What making and giving back slots needs (lanes, the graph) a batch reaches through the
+/// step_slot_ops its constructor took, so that a host-compiled file may begin steps and destroy it.
 template <class B>
 struct step_ops {
   static constexpr bool graphs = true;
@@ -184,9 +185,6 @@ struct step_ops {
                   "ferry: step_batch::submit replays a CUDA graph: build this translation unit "
                   "with nvcc and include <ferry/ferry.cuh>.");
   }
-  static void destroy_graph(const step_graph&) noexcept {}
-  static step_lane take_lane(int) noexcept { return {}; }
-  static void give_lane(int, const step_lane&) noexcept {}
 };
 
 /// The host backend runs a step table as one host task; launch::graph runs the same way (no
@@ -213,5 +211,20 @@ struct step_ops<backend::host> {
   static step_lane take_lane(int) noexcept { return {}; }
   static void give_lane(int, const step_lane&) noexcept {}
 };
+
+/// The calls of step_ops<B> that making and giving back a batch's slots need (epilogue F), taken
+/// where the batch is constructed (nvcc's translation unit on CUDA): begin(), reserve() and the
+/// destructor reach them through these pointers in whichever translation unit they run.
+template <class F>
+struct step_slot_ops {
+  step_lane (*take_lane)(int device);
+  void (*give_lane)(int device, const step_lane& lane) noexcept;
+  step_graph (*make_graph)(const step_locator& at, std::size_t blocks, int device, const F* f);
+  void (*destroy_graph)(const step_graph& graph);
+};
+template <class B, class F>
+inline constexpr step_slot_ops<F> step_slot_ops_of{&step_ops<B>::take_lane, &step_ops<B>::give_lane,
+                                                   &step_ops<B>::template make_graph<F>,
+                                                   &step_ops<B>::destroy_graph};
 
 }  // namespace ferry::detail

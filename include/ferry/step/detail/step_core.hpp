@@ -103,8 +103,10 @@ class step_core {
     std::size_t publish = none, index = 0;  // a source in a publish of this step, else `src`
   };
 
-  step_core(std::size_t slots, std::size_t max_slots, int device, pinned_arena<B>& arena)
-      : arena_(&arena), initial_slots_(slots), device_(device), slots_(ring_order::warmest, max_slots) {}
+  step_core(std::size_t slots, std::size_t max_slots, int device, pinned_arena<B>& arena,
+            const step_slot_ops<Epilogue>& slot_ops)
+      : arena_(&arena), slot_ops_(&slot_ops), initial_slots_(slots), device_(device),
+        slots_(ring_order::warmest, max_slots) {}
   step_core(const step_core&) = delete;
   step_core& operator=(const step_core&) = delete;
 
@@ -608,6 +610,7 @@ class step_core {
   // ---- state -----------------------------------------------------------------------------------
 
   pinned_arena<B>* arena_;
+  const step_slot_ops<Epilogue>* slot_ops_;  // step_ops<B>'s, taken by the batch's constructor
   std::size_t initial_slots_;
   int device_;
   std::vector<upload_rec> uploads_;

@@ -40,7 +40,6 @@ struct step_slots {
   using core = step_core<B, fixed, Reuse, Epilogue>;
   using slot = typename core::slot;
   using ops = backend_ops<B>;
-  using step_ops = detail::step_ops<B>;
   static constexpr std::size_t none = core::none;
   /// Whether the ring stamps slots (event_fenced, throw_when_full): a slot's readers are stamped
   /// by the next submit, so such a batch needs two slots at least.
@@ -154,7 +153,7 @@ struct step_slots {
         s.table = k.arena_->acquire(k.table_bytes(k.want_table_));
         s.table_cap = k.want_table_;
         k.init_table(s.table.data, s.table_cap);
-        s.lane = step_ops::take_lane(k.device_);
+        s.lane = k.slot_ops_->take_lane(k.device_);
       }
       s.content = k.arena_->acquire(k.want_content_);
     } catch (...) {
@@ -171,10 +170,10 @@ struct step_slots {
     k.table_stride_ = round_up(k.table_bytes(k.want_table_), 64);
     k.tables_ = k.arena_->acquire(checked_bytes<capacity_error>(count, k.table_stride_, "step_batch's tables"));
     for (std::size_t i = 0; i < count; ++i) k.init_table(k.tables_.data + i * k.table_stride_, k.want_table_);
-    k.lane_ = step_ops::take_lane(k.device_);
+    k.lane_ = k.slot_ops_->take_lane(k.device_);
     const step_locator at{reinterpret_cast<std::uintptr_t>(ops::mapped(k.tables_.data)), k.table_stride_, count,
                           k.lane_.address};
-    k.graph_ = step_ops::template make_graph<Epilogue>(at, k.want_table_, k.device_, &k.epilogue_);
+    k.graph_ = k.slot_ops_->make_graph(at, k.want_table_, k.device_, &k.epilogue_);
   }
   /// The open step's table, and in `step` the value of the device step counter it runs at:
   /// launch::graph: the ring's table for that value (the lane's count before the batch plus its
@@ -236,7 +235,7 @@ struct step_slots {
   static void release(core& k, slot& s) noexcept {
     auto& arena = *k.arena_;
     destructor_guard([&] {
-      if (s.lane.address) step_ops::give_lane(k.device_, s.lane);
+      if (s.lane.address) k.slot_ops_->give_lane(k.device_, s.lane);
       if (s.table) arena.release(s.table);
       if (s.content) arena.release(s.content);
       for (const auto& e : s.extra) arena.release(e);
@@ -258,10 +257,10 @@ struct step_slots {
   /// lane given back, the lane's step counter where the batch's submits left it.
   static void release_graph(core& k) noexcept {
     destructor_guard([&] {
-      step_ops::destroy_graph(k.graph_);
+      k.slot_ops_->destroy_graph(k.graph_);
       k.graph_ = {};
       if (k.leaked_) return;
-      if (k.lane_.address) step_ops::give_lane(k.device_, {k.lane_.address, k.lane_.step + k.steps_});
+      if (k.lane_.address) k.slot_ops_->give_lane(k.device_, {k.lane_.address, k.lane_.step + k.steps_});
       if (k.tables_) k.arena_->release(k.tables_);
     });
     k.lane_ = {};

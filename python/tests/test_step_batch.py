@@ -1,0 +1,200 @@
+# ferry_vllm.StepBatch (ferry's own addition: a whole step in one call and one launch) against a
+# NumPy reference on random data, on whichever backend the package was built for (CUDA: tensors on
+# the current GPU; host: CPU tensors, ferry's host backend).
+import numpy as np
+import pytest
+import torch
+
+import ferry_vllm as fv
+
+DEVICE = "cuda" if fv.CUDA else "cpu"
+NP = {torch.int32: np.int32, torch.int64: np.int64, torch.float32: np.float32}
+
+
+def sync():
+    if fv.CUDA:
+        torch.cuda.synchronize()
+
+
+def rand(shape, dtype, rng):
+    """Random values of `dtype`, none of them zero."""
+    if dtype == torch.float32:
+        v = rng.uniform(0.5, 1000.0, shape) * rng.choice([-1.0, 1.0], shape)
+    else:
+        v = rng.integers(1, 2**20, shape) * rng.choice([-1, 1], shape)
+    return v.astype(NP[dtype])
+
+
+def source(values, dtype, rng):
+    """`values` as one of the sources step() takes: a list, tuple, NumPy array (of the dtype or
+    another one, converted exactly) or CPU tensor."""
+    kind = rng.integers(0, 5)
+    if kind == 0:
+        return values.tolist()
+    if kind == 1:
+        return tuple(values.tolist())
+    if kind == 2:
+        return values.copy()
+    if kind == 3:
+        return torch.from_numpy(values.copy())
+    return values.astype(np.float64 if dtype == torch.float32 else (np.int64 if dtype == torch.int32 else np.int32))
+
+
+class Plan:
+    """A batch over three uploads (int32, int64, float32) and two write targets (int32, float32),
+    every tensor starting as random values, with a NumPy reference of each."""
+
+    def __init__(self, rng, max_concurrency=2):
+        self.rng = rng
+        self.sb = fv.StepBatch(max_concurrency=max_concurrency)
+        self.dsts, self.refs = [], []
+        for n, dtype in [(64, torch.int32), (100, torch.int64), (50, torch.float32)]:
+            ref = rand(n, dtype, rng)
+            self.dsts.append(torch.from_numpy(ref.copy()).to(DEVICE))
+            self.refs.append(ref)
+            assert self.sb.add_upload(self.dsts[-1]) == len(self.dsts) - 1
+        self.targets, self.target_refs = [], []
+        for shape, dtype in [((16, 32), torch.int32), ((8, 20), torch.float32)]:
+            ref = rand(shape, dtype, rng)
+            self.targets.append(torch.from_numpy(ref.copy()).to(DEVICE))
+            self.target_refs.append(ref)
+            # Small maxima: the slots grow past them (growth::pow2).
+            assert self.sb.add_writes(self.targets[-1], 4, 16) == len(self.targets) - 1
+
+    def random_step(self):
+        """One step's arguments, and the references after it (applied only when it lands)."""
+        rng = self.rng
+        sources, refs = [], [r.copy() for r in self.refs]
+        for dst, ref in zip(self.dsts, refs):
+            if rng.random() < 0.2:
+                sources.append(None)  # nothing this step: the destination keeps its contents
+                continue
+            n = int(rng.integers(0, dst.numel() + 1))
+            values = rand(n, dst.dtype, rng)
+            sources.append(source(values, dst.dtype, rng))
+            ref[:n] = values
+        writes, target_refs = [], [r.copy() for r in self.target_refs]
+        for _ in range(int(rng.integers(0, 25))):
+            k = int(rng.integers(0, len(self.targets)))
+            rows, cols = self.targets[k].shape
+            row, start = int(rng.integers(0, rows)), int(rng.integers(0, cols))
+            n = 1 if rng.random() < 0.4 else int(rng.integers(0, cols - start + 1))
+            values = rand(n, self.targets[k].dtype, rng)
+            writes.append((k, row, start, source(values, self.targets[k].dtype, rng)))
+            target_refs[k][row, start : start + n] = values  # a later write wins where they overlap
+        return sources, writes, refs, target_refs
+
+    def landed(self, refs, target_refs):
+        self.refs, self.target_refs = refs, target_refs
+
+    def check(self):
+        sync()
+        for dst, ref in zip(self.dsts, self.refs):
+            np.testing.assert_array_equal(dst.cpu().numpy(), ref)
+        for t, ref in zip(self.targets, self.target_refs):
+            np.testing.assert_array_equal(t.cpu().numpy(), ref)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20261205)
+
+
+@pytest.mark.parametrize("max_concurrency", [2, 3])
+def test_steps_match_the_reference(max_concurrency, rng):
+    p = Plan(rng, max_concurrency)
+    for i in range(12):
+        sources, writes, refs, target_refs = p.random_step()
+        p.sb.step(sources, writes)
+        p.landed(refs, target_refs)
+        p.check()
+        assert p.sb.steps == i + 1
+    # Several steps in flight before one synchronization: each lands in stream order.
+    for _ in range(10):
+        sources, writes, refs, target_refs = p.random_step()
+        p.sb.step(sources, writes)
+        p.landed(refs, target_refs)
+    p.check()
+    assert p.sb.steps == 22
+
+
+def test_a_source_too_long_drops_the_step(rng):
+    p = Plan(rng)
+    sources, writes, _, _ = p.random_step()
+    sources[1] = rand(101, torch.int64, rng)  # upload 1 holds 100
+    writes.append((0, 0, 0, [7]))
+    with pytest.raises(IndexError, match=r"upload 1 has 101 elements, more than its destination's 100"):
+        p.sb.step(sources, writes)
+    p.check()  # nothing of the step landed: no upload, no write
+    assert p.sb.steps == 0
+    sources, writes, refs, target_refs = p.random_step()
+    p.sb.step(sources, writes)
+    p.landed(refs, target_refs)
+    p.check()
+    assert p.sb.steps == 1
+
+
+def test_a_wrong_number_of_sources_raises(rng):
+    p = Plan(rng)
+    sources, writes, refs, target_refs = p.random_step()
+    with pytest.raises(ValueError, match="2 sources for 3 uploads"):
+        p.sb.step(sources[:2], writes)
+    with pytest.raises(ValueError, match="4 sources for 3 uploads"):
+        p.sb.step(sources + [None], writes)
+    p.check()
+    p.sb.step(sources, writes)
+    p.landed(refs, target_refs)
+    p.check()
+
+
+@pytest.mark.parametrize(
+    "bad, error, match",
+    [
+        ((0, 16, 0, [1]), IndexError, "row 16, start 0, len 1 for a 16 x 32 target"),  # past the rows
+        ((0, 3, 30, [1, 2, 3]), IndexError, "row 3, start 30, len 3"),  # past the row's end
+        ((1, -1, 0, [1.0]), IndexError, "negative row -1"),
+        ((2, 0, 0, [1]), IndexError, "writes index 2 of 2"),
+        ((0, 0, 0), ValueError, r"\(writes_index, row, start, values\), got 3 items"),
+        ((0, 0, 0, [1.5]), TypeError, "integer"),  # a float into an int32 target is not truncated
+        ((0, 0, 0, [2**40]), ValueError, "does not fit"),
+    ],
+)
+def test_a_bad_write_cancels_the_step(bad, error, match, rng):
+    p = Plan(rng)
+    sources, writes, _, _ = p.random_step()
+    sources[0] = rand(64, torch.int32, rng)  # would land, were the step submitted
+    writes = [(0, 1, 2, [5, 6]), bad] + writes
+    with pytest.raises(error, match=match):
+        p.sb.step(sources, writes)
+    p.check()  # the target is unchanged by that step, and so is every upload
+    assert p.sb.steps == 0
+    sources, writes, refs, target_refs = p.random_step()
+    p.sb.step(sources, writes)
+    p.landed(refs, target_refs)
+    p.check()
+
+
+def test_plan_checks():
+    sb = fv.StepBatch()
+    with pytest.raises(ValueError, match="expected a 1-D tensor, got 2-D"):
+        sb.add_upload(torch.zeros((2, 3), dtype=torch.int32, device=DEVICE))
+    with pytest.raises(ValueError, match="expected a 2-D tensor, got 1-D"):
+        sb.add_writes(torch.zeros(6, dtype=torch.int32, device=DEVICE), 1, 1)
+    with pytest.raises(ValueError, match="unsupported dtype"):
+        sb.add_upload(torch.zeros(4, dtype=torch.float16, device=DEVICE))
+    with pytest.raises(ValueError, match="contiguous"):
+        sb.add_writes(torch.zeros((4, 6), dtype=torch.int32, device=DEVICE).t(), 1, 1)
+    if fv.CUDA:
+        with pytest.raises(ValueError, match="the tensor is on cpu"):
+            sb.add_upload(torch.zeros(4, dtype=torch.int32))
+    whole = torch.full((8,), 3, dtype=torch.int64, device=DEVICE)
+    assert sb.add_upload(whole[:4]) == 0
+    with pytest.raises(ValueError):  # overlaps the first upload's destination
+        sb.add_upload(whole[2:6])
+    with pytest.raises(ValueError, match="at least 2"):
+        fv.StepBatch(max_concurrency=1)
+    # The plan's tensors are held by the batch: a destination the caller dropped is still written.
+    sb.add_upload(torch.zeros(5, dtype=torch.float32, device=DEVICE))
+    sb.step([[9, 8, 7, 6], np.arange(1, 6, dtype=np.float32)], [])
+    sync()
+    assert whole.cpu().tolist() == [9, 8, 7, 6, 3, 3, 3, 3]
