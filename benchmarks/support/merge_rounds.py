@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Merges the rounds of bench.decode_step run alternately with the PyTorch-in-Python step
-(decode_step_torch.py, a separate process: it cannot be interleaved with ferry's rows, so the two
-processes take turns, each round's PyTorch run just before that round's bench.decode_step, which
-reads it with --torch-step and computes host_vs_torch_graph from the pair). tools/gpu-check runs the
-rounds; this writes the one decode_step.json of the run:
+"""Merges the rounds of one benchmark into one JSON. tools/gpu-check runs the rounds: a benchmark
+built against a before tree in FERRY_BENCH_ROUNDS rounds alternating with its before build (each
+build's rounds merged apart), and bench.decode_step in rounds alternating with the PyTorch-in-Python
+step (decode_step_torch.py, a separate process: it cannot be interleaved with ferry's rows, so the
+two processes take turns, each round's PyTorch run just before that round's bench.decode_step, which
+reads it with --torch-step and computes host_vs_torch_graph from the pair):
 
-  rows:    every row of the rounds by its "step" label, each number the median over the rounds that
-           have it (null where none has); text from the first round that has the row. The PyTorch
-           row is relabelled to say how it was measured.
+  rows:    every row of the rounds, matched by its "step" label where rows have one, else by its
+           place (every round of one binary writes its rows in one order); each number the median
+           over the rounds that have it (null where none has); text from the first round that has
+           the row. The PyTorch row is relabelled to say how it was measured.
   targets: each target's median over the rounds that measured it (null where none did; then not
            met), except those whose goal is 0 (syncs and allocations per step: one round with any
            is a miss), which take the worst round.
@@ -38,8 +40,8 @@ def merge(docs):
     n = len(docs)
     order, by_label = [], {}
     for d in docs:
-        for r in d.get("rows", []):
-            label = r.get("step")
+        for place, r in enumerate(d.get("rows", [])):
+            label = r.get("step", place)
             if label not in by_label:
                 order.append(label)
                 by_label[label] = []
@@ -54,8 +56,8 @@ def merge(docs):
         for k in keys:
             values = [r.get(k) for r in rs if k in r]
             numbers = [v for v in values if is_number(v)]
-            if numbers:
-                row[k] = statistics.median(numbers)
+            if numbers:  # a value every round has alike (a size, a count) stays as written
+                row[k] = numbers[0] if len(set(numbers)) == 1 else statistics.median(numbers)
             else:
                 row[k] = next((v for v in values if v is not None), None)
         if isinstance(label, str) and label.startswith(TORCH_LABEL_PREFIX):
