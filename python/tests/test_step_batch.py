@@ -87,6 +87,12 @@ class Plan:
     def landed(self, refs, target_refs):
         self.refs, self.target_refs = refs, target_refs
 
+    def good_step(self):
+        """A random step, submitted: what it writes becomes the reference."""
+        sources, writes, refs, target_refs = self.random_step()
+        self.sb.step(sources, writes)
+        self.landed(refs, target_refs)
+
     def check(self):
         sync()
         for dst, ref in zip(self.dsts, self.refs):
@@ -104,16 +110,12 @@ def rng():
 def test_steps_match_the_reference(max_concurrency, rng):
     p = Plan(rng, max_concurrency)
     for i in range(12):
-        sources, writes, refs, target_refs = p.random_step()
-        p.sb.step(sources, writes)
-        p.landed(refs, target_refs)
+        p.good_step()
         p.check()
         assert p.sb.steps == i + 1
     # Several steps in flight before one synchronization: each lands in stream order.
     for _ in range(10):
-        sources, writes, refs, target_refs = p.random_step()
-        p.sb.step(sources, writes)
-        p.landed(refs, target_refs)
+        p.good_step()
     p.check()
     assert p.sb.steps == 22
 
@@ -127,9 +129,7 @@ def test_a_source_too_long_drops_the_step(rng):
         p.sb.step(sources, writes)
     p.check()  # nothing of the step landed: no upload, no write
     assert p.sb.steps == 0
-    sources, writes, refs, target_refs = p.random_step()
-    p.sb.step(sources, writes)
-    p.landed(refs, target_refs)
+    p.good_step()
     p.check()
     assert p.sb.steps == 1
 
@@ -168,9 +168,7 @@ def test_a_bad_write_cancels_the_step(bad, error, match, rng):
         p.sb.step(sources, writes)
     p.check()  # the target is unchanged by that step, and so is every upload
     assert p.sb.steps == 0
-    sources, writes, refs, target_refs = p.random_step()
-    p.sb.step(sources, writes)
-    p.landed(refs, target_refs)
+    p.good_step()
     p.check()
 
 
