@@ -93,6 +93,17 @@ class Plan:
         self.sb.step(sources, writes)
         self.landed(refs, target_refs)
 
+    def refused(self, sources, writes, error, match):
+        """A step that raises `error`: nothing of it lands, and the batch then takes a good step."""
+        steps = self.sb.steps
+        with pytest.raises(error, match=match):
+            self.sb.step(sources, writes)
+        self.check()  # no upload, no write of the refused step
+        assert self.sb.steps == steps
+        self.good_step()
+        self.check()
+        assert self.sb.steps == steps + 1
+
     def check(self):
         sync()
         for dst, ref in zip(self.dsts, self.refs):
@@ -125,13 +136,7 @@ def test_a_source_too_long_drops_the_step(rng):
     sources, writes, _, _ = p.random_step()
     sources[1] = rand(101, torch.int64, rng)  # upload 1 holds 100
     writes.append((0, 0, 0, [7]))
-    with pytest.raises(IndexError, match=r"upload 1 has 101 elements, more than its destination's 100"):
-        p.sb.step(sources, writes)
-    p.check()  # nothing of the step landed: no upload, no write
-    assert p.sb.steps == 0
-    p.good_step()
-    p.check()
-    assert p.sb.steps == 1
+    p.refused(sources, writes, IndexError, r"upload 1 has 101 elements, more than its destination's 100")
 
 
 def test_a_wrong_number_of_sources_raises(rng):
@@ -164,12 +169,7 @@ def test_a_bad_write_cancels_the_step(bad, error, match, rng):
     sources, writes, _, _ = p.random_step()
     sources[0] = rand(64, torch.int32, rng)  # would land, were the step submitted
     writes = [(0, 1, 2, [5, 6]), bad] + writes
-    with pytest.raises(error, match=match):
-        p.sb.step(sources, writes)
-    p.check()  # the target is unchanged by that step, and so is every upload
-    assert p.sb.steps == 0
-    p.good_step()
-    p.check()
+    p.refused(sources, writes, error, match)
 
 
 def test_plan_checks():
