@@ -64,14 +64,16 @@ class ring {
   }
 
  private:
-  [[nodiscard]] std::size_t mask() const noexcept { return slots_.size() - 1; }
+  [[nodiscard]] std::size_t mask() const noexcept { return mask_; }
   void grow() {
     std::vector<T> next(slots_.empty() ? 8 : slots_.size() * 2);
     for (std::size_t i = 0; i < size_; ++i) next[i] = std::move((*this)[i]);
     slots_ = std::move(next);
+    mask_ = slots_.size() - 1;
     head_ = 0;
   }
   std::vector<T> slots_;
+  std::size_t mask_ = 0;  // slots_.size() - 1, kept: every index is masked with it
   std::size_t head_ = 0;
   std::size_t size_ = 0;
 };

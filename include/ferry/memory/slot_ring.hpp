@@ -12,7 +12,6 @@
 #include <ferry/memory/detail/warm_reuse.hpp>
 #include <ferry/policies/reuse.hpp>
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
