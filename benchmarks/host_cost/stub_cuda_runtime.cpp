@@ -1,12 +1,13 @@
-// A stand-in for the CUDA runtime, for probe.host_cost: every entry point ferry's hot paths call,
-// each doing the least that keeps ferry's bookkeeping honest, so that an instruction count of a
-// ferry call (tools/host-cost, under valgrind) is ferry's own host work with nothing of a driver's.
+// A stand-in for the CUDA runtime, for probe.host_cost: every entry point its cases call (a new
+// case that calls another fails to link until it is added here), each doing the least that keeps
+// ferry's bookkeeping honest, so that an instruction count of a ferry call (tools/host-cost, under
+// valgrind) is ferry's own host work with nothing of a driver's.
 // No GPU and no driver is needed: it runs on any machine with the CUDA toolkit's headers.
 //  - Memory: device, pinned and mapped allocations are host memory from the heap, each range kept
 //    so that cudaPointerGetAttributes tells them apart (pageable memory is "unregistered").
-//  - Work: copies, fills, kernel and graph launches and host functions enqueue nothing (a host
-//    function runs at once); a kernel's mapped counter is never written, so a point made by a
-//    kernel passes only once an event recorded after it has.
+//  - Work: copies, fills, kernel and graph launches enqueue nothing; a kernel's mapped counter is
+//    never written, so a point made by a kernel passes only once an event recorded after it has.
+//  - Calls: each entry point counts its calls, written at exit to the file FERRY_STUB_CALLS names.
 //  - Completion: FERRY_STUB_BEHIND=K (0 by default) keeps the newest K event records of the process
 //    not ready, a GPU K operations behind; a synchronizing call completes every record so far.
 #include <cuda_runtime_api.h>
@@ -17,7 +18,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iterator>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -35,9 +35,9 @@ struct stub_stream {
 struct runtime {
   std::mutex mutex;
   std::map<std::uintptr_t, std::pair<std::size_t, cudaMemoryType>> ranges;  // start: bytes, kind
-  std::uint64_t records = 0;   // events recorded so far
-  std::uint64_t completed = 0; // records a synchronizing call completed
-  std::uint64_t behind = 0;    // FERRY_STUB_BEHIND
+  std::uint64_t records = 0;    // events recorded so far
+  std::uint64_t completed = 0;  // records a synchronizing call completed
+  std::uint64_t behind = 0;     // FERRY_STUB_BEHIND
   unsigned long long next_stream_id = 100;
   runtime() {
     if (const char* k = std::getenv("FERRY_STUB_BEHIND")) behind = std::strtoull(k, nullptr, 10);
@@ -75,13 +75,14 @@ struct runtime {
   }
 };
 
+// Never destroyed, as the runtime it stands in for: ferry's static destructors still free after main.
 runtime& rt() {
-  static runtime r;
-  return r;
+  static runtime* r = new runtime;
+  return *r;
 }
 
 // Calls of each entry point, written at exit to the file FERRY_STUB_CALLS names ("name count" a
-// line). Never destroyed: ferry's own static destructors still call in after main.
+// line). Never destroyed either.
 struct tally {
   std::mutex mutex;
   std::vector<std::pair<const char*, std::atomic<std::uint64_t>*>> counts;
@@ -107,7 +108,7 @@ void tally::write() {
   std::fclose(f);
 }
 // Counts a call of the entry point it opens.
-#define FERRY_STUB_COUNT()                                         \
+#define FERRY_STUB_COUNT()                                              \
   static std::atomic<std::uint64_t>& stub_calls_ = calls().of(__func__); \
   stub_calls_.fetch_add(1, std::memory_order_relaxed)
 
@@ -116,20 +117,6 @@ thread_local cudaError_t last_error = cudaSuccess;
 cudaError_t allocate(void** p, std::size_t bytes, cudaMemoryType kind) {
   *p = rt().allocate(bytes, kind);
   return *p ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-cudaError_t new_stream(cudaStream_t* s) {
-  std::lock_guard lock(rt().mutex);
-  *s = reinterpret_cast<cudaStream_t>(new stub_stream{rt().next_stream_id++});
-  return cudaSuccess;
-}
-cudaError_t new_event(cudaEvent_t* e) {
-  *e = reinterpret_cast<cudaEvent_t>(new stub_event{});
-  return cudaSuccess;
-}
-cudaError_t record(cudaEvent_t e) {
-  std::lock_guard lock(rt().mutex);
-  reinterpret_cast<stub_event*>(e)->recorded = ++rt().records;
-  return cudaSuccess;
 }
 cudaError_t complete_all() {
   rt().complete_all();
@@ -157,11 +144,6 @@ cudaError_t cudaPeekAtLastError() {
   FERRY_STUB_COUNT();
   return last_error;
 }
-cudaError_t cudaGetDeviceCount(int* n) {
-  FERRY_STUB_COUNT();
-  *n = 1;
-  return cudaSuccess;
-}
 cudaError_t cudaGetDevice(int* d) {
   FERRY_STUB_COUNT();
   *d = 0;
@@ -175,17 +157,6 @@ cudaError_t cudaDeviceSynchronize() {
   FERRY_STUB_COUNT();
   return complete_all();
 }
-cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
-  FERRY_STUB_COUNT();
-  switch (a) {
-    case cudaDevAttrMultiProcessorCount: *v = 132; break;
-    case cudaDevAttrMaxThreadsPerBlock: *v = 1024; break;
-    case cudaDevAttrComputeCapabilityMajor: *v = 9; break;
-    case cudaDevAttrComputeCapabilityMinor: *v = 0; break;
-    default: *v = 1; break;  // unified addressing, mapped host memory, concurrent managed access...
-  }
-  return cudaSuccess;
-}
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void*) {
   FERRY_STUB_COUNT();
   std::memset(a, 0, sizeof *a);
@@ -193,18 +164,9 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, const void*) {
   a->numRegs = 32;
   return cudaSuccess;
 }
-cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void*, int, std::size_t) {
-  FERRY_STUB_COUNT();
-  *n = 2;
-  return cudaSuccess;
-}
 
 // ---- memory ---------------------------------------------------------------------------------------
 cudaError_t cudaMalloc(void** p, std::size_t bytes) {
-  FERRY_STUB_COUNT();
-  return allocate(p, bytes, cudaMemoryTypeDevice);
-}
-cudaError_t cudaMallocAsync(void** p, std::size_t bytes, cudaStream_t) {
   FERRY_STUB_COUNT();
   return allocate(p, bytes, cudaMemoryTypeDevice);
 }
@@ -222,26 +184,9 @@ cudaError_t cudaHostAlloc(void** p, std::size_t bytes, unsigned) {
   FERRY_STUB_COUNT();
   return allocate(p, bytes, cudaMemoryTypeHost);
 }
-cudaError_t cudaMallocHost(void** p, std::size_t bytes) {
-  FERRY_STUB_COUNT();
-  return allocate(p, bytes, cudaMemoryTypeHost);
-}
 cudaError_t cudaFreeHost(void* p) {
   FERRY_STUB_COUNT();
   rt().release(p);
-  return cudaSuccess;
-}
-cudaError_t cudaHostRegister(void*, std::size_t, unsigned) {
-  FERRY_STUB_COUNT();
-  return cudaErrorNotSupported;
-}
-cudaError_t cudaHostUnregister(void*) {
-  FERRY_STUB_COUNT();
-  return cudaSuccess;
-}
-cudaError_t cudaHostGetDevicePointer(void** d, void* h, unsigned) {
-  FERRY_STUB_COUNT();
-  *d = h;
   return cudaSuccess;
 }
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
@@ -255,19 +200,9 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
   }
   return cudaSuccess;
 }
-cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total) {
-  FERRY_STUB_COUNT();
-  *free_bytes = std::size_t{100} << 30;
-  *total = std::size_t{140} << 30;
-  return cudaSuccess;
-}
 cudaError_t cudaMemcpyAsync(void*, const void*, std::size_t, cudaMemcpyKind, cudaStream_t) {
   FERRY_STUB_COUNT();
   return cudaSuccess;
-}
-cudaError_t cudaMemcpy(void*, const void*, std::size_t, cudaMemcpyKind) {
-  FERRY_STUB_COUNT();
-  return complete_all();
 }
 cudaError_t cudaMemsetAsync(void*, int, std::size_t, cudaStream_t) {
   FERRY_STUB_COUNT();
@@ -284,17 +219,11 @@ cudaError_t cudaGetSymbolAddress(void** p, const void* symbol) {
 }
 
 // ---- streams --------------------------------------------------------------------------------------
-cudaError_t cudaStreamCreate(cudaStream_t* s) {
-  FERRY_STUB_COUNT();
-  return new_stream(s);
-}
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
   FERRY_STUB_COUNT();
-  return new_stream(s);
-}
-cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned, int) {
-  FERRY_STUB_COUNT();
-  return new_stream(s);
+  std::lock_guard lock(rt().mutex);
+  *s = reinterpret_cast<cudaStream_t>(new stub_stream{rt().next_stream_id++});
+  return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
   FERRY_STUB_COUNT();
@@ -326,37 +255,18 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* st) {
   *st = cudaStreamCaptureStatusNone;
   return cudaSuccess;
 }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) {
-  FERRY_STUB_COUNT();
-  return cudaSuccess;
-}
-cudaError_t cudaLaunchHostFunc(cudaStream_t, cudaHostFn_t fn, void* data) {
-  FERRY_STUB_COUNT();
-  fn(data);
-  return cudaSuccess;
-}
 
 // ---- events ---------------------------------------------------------------------------------------
-cudaError_t cudaEventCreate(cudaEvent_t* e) {
-  FERRY_STUB_COUNT();
-  return new_event(e);
-}
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
   FERRY_STUB_COUNT();
-  return new_event(e);
-}
-cudaError_t cudaEventDestroy(cudaEvent_t e) {
-  FERRY_STUB_COUNT();
-  delete reinterpret_cast<stub_event*>(e);
+  *e = reinterpret_cast<cudaEvent_t>(new stub_event{});
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
   FERRY_STUB_COUNT();
-  return record(e);
-}
-cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t, unsigned) {
-  FERRY_STUB_COUNT();
-  return record(e);
+  std::lock_guard lock(rt().mutex);
+  reinterpret_cast<stub_event*>(e)->recorded = ++rt().records;
+  return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
   FERRY_STUB_COUNT();
@@ -365,11 +275,6 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
 cudaError_t cudaEventSynchronize(cudaEvent_t) {
   FERRY_STUB_COUNT();
   return complete_all();
-}
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
-  FERRY_STUB_COUNT();
-  *ms = 0;
-  return cudaSuccess;
 }
 
 // ---- kernels and graphs ---------------------------------------------------------------------------
@@ -408,7 +313,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t, cudaStream_t) {
   return cudaSuccess;
 }
 
-// ---- what nvcc's host code calls to register a file's kernels and launch through <<<>>> -----------
+// ---- what nvcc's host code calls to register a file's kernels and to launch them ------------------
 void** __cudaRegisterFatBinary(void*) {
   static void* handle = nullptr;
   return &handle;
@@ -417,8 +322,6 @@ void __cudaRegisterFatBinaryEnd(void**) {}
 void __cudaUnregisterFatBinary(void**) {}
 void __cudaRegisterFunction(void**, const char*, char*, const char*, int, uint3*, uint3*, dim3*, dim3*, int*) {}
 void __cudaRegisterVar(void**, char*, char*, const char*, int, std::size_t, int, int) {}
-void __cudaRegisterManagedVar(void**, void**, char*, const char*, int, std::size_t, int, int) {}
-void __cudaInitModule(void**) {}
 cudaError_t __cudaGetKernel(cudaKernel_t* k, const void* f) {
   *k = reinterpret_cast<cudaKernel_t>(const_cast<void*>(f));
   return cudaSuccess;
@@ -427,7 +330,6 @@ cudaError_t __cudaLaunchKernel(cudaKernel_t, dim3, dim3, void**, std::size_t, cu
   FERRY_STUB_COUNT();
   return cudaSuccess;
 }
-unsigned __cudaPushCallConfiguration(dim3, dim3, std::size_t, void*) { return 0; }
 cudaError_t __cudaPopCallConfiguration(dim3*, dim3*, std::size_t*, void*) { return cudaSuccess; }
 
 }  // extern "C"
