@@ -2,8 +2,8 @@
 // time on the H200, with that row's data, named after it (BENCHMARK.ROW), and each benchmark's cases
 // are a translation unit of their own (cases_BENCHMARK.cu), so that one benchmark's cases are
 // compiled, and inlined, the same however many cases the others have. Each file includes the
-// headers of what it uses, as a program does (and as a program of several files can with
-// fbd89fa's library, whose ferry.hpp defined the step kernel's launch stub in every file).
+// headers of what it uses, as a program does (fbd89fa's ferry.hpp, included by several files of
+// one program, defines the step kernel's launch stub in each: the before build would not link).
 #pragma once
 
 #include <ferry/backend/stream.hpp>
@@ -41,7 +41,7 @@ call_case make(std::shared_ptr<State> st, Call c) {
 
 struct named_case {
   std::string_view name;
-  call_case (*make)(ferry::stream<B>&);
+  call_case (*set_up)(ferry::stream<B>&);
   // Launches a kernel: its slot passes only through an event recorded after it (the stand-in's
   // kernels store no mark), so a GPU "behind" would cost it queries that a GPU's mark saves. Such
   // a case records a ferry::event after each call (the same record in both builds).

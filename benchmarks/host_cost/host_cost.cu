@@ -3,8 +3,8 @@
 // at once), so that tools/host-cost, which runs it under valgrind twice with different numbers of
 // calls, reads what one call costs in ferry's code alone: a count that does not move from run to
 // run, where a time on the H200 moves by a tenth between runs (docs/contributing.md, "Host work in
-// instructions"). Built against a before tree too (probe.host_cost.before, as the benchmarks),
-// the two counts are the same call of two libraries.
+// instructions: tools/host-cost"). Built against a before tree too (probe.host_cost.before, as the
+// benchmarks are), the two counts are the same call of two libraries.
 //
 //   probe.host_cost CASE CALLS   warms CASE up, then makes CALLS calls of it
 //   probe.host_cost --list       the cases, a line each: its name, then "kernel" if it launches one
@@ -42,7 +42,7 @@ int main(int argc, char** argv) try {
     if (c.name != what && what != "--all") continue;
     found = true;
     ferry::stream<B> s;
-    call_case k = c.make(s);
+    call_case k = c.set_up(s);
     constexpr std::size_t warm_up = 64;  // every slot, block and event the case needs is made here
     for (std::size_t i = 0; i < warm_up; ++i) k.call(i);
     s.synchronize();
