@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <deque>
 #include <random>
+#include <utility>
 
 using ferry::detail::ring;
 
@@ -104,4 +105,31 @@ TEST_CASE("ring::take moves the shorter side: one of the newest or oldest of a l
   CHECK(r[1].value == 2);
   CHECK(r.back().value == 299);
   CHECK(r[r.size() - 2].value == 297);
+}
+
+TEST_CASE("a moved-from ring is empty, without storage, and usable again", "[ring]") {
+  ring<int> a;
+  for (int i = 0; i < 12; ++i) a.push_back(i);  // grown to 16, head at 0
+  for (int i = 0; i < 5; ++i) (void)a.pop_front();
+
+  ring<int> b(std::move(a));
+  REQUIRE(b.size() == 7);
+  CHECK(b.front() == 5);
+  CHECK(b.back() == 11);
+  CHECK(a.empty());  // the state a move leaves is what this tests
+  CHECK(a.capacity() == 0);
+  // Before the move emptied it, the source kept its size and mask over no storage: this wrote
+  // past the end of an empty vector.
+  for (int i = 0; i < 20; ++i) a.push_back(100 + i);
+  REQUIRE(a.size() == 20);
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i] == 100 + static_cast<int>(i));
+
+  ring<int> c;
+  c.push_back(-1);
+  c = std::move(b);
+  REQUIRE(c.size() == 7);
+  for (std::size_t i = 0; i < c.size(); ++i) CHECK(c[i] == 5 + static_cast<int>(i));
+  CHECK(b.empty());
+  b.push_back(7);
+  CHECK(b.front() == 7);
 }

@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 using ferry::detail::ring_order;
@@ -142,6 +143,41 @@ TEMPLATE_TEST_CASE("slot_ring (warmest) takes fresh slots first, then the warmes
   s.synchronize();
   CHECK(ring.choose() == taken);
   ring.release([](int&) {});
+}
+
+TEMPLATE_TEST_CASE("a moved-from slot_ring is a new one; the ring moved to keeps its order", "[memory][slot_ring]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  ferry::stream<B> s;
+  auto a = make_ring<ring_of<B>>(ring_order::warmest, 4, 8);
+  for (std::size_t k = 0; k < 3; ++k) use(a, a.choose(), ferry::stream_ref<B>(s));
+  s.synchronize();
+
+  ring_of<B> b(std::move(a));
+  REQUIRE(b.size() == 4);
+  CHECK(b.current() == 2);
+  CHECK(b.choose() == 3);  // the fresh one first, as before the move
+  CHECK(a.empty());        // the state a move leaves is what this tests
+  CHECK(a.current() == a.npos);
+  CHECK(a.choose() == a.npos);
+  // Used again from empty, it takes fresh slots in order, as a new ring does.
+  for (int k = 0; k < 3; ++k) a.push_back(10 + k);
+  for (std::size_t k = 0; k < 3; ++k) {
+    REQUIRE(a.choose() == k);
+    use(a, k, ferry::stream_ref<B>(s));
+  }
+  CHECK(a[2] == 12);
+
+  s.synchronize();
+  a.release([](int&) {});
+  a = std::move(b);
+  REQUIRE(a.size() == 4);
+  CHECK(a.current() == 2);
+  CHECK(a.choose() == 3);
+  CHECK(b.empty());
+  CHECK(b.current() == b.npos);
+  a.release([](int&) {});
 }
 
 TEMPLATE_TEST_CASE("slot_ring never offers a slot whose stamps have not all passed", "[memory][slot_ring]",

@@ -13,6 +13,25 @@ namespace ferry::detail {
 template <class T>
 class ring {
  public:
+  ring() = default;
+  ring(const ring&) = default;
+  ring& operator=(const ring&) = default;
+  /// Leaves `o` empty, with no storage (its next push_back allocates).
+  ring(ring&& o) noexcept
+      : slots_(std::exchange(o.slots_, {})),
+        mask_(std::exchange(o.mask_, 0)),
+        head_(std::exchange(o.head_, 0)),
+        size_(std::exchange(o.size_, 0)) {}
+  ring& operator=(ring&& o) noexcept {
+    if (this != &o) {
+      slots_ = std::exchange(o.slots_, {});
+      mask_ = std::exchange(o.mask_, 0);
+      head_ = std::exchange(o.head_, 0);
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
+
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   /// The elements it holds before push_back() allocates.

@@ -124,9 +124,8 @@ class slot_ring {
   slot_ring(ring_order order, std::size_t max_slots) : order_(order), max_(max_slots) {}
   slot_ring(slot_ring&& o) noexcept
       : order_(o.order_), max_(o.max_), slots_(std::move(o.slots_)), used_(std::move(o.used_)),
-        cur_(std::exchange(o.cur_, npos)), open_(o.open_) {
+        cur_(std::exchange(o.cur_, npos)), open_(std::exchange(o.open_, true)) {
     o.slots_.clear();
-    o.used_.clear();
   }
   slot_ring& operator=(slot_ring&& o) noexcept {
     order_ = o.order_;
@@ -134,9 +133,8 @@ class slot_ring {
     slots_ = std::move(o.slots_);
     used_ = std::move(o.used_);
     cur_ = std::exchange(o.cur_, npos);
-    open_ = o.open_;
+    open_ = std::exchange(o.open_, true);
     o.slots_.clear();
-    o.used_.clear();
     return *this;
   }
   slot_ring(const slot_ring&) = delete;
