@@ -19,6 +19,8 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <ranges>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -99,11 +101,27 @@ bool format_is(const char* f) {
   else return *f == 'q' || is_long;
 }
 
-// The elements of `obj` as T: a CPU tensor (viewed in place when its dtype is T and it is
-// contiguous, else converted; kept alive in `keep`), or any Python sequence or iterable of numbers
-// (converted into `scratch`).
-template <class T>
-std::span<const T> host_values(py::handle obj, const char* api, std::vector<T>& scratch, at::Tensor& keep) {
+// The error of element i of a source, read as v (PyLong_AsLongLong, PyFloat_AsDouble): Python's,
+// or a value that does not fit in T. Returns for a -1 that is the element's value. Out of line, so
+// that the read of every element stays a few instructions.
+template <class T, class V>
+[[gnu::noinline, gnu::cold]] void refuse(V v, Py_ssize_t i, const char* api) {
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if constexpr (std::is_integral_v<V>) {
+    if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
+      throw std::invalid_argument(std::string("ferry: ") + api + ": value " + std::to_string(v) + " at position " +
+                                  std::to_string(i) + " does not fit in " + c10::toString(scalar_of<T>()));
+  }
+}
+
+// Calls f with the elements of `obj` as a sized range of T, read where they lie (one copy, into
+// ferry's staging, from what f hands them to): a CPU tensor (in place when its dtype is T and it is
+// contiguous, else converted first; kept alive in `keep`), a C-contiguous buffer of T (a NumPy
+// array of the dtype; in place), or any Python sequence or iterable of numbers (each element
+// converted as it is read: a value that does not fit throws there, and ferry records nothing of a
+// call whose source throws).
+template <class T, class F>
+decltype(auto) with_host_values(py::handle obj, const char* api, at::Tensor& keep, F&& f) {
   if (THPVariable_Check(obj.ptr())) {
     at::Tensor t = THPVariable_Unpack(obj.ptr());
     if (!t.is_cpu())
@@ -111,9 +129,8 @@ std::span<const T> host_values(py::handle obj, const char* api, std::vector<T>& 
                                   t.device().str());
     if (t.scalar_type() != scalar_of<T>() || !t.is_contiguous()) t = t.to(scalar_of<T>()).contiguous();
     keep = t;
-    return {t.data_ptr<T>(), static_cast<std::size_t>(t.numel())};
+    return f(std::span<const T>(t.data_ptr<T>(), static_cast<std::size_t>(t.numel())));
   }
-  // A C-contiguous buffer of T (a NumPy array of the dtype): one memcpy.
   if (PyObject_CheckBuffer(obj.ptr())) {
     Py_buffer view;
     if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
@@ -121,37 +138,31 @@ std::span<const T> host_values(py::handle obj, const char* api, std::vector<T>& 
         Py_buffer* v;
         ~release() { PyBuffer_Release(v); }
       } done{&view};
-      if (view.itemsize == static_cast<Py_ssize_t>(sizeof(T)) && format_is<T>(view.format)) {
-        scratch.resize(static_cast<std::size_t>(view.len) / sizeof(T));
-        if (!scratch.empty()) std::memcpy(scratch.data(), view.buf, static_cast<std::size_t>(view.len));
-        return {scratch.data(), scratch.size()};
-      }
+      if (view.itemsize == static_cast<Py_ssize_t>(sizeof(T)) && format_is<T>(view.format) &&
+          reinterpret_cast<std::uintptr_t>(view.buf) % alignof(T) == 0)
+        return f(std::span<const T>(static_cast<const T*>(view.buf), static_cast<std::size_t>(view.len) / sizeof(T)));
     } else {
-      PyErr_Clear();  // not C-contiguous: read element by element below
+      PyErr_Clear();  // not C-contiguous: read element by element below (as a misaligned one is)
     }
   }
   PyObject* seq = PySequence_Fast(obj.ptr(), "ferry: the values must be a sequence or an iterable of numbers");
   if (seq == nullptr) throw py::error_already_set();
   const py::object owner = py::reinterpret_steal<py::object>(seq);
-  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   PyObject** items = PySequence_Fast_ITEMS(seq);
-  scratch.resize(static_cast<std::size_t>(n));
-  for (Py_ssize_t i = 0; i < n; ++i) {
+  const auto element = [items, api](Py_ssize_t i) -> T {
     if constexpr (std::is_floating_point_v<T>) {
       const double v = PyFloat_AsDouble(items[i]);
-      if (v == -1.0 && PyErr_Occurred()) throw py::error_already_set();
-      scratch[static_cast<std::size_t>(i)] = static_cast<T>(v);
+      if (v == -1.0) [[unlikely]]
+        refuse<T>(v, i, api);
+      return static_cast<T>(v);
     } else {
       const long long v = PyLong_AsLongLong(items[i]);
-      if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
-      if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
-        throw std::invalid_argument(std::string("ferry: ") + api + ": value " + std::to_string(v) +
-                                    " at position " + std::to_string(i) + " does not fit in " +
-                                    c10::toString(scalar_of<T>()));
-      scratch[static_cast<std::size_t>(i)] = static_cast<T>(v);
+      if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max() || v == -1) [[unlikely]]
+        refuse<T>(v, i, api);
+      return static_cast<T>(v);
     }
-  }
-  return {scratch.data(), scratch.size()};
+  };
+  return f(std::views::iota(Py_ssize_t{0}, PySequence_Fast_GET_SIZE(seq)) | std::views::transform(element));
 }
 
 template <class T>
@@ -196,23 +207,23 @@ std::vector<std::int64_t> shape(std::int64_t rows, const std::vector<std::int64_
 // through ferry's pinned arena (consumed when this returns); a pinned tensor is DMA'd in place.
 at::Tensor h2d(py::handle values, at::ScalarType dtype) {
   return dispatch(dtype, "async_tensor_h2d", [&]<class T>() {
-    thread_local std::vector<T> scratch;
     at::Tensor keep;
-    const auto src = host_values<T>(values, "async_tensor_h2d", scratch, keep);
-    at::Tensor out = at::empty({static_cast<std::int64_t>(src.size())},
-                               at::TensorOptions().dtype(dtype).device(memory_device()));
-    const auto s = current_stream();
-    const auto dst = span_of<T>(out);
-    if constexpr (cuda_build) {
-      if (keep.defined() && keep.is_pinned()) {
-        ferry::async_h2d(ferry::from_torch_pinned<const T>(keep), dst, s);
-        finish(s);
-        return out;
+    return with_host_values<T>(values, "async_tensor_h2d", keep, [&](auto&& src) {
+      at::Tensor out = at::empty({static_cast<std::int64_t>(std::ranges::size(src))},
+                                 at::TensorOptions().dtype(dtype).device(memory_device()));
+      const auto s = current_stream();
+      const auto dst = span_of<T>(out);
+      if constexpr (cuda_build) {
+        if (keep.defined() && keep.is_pinned()) {
+          ferry::async_h2d(ferry::from_torch_pinned<const T>(keep), dst, s);
+          finish(s);
+          return out;
+        }
       }
-    }
-    ferry::async_h2d(src, dst, s);
-    finish(s);
-    return out;
+      ferry::async_h2d(src, dst, s);
+      finish(s);
+      return out;
+    });
   });
 }
 
@@ -266,9 +277,9 @@ struct UvaPoolT final : UvaPool, std::enable_shared_from_this<UvaPoolT<T>> {
 
   at::Tensor copy_to_uva(py::handle values, const std::vector<std::int64_t>& tail) override {
     at::Tensor keep;
-    const auto src = host_values<T>(values, "copy_to_uva", scratch, keep);
     const auto s = current_stream();
-    const auto v = pool.copy_to_uva(src, s);
+    const auto v =
+        with_host_values<T>(values, "copy_to_uva", keep, [&](auto&& src) { return pool.copy_to_uva(src, s); });
     finish(s);
     const auto rows = static_cast<std::int64_t>(v.size() / pool.width());
     return view_of(const_cast<T*>(v.data()), shape(rows, tail), scalar_of<T>(), memory_device(),
@@ -276,9 +287,9 @@ struct UvaPoolT final : UvaPool, std::enable_shared_from_this<UvaPoolT<T>> {
   }
   at::Tensor copy_to_device(py::handle values, const at::Tensor& out) override {
     at::Tensor keep;
-    const auto src = host_values<T>(values, "copy_to_gpu", scratch, keep);
     const auto s = current_stream();
-    (void)pool.copy_to_device(src, span_of<T>(out), s);
+    with_host_values<T>(values, "copy_to_gpu", keep,
+                        [&](auto&& src) { (void)pool.copy_to_device(src, span_of<T>(out), s); });
     finish(s);
     return out;
   }
@@ -302,7 +313,6 @@ struct UvaPoolT final : UvaPool, std::enable_shared_from_this<UvaPoolT<T>> {
   }
 
   ferry::uva_pool<T> pool;
-  std::vector<T> scratch;
 };
 
 std::shared_ptr<UvaPool> make_uva_pool(std::int64_t rows, std::int64_t width, at::ScalarType dtype,
@@ -424,7 +434,7 @@ struct StagedT final : Staged {
     const auto r = checked_index(row, "stage_write", "index");
     const auto c = checked_index(start, "stage_write", "start");
     at::Tensor keep;
-    target.stage_write(r, c, host_values<T>(values, "stage_write", scratch, keep));
+    with_host_values<T>(values, "stage_write", keep, [&](auto&& src) { target.stage_write(r, c, src); });
   }
   void stage_write_elem(std::int64_t row, py::handle value) override {
     target.stage_write_elem(checked_index(row, "stage_write_elem", "index"), host_value<T>(value));
@@ -451,7 +461,6 @@ struct StagedT final : Staged {
 
   at::Tensor memory;  // the target's memory (a torch tensor); destroyed after `target`
   X target;
-  std::vector<T> scratch;
 };
 
 // A staged-write tensor over `memory`: a CUDA tensor (device target), a pinned CPU tensor (UVA
@@ -631,20 +640,17 @@ struct Step {
   }
 
   template <class T>
-  std::span<const T> values(py::handle obj, at::Tensor& keep) {
-    return host_values<T>(obj, "StepBatch.step", std::get<std::vector<T>>(scratch), keep);
-  }
-
-  template <class T>
   void fill(step_batch::upload<T>& u, std::size_t i, py::handle obj) {
     at::Tensor keep;
-    const auto v = values<T>(obj, keep);
-    const std::size_t max_n = u.destination().size();
-    if (v.size() > max_n)
-      throw std::out_of_range("ferry: StepBatch.step: the source of upload " + std::to_string(i) + " has " +
-                              std::to_string(v.size()) + " elements, more than its destination's " +
-                              std::to_string(max_n));
-    std::copy(v.begin(), v.end(), u.span(v.size()).begin());
+    with_host_values<T>(obj, "StepBatch.step", keep, [&](auto&& v) {
+      const std::size_t n = std::ranges::size(v);
+      const std::size_t max_n = u.destination().size();
+      if (n > max_n)
+        throw std::out_of_range("ferry: StepBatch.step: the source of upload " + std::to_string(i) + " has " +
+                                std::to_string(n) + " elements, more than its destination's " +
+                                std::to_string(max_n));
+      std::ranges::copy(v, u.span(n).begin());
+    });
   }
 
   void stage(Py_ssize_t j, PyObject* write) {
@@ -663,7 +669,7 @@ struct Step {
     std::visit(
         [&]<class T>(step_batch::writes<T>& h) {
           at::Tensor keep;
-          h.stage_write(row, start, values<T>(it[3], keep));
+          with_host_values<T>(it[3], "StepBatch.step", keep, [&](auto&& v) { h.stage_write(row, start, v); });
         },
         writes[k]);
   }
@@ -673,7 +679,6 @@ struct Step {
   std::unique_ptr<step_batch> batch;
   std::vector<upload_handle> uploads;
   std::vector<writes_handle> writes;
-  std::tuple<std::vector<std::int32_t>, std::vector<std::int64_t>, std::vector<float>> scratch;
 };
 
 }  // namespace

@@ -298,9 +298,15 @@ def test_staged_write_numpy_sources(dtype, gen):
     t.stage_write(0, 0, same.numpy())
     t.stage_write(1, 5, other.numpy())  # another dtype: converted element by element
     t.stage_write(2, 1, strided.numpy()[::2])  # not contiguous: read element by element
+    raw = np.empty(same.numpy().nbytes + 1, dtype=np.uint8)
+    odd = raw[1:].view(same.numpy().dtype)  # at an odd address: read element by element
+    odd[:] = same.numpy()
+    assert not odd.flags.aligned
+    t.stage_write(2, 20, odd[:20])
     ref[0] = same
     ref[1, 5:25] = other.to(dtype)
     ref[2, 1:16] = strided[::2]
+    ref[2, 20:40] = same[:20]
     t.apply_write()
     sync()
     assert torch.equal(t.gpu.cpu(), ref)

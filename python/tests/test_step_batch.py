@@ -25,10 +25,25 @@ def rand(shape, dtype, rng):
     return v.astype(NP[dtype])
 
 
+def misaligned(values):
+    """A copy of `values` at an odd address: a NumPy array that is not read in place."""
+    raw = np.empty(values.nbytes + 1, dtype=np.uint8)
+    out = raw[1:].view(values.dtype)
+    out[:] = values
+    assert out.size == 0 or not out.flags.aligned
+    return out
+
+
 def source(values, dtype, rng):
-    """`values` as one of the sources step() takes: a list, tuple, NumPy array (of the dtype or
-    another one, converted exactly) or CPU tensor."""
-    kind = rng.integers(0, 5)
+    """`values` as one of the sources step() takes: a list, tuple, NumPy array (of the dtype, in
+    place, misaligned or strided; or of another dtype, converted exactly) or CPU tensor."""
+    kind = rng.integers(0, 7)
+    if kind == 5:
+        return misaligned(values)
+    if kind == 6:
+        spread = np.zeros(2 * values.size, dtype=values.dtype)
+        spread[::2] = values
+        return spread[::2]
     if kind == 0:
         return values.tolist()
     if kind == 1:
@@ -137,6 +152,13 @@ def test_a_source_too_long_drops_the_step(rng):
     sources[1] = rand(101, torch.int64, rng)  # upload 1 holds 100
     writes.append((0, 0, 0, [7]))
     p.refused(sources, writes, IndexError, r"upload 1 has 101 elements, more than its destination's 100")
+
+
+def test_an_upload_value_that_does_not_fit_drops_the_step(rng):
+    p = Plan(rng)
+    sources, writes, _, _ = p.random_step()
+    sources[0] = [5, 6, 2**40, 7]  # upload 0 is int32: read into the step's staging, then refused
+    p.refused(sources, writes, ValueError, "value 1099511627776 at position 2 does not fit in Int")
 
 
 def test_a_wrong_number_of_sources_raises(rng):
