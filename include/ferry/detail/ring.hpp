@@ -17,17 +17,16 @@ class ring {
   ring(const ring&) = default;
   ring& operator=(const ring&) = default;
   /// Leaves `o` empty, with no storage (its next push_back allocates).
-  ring(ring&& o) noexcept
-      : slots_(std::exchange(o.slots_, {})),
-        mask_(std::exchange(o.mask_, 0)),
-        head_(std::exchange(o.head_, 0)),
-        size_(std::exchange(o.size_, 0)) {}
+  ring(ring&& o) noexcept : slots_(std::move(o.slots_)), mask_(o.mask_), head_(o.head_), size_(o.size_) {
+    o.forget();
+  }
   ring& operator=(ring&& o) noexcept {
     if (this != &o) {
-      slots_ = std::exchange(o.slots_, {});
-      mask_ = std::exchange(o.mask_, 0);
-      head_ = std::exchange(o.head_, 0);
-      size_ = std::exchange(o.size_, 0);
+      slots_ = std::move(o.slots_);
+      mask_ = o.mask_;
+      head_ = o.head_;
+      size_ = o.size_;
+      o.forget();
     }
     return *this;
   }
@@ -84,6 +83,10 @@ class ring {
 
  private:
   [[nodiscard]] std::size_t mask() const noexcept { return mask_; }
+  void forget() noexcept {
+    slots_.clear();  // a moved-from vector is valid, not necessarily empty
+    mask_ = head_ = size_ = 0;
+  }
   void grow() {
     std::vector<T> next(slots_.empty() ? 8 : slots_.size() * 2);
     for (std::size_t i = 0; i < size_; ++i) next[i] = std::move((*this)[i]);
