@@ -148,21 +148,25 @@ decltype(auto) with_host_values(py::handle obj, const char* api, at::Tensor& kee
   PyObject* seq = PySequence_Fast(obj.ptr(), "ferry: the values must be a sequence or an iterable of numbers");
   if (seq == nullptr) throw py::error_already_set();
   const py::object owner = py::reinterpret_steal<py::object>(seq);
-  PyObject** items = PySequence_Fast_ITEMS(seq);
-  const auto element = [items, api](Py_ssize_t i) -> T {
+  // A view over the item pointers, not an iota of indices: libstdc++ gives an iota of 64-bit
+  // integers a 128-bit difference type, which std::ranges::copy counts down in memory. An
+  // element's position is its place in the item array.
+  PyObject* const* const items = PySequence_Fast_ITEMS(seq);
+  const auto element = [items, api](PyObject* const& item) -> T {
     if constexpr (std::is_floating_point_v<T>) {
-      const double v = PyFloat_AsDouble(items[i]);
+      const double v = PyFloat_AsDouble(item);
       if (v == -1.0) [[unlikely]]
-        refuse<T>(v, i, api);
+        refuse<T>(v, &item - items, api);
       return static_cast<T>(v);
     } else {
-      const long long v = PyLong_AsLongLong(items[i]);
+      const long long v = PyLong_AsLongLong(item);
       if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max() || v == -1) [[unlikely]]
-        refuse<T>(v, i, api);
+        refuse<T>(v, &item - items, api);
       return static_cast<T>(v);
     }
   };
-  return f(std::views::iota(Py_ssize_t{0}, PySequence_Fast_GET_SIZE(seq)) | std::views::transform(element));
+  const std::span<PyObject* const> all(items, static_cast<std::size_t>(PySequence_Fast_GET_SIZE(seq)));
+  return f(all | std::views::transform(element));
 }
 
 template <class T>
