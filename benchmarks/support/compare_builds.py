@@ -14,8 +14,8 @@ JUDGEMENT, in the target's direction:
   - "equal";
   - "crosses zero, +d": a figure in µs over a floor whose two values are not both positive has no
     ratio; d is after - before in the target's unit (the ratio target of the same rows judges it);
-  - "no before figure": the before build has no such target, or did not measure it (rows it does
-    not have, e.g. the libtorch and PyTorch ones); "no after figure" (a figure lost: outside).
+  - "no before figure": the before build has no such target, or did not measure it (a row it needs
+    was absent); "no after figure": this build lost a figure the before build had (outside).
 The last line counts the targets outside the tolerance. Exit status 0 either way (a comparison is
 a report); 2 on bad usage.
 
