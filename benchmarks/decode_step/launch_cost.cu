@@ -1,14 +1,22 @@
-// probe.launch_cost: what a kernel's own properties add to cudaLaunchKernel's host time.
+// probe.launch_cost: what a kernel's own properties, and the caller's stores just before, add to
+// cudaLaunchKernel's host time.
 //
 // decode_step's launch::kernel row spends most of its time inside cudaLaunchKernel
 // (support/host_profile.hpp). This probe launches kernels that differ in one property each, on
 // one stream, interleaved round by round in a rotated order, and prints the median host time of
-// the cudaLaunchKernel call alone:
+// the cudaLaunchKernel call alone (and of the stores and the fence before it, timed apart):
 //  - parameters: one pointer (8 bytes, as the step kernel before the slot ring took) against a
 //    step_locator and an empty functor (33 bytes, as ferry::step_kernels::run_step takes);
 //  - a stack frame: the same kernels with a local array (run_step had an 8-byte one, from a spill);
-//  - ferry's own step kernel, run_step<no_step_epilogue>, on a table with no work.
-// Every kernel runs 16 blocks of 256 threads (decode_step's descriptors) and stores one word.
+//  - ferry's own step kernel, run_step<no_step_epilogue>, on a table with no work;
+//  - the grid: the pointer kernel over 1, 64 and 256 blocks;
+//  - what the caller stored just before: the pointer kernel launched right after 12 KiB (about a
+//    decode step's slot) were written to mapped pinned memory, into one slot every time (warm), or
+//    into the next of 256 slots (a ring as deep as decode_step's in bursts: cold), and the cold
+//    case again with a full fence between the stores and the launch: whether stores still in
+//    flight when the launch starts are paid for inside cudaLaunchKernel.
+// Every kernel runs 16 blocks of 256 threads (decode_step's descriptors) unless its row names
+// another grid, and stores one word.
 // Regimes: "idle" (the stream drained before each launch, not timed) and "burst" (64 launches back
 // to back, each timed, the stream drained between bursts).
 // Build: the target probe.launch_cost (benchmarks/decode_step/CMakeLists.txt); run it on the GPU
@@ -19,7 +27,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -72,7 +82,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main() {
-  constexpr unsigned grid = 16, block = 256;
+  constexpr unsigned block = 256;
   constexpr int rounds = 400, burst = 64;
   cudaStream_t s = nullptr;
   PROBE_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -91,15 +101,25 @@ int main() {
   const ferry::detail::step_locator to_table{reinterpret_cast<std::uintptr_t>(mapped), 0, 0, lane.address};
   empty_functor none{};
   ferry::detail::no_step_epilogue no_epilogue{};
+  // The stores before a launch: `slot_words` words into one of `slots` mapped pinned slots.
+  enum class stores { none, warm_slot, next_slot, next_slot_fenced };
+  constexpr std::size_t slot_words = 12 * 1024 / sizeof(std::uint64_t), slots = 256;
+  std::uint64_t* ring = nullptr;
+  PROBE_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&ring), slots * slot_words * sizeof(std::uint64_t),
+                           cudaHostAllocMapped | cudaHostAllocPortable));
+  std::fill_n(ring, slots * slot_words, 0);
   struct variant {
     const char* name;
     const void* kernel;
     std::array<void*, 2> args;
     std::size_t param_bytes;
+    unsigned grid = 16;
+    stores before = stores::none;
   };
   constexpr std::size_t by_ptr = sizeof(void*), by_loc = sizeof(ferry::detail::step_locator) + 1;
-  const std::array<variant, 5> variants{{
-      {"pointer (8 B), no stack frame", reinterpret_cast<const void*>(&by_pointer), {&word, nullptr}, by_ptr},
+  const void* pointer_kernel = reinterpret_cast<const void*>(&by_pointer);
+  const std::array<variant, 11> variants{{
+      {"pointer (8 B), no stack frame", pointer_kernel, {&word, nullptr}, by_ptr},
       {"locator + functor (33 B), no stack frame", reinterpret_cast<const void*>(&by_locator),
        {const_cast<ferry::detail::step_locator*>(&to_word), &none}, by_loc},
       {"pointer (8 B), stack frame", reinterpret_cast<const void*>(&by_pointer_stack), {&word, nullptr}, by_ptr},
@@ -108,6 +128,13 @@ int main() {
       {"ferry run_step<no_step_epilogue>, empty table",
        reinterpret_cast<const void*>(&ferry::step_kernels::run_step<ferry::detail::no_step_epilogue>),
        {const_cast<ferry::detail::step_locator*>(&to_table), &no_epilogue}, by_loc},
+      {"pointer, grid 1", pointer_kernel, {&word, nullptr}, by_ptr, 1},
+      {"pointer, grid 64", pointer_kernel, {&word, nullptr}, by_ptr, 64},
+      {"pointer, grid 256", pointer_kernel, {&word, nullptr}, by_ptr, 256},
+      {"pointer, after 12 KiB stored to one slot", pointer_kernel, {&word, nullptr}, by_ptr, 16, stores::warm_slot},
+      {"pointer, after 12 KiB stored to the next of 256", pointer_kernel, {&word, nullptr}, by_ptr, 16,
+       stores::next_slot},
+      {"pointer, ... of 256, then a fence", pointer_kernel, {&word, nullptr}, by_ptr, 16, stores::next_slot_fenced},
   }};
   for (const auto& v : variants) {
     cudaFuncAttributes a{};
@@ -115,34 +142,63 @@ int main() {
     std::printf("%-48s local bytes/thread %zu, registers %d, params %zu\n", v.name, a.localSizeBytes,
                 a.numRegs, v.param_bytes);
   }
-  auto launch = [&](const variant& v) {
-    void* args[2] = {v.args[0], v.args[1]};
-    const auto t0 = std::chrono::steady_clock::now();
-    PROBE_CUDA(cudaLaunchKernel(v.kernel, dim3(grid), dim3(block), args, 0, s));
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  // One launch of `v`, after its stores: the host us of the stores, the fence and the launch call.
+  struct timing {
+    double stores = 0, fence = 0, launch = 0;
   };
-  std::array<std::vector<double>, variants.size()> idle, bursts;
+  std::size_t next = 0;
+  std::uint64_t value = 0;
+  auto launch = [&](const variant& v) {
+    using clock = std::chrono::steady_clock;
+    const auto us = [](clock::time_point a, clock::time_point b) {
+      return std::chrono::duration<double, std::micro>(b - a).count();
+    };
+    const auto t0 = clock::now();
+    if (v.before != stores::none) {
+      const std::size_t k = v.before == stores::warm_slot ? 0 : next++ % slots;
+      std::uint64_t* slot = ring + k * slot_words;
+      ++value;
+      for (std::size_t w = 0; w < slot_words; ++w) slot[w] = value + w;
+    }
+    const auto t1 = clock::now();
+    if (v.before == stores::next_slot_fenced) std::atomic_thread_fence(std::memory_order_seq_cst);
+    const auto t2 = clock::now();
+    void* args[2] = {v.args[0], v.args[1]};
+    PROBE_CUDA(cudaLaunchKernel(v.kernel, dim3(v.grid), dim3(block), args, 0, s));
+    const auto t3 = clock::now();
+    return timing{us(t0, t1), us(t1, t2), us(t2, t3)};
+  };
+  std::array<std::vector<timing>, variants.size()> idle, bursts;
   for (int r = -20; r < rounds; ++r) {  // 20 warm-up rounds
     for (std::size_t k = 0; k < variants.size(); ++k) {
       const auto& v = variants[(k + static_cast<std::size_t>(r + 20)) % variants.size()];
       const std::size_t i = static_cast<std::size_t>(&v - variants.data());
       PROBE_CUDA(cudaStreamSynchronize(s));
-      const double t = launch(v);
+      const timing t = launch(v);
       if (r >= 0) idle[i].push_back(t);
       PROBE_CUDA(cudaStreamSynchronize(s));
       for (int b = 0; b < burst; ++b) {
-        const double tb = launch(v);
+        const timing tb = launch(v);
         if (r >= 0) bursts[i].push_back(tb);
       }
     }
   }
   PROBE_CUDA(cudaStreamSynchronize(s));
-  std::printf("\nmedian host us of cudaLaunchKernel, %d rounds (interleaved, rotated), grid %u x %u\n", rounds, grid,
-              block);
-  std::printf("%-48s %8s %8s\n", "kernel", "idle", "burst");
+  const auto med = [](const std::vector<timing>& ts, double timing::*part) {
+    std::vector<double> v;
+    for (const timing& t : ts) v.push_back(t.*part);
+    return median(std::move(v));
+  };
+  std::printf("\nmedian host us, %d rounds (interleaved, rotated), blocks of %u threads: the cudaLaunchKernel call, and "
+              "the stores and the fence before it\n",
+              rounds, block);
+  std::printf("%-48s %8s %8s %14s %14s\n", "kernel", "idle", "burst", "stores idle/b", "fence idle/b");
   for (std::size_t i = 0; i < variants.size(); ++i)
-    std::printf("%-48s %8.3f %8.3f\n", variants[i].name, median(idle[i]), median(bursts[i]));
+    std::printf("%-48s %8.3f %8.3f %6.3f/%6.3f %6.3f/%6.3f\n", variants[i].name, med(idle[i], &timing::launch),
+                med(bursts[i], &timing::launch), med(idle[i], &timing::stores), med(bursts[i], &timing::stores),
+                med(idle[i], &timing::fence), med(bursts[i], &timing::fence));
   ferry::detail::step_lanes().give(0, lane);
+  PROBE_CUDA(cudaFreeHost(ring));
   PROBE_CUDA(cudaFreeHost(table));
   PROBE_CUDA(cudaFree(word));
   PROBE_CUDA(cudaStreamDestroy(s));
