@@ -74,6 +74,9 @@
 // the host time of ferry's step_batch rows and their floors goes, in bursts and with the GPU idle:
 // each sampled (support/host_profile.hpp), in the JSON's "host_profile".
 //
+// Under support/launch_tap.cpp (LD_PRELOAD; tools/gpu-check's launch phase) every launch call of
+// the three timed regimes is timed too, by row and regime (support/launch_tap.hpp names them).
+//
 // Targets (SPEC §10) are computed from rows looked up by label; a target whose row is absent is
 // reported missing (null, not met) with a printed reason.
 #include <decode_step/decode_step.hpp>
@@ -81,6 +84,7 @@
 #include <support/gpu.cuh>
 #include <support/guarded_steps.hpp>
 #include <support/host_profile.hpp>
+#include <support/launch_tap.hpp>
 #include <support/runtime_calls.hpp>
 #if FERRY_BENCH_LIBTORCH
 #include <support/libtorch_peer.hpp>
@@ -670,9 +674,11 @@ void measure(std::vector<variant>& vs, const ferry_bench::options& o) {
   std::vector<ferry_bench::timed_burst> bursts;
   for (auto& v : vs)
     bursts.push_back([&v](std::size_t n) {
+      ferry_bench::tap_row(v.label, "bursts");
       const auto t0 = clk::now();
       for (std::size_t k = 0; k < n; ++k) v.step();
       const auto t1 = clk::now();
+      ferry_bench::tap_row(nullptr, nullptr);
       drain(v);
       return micros(t0, t1);
     });
@@ -718,6 +724,7 @@ void measure(std::vector<variant>& vs, const ferry_bench::options& o) {
     for (std::size_t j = 0; j < m; ++j) {
       variant& v = vs[(j + static_cast<std::size_t>(round)) % m];
       auto& out = idle[(j + static_cast<std::size_t>(round)) % m];
+      ferry_bench::tap_row(v.label, "GPU idle");
       for (int k = 0; k < idle_chunk; ++k) {
         drain(v);
         const auto t0 = clk::now();
@@ -725,6 +732,7 @@ void measure(std::vector<variant>& vs, const ferry_bench::options& o) {
         const auto t1 = clk::now();
         out.push_back(micros(t0, t1));
       }
+      ferry_bench::tap_row(nullptr, nullptr);
       drain(v);
     }
 
@@ -741,6 +749,7 @@ void measure(std::vector<variant>& vs, const ferry_bench::options& o) {
       variant& v = vs[(j + static_cast<std::size_t>(round)) % m];
       auto& out = warm[(j + static_cast<std::size_t>(round)) % m];
       drain(v);
+      ferry_bench::tap_row(v.label, "warm ring");
       for (int k = 0; k < warm_chunk; ++k) {
         const auto t0 = clk::now();
         v.step();
@@ -750,6 +759,7 @@ void measure(std::vector<variant>& vs, const ferry_bench::options& o) {
         BENCH_CUDA(cudaEventRecord(model_done[k % 2], v.stream));
         if (k > 0) BENCH_CUDA(cudaEventSynchronize(model_done[(k + 1) % 2]));
       }
+      ferry_bench::tap_row(nullptr, nullptr);
       drain(v);
     }
   for (auto& e : model_done) BENCH_CUDA(cudaEventDestroy(e));
