@@ -1,10 +1,10 @@
-// probe.launch_cost: what a kernel's own properties, and the caller's stores just before, add to
-// cudaLaunchKernel's host time.
+// probe.launch_cost: what a kernel's own properties, and what the caller did just before (stores,
+// other code run, other data read), add to cudaLaunchKernel's host time.
 //
 // decode_step's launch::kernel row spends most of its time inside cudaLaunchKernel
 // (support/host_profile.hpp). This probe launches kernels that differ in one property each, on
 // one stream, interleaved round by round in a rotated order, and prints the median host time of
-// the cudaLaunchKernel call alone (and of the stores and the fence before it, timed apart):
+// the cudaLaunchKernel call alone (and of what ran before it and the fence, timed apart):
 //  - parameters: one pointer (8 bytes, as the step kernel before the slot ring took) against a
 //    step_locator and an empty functor (33 bytes, as ferry::step_kernels::run_step takes);
 //  - a stack frame: the same kernels with a local array (run_step had an 8-byte one, from a spill);
@@ -14,7 +14,11 @@
 //    decode step's slot) were written to mapped pinned memory, into one slot every time (warm), or
 //    into the next of 256 slots (a ring as deep as decode_step's in bursts: cold), and the cold
 //    case again with a full fence between the stores and the launch: whether stores still in
-//    flight when the launch starts are paid for inside cudaLaunchKernel.
+//    flight when the launch starts are paid for inside cudaLaunchKernel;
+//  - what the caller ran or read just before: the pointer kernel launched right after 4, 16 or
+//    32 KiB of other code (one jump per 64-byte line: that many lines of the instruction cache
+//    taken) or after reading 16 or 64 KiB of other data: whether the launch call pays for the
+//    caches its caller filled (ferry's step runs more code than the floor's before its launch).
 // Every kernel runs 16 blocks of 256 threads (decode_step's descriptors) unless its row names
 // another grid, and stores one word.
 // Regimes: "idle" (the stream drained before each launch, not timed) and "burst" (64 launches back
@@ -74,6 +78,16 @@ __global__ void __launch_bounds__(256) by_locator_stack(ferry::detail::step_loca
   }
 }
 
+// `lines` 64-byte lines of straight-line host code, one jump each (the rest of a line is padding):
+// runs them all, so that they take that many lines of the instruction cache.
+#define PROBE_CODE_LINES(name, lines)                                                       \
+  __attribute__((noinline)) void name() {                                                   \
+    asm volatile(".rept " #lines "\n\tjmp 1f\n\t.balign 64\n1:\n\t.endr" ::: "memory"); \
+  }
+PROBE_CODE_LINES(run_code_4k, 64)
+PROBE_CODE_LINES(run_code_16k, 256)
+PROBE_CODE_LINES(run_code_32k, 512)
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -101,8 +115,11 @@ int main() {
   const ferry::detail::step_locator to_table{reinterpret_cast<std::uintptr_t>(mapped), 0, 0, lane.address};
   empty_functor none{};
   ferry::detail::no_step_epilogue no_epilogue{};
-  // The stores before a launch: `slot_words` words into one of `slots` mapped pinned slots.
-  enum class stores { none, warm_slot, next_slot, next_slot_fenced };
+  // What the host does just before a launch: stores of `slot_words` words into one of `slots`
+  // mapped pinned slots, other code run, or other data read (`other_data`).
+  enum class prior { none, warm_slot, next_slot, next_slot_fenced, code_4k, code_16k, code_32k, data_16k, data_64k };
+  std::vector<std::uint64_t> other_data(64 * 1024 / sizeof(std::uint64_t), 1);
+  volatile std::uint64_t sink = 0;
   constexpr std::size_t slot_words = 12 * 1024 / sizeof(std::uint64_t), slots = 256;
   std::uint64_t* ring = nullptr;
   PROBE_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&ring), slots * slot_words * sizeof(std::uint64_t),
@@ -114,11 +131,11 @@ int main() {
     std::array<void*, 2> args;
     std::size_t param_bytes;
     unsigned grid = 16;
-    stores before = stores::none;
+    prior before = prior::none;
   };
   constexpr std::size_t by_ptr = sizeof(void*), by_loc = sizeof(ferry::detail::step_locator) + 1;
   const void* pointer_kernel = reinterpret_cast<const void*>(&by_pointer);
-  const std::array<variant, 11> variants{{
+  const std::array<variant, 16> variants{{
       {"pointer (8 B), no stack frame", pointer_kernel, {&word, nullptr}, by_ptr},
       {"locator + functor (33 B), no stack frame", reinterpret_cast<const void*>(&by_locator),
        {const_cast<ferry::detail::step_locator*>(&to_word), &none}, by_loc},
@@ -131,10 +148,15 @@ int main() {
       {"pointer, grid 1", pointer_kernel, {&word, nullptr}, by_ptr, 1},
       {"pointer, grid 64", pointer_kernel, {&word, nullptr}, by_ptr, 64},
       {"pointer, grid 256", pointer_kernel, {&word, nullptr}, by_ptr, 256},
-      {"pointer, after 12 KiB stored to one slot", pointer_kernel, {&word, nullptr}, by_ptr, 16, stores::warm_slot},
+      {"pointer, after 12 KiB stored to one slot", pointer_kernel, {&word, nullptr}, by_ptr, 16, prior::warm_slot},
       {"pointer, after 12 KiB stored to the next of 256", pointer_kernel, {&word, nullptr}, by_ptr, 16,
-       stores::next_slot},
-      {"pointer, ... of 256, then a fence", pointer_kernel, {&word, nullptr}, by_ptr, 16, stores::next_slot_fenced},
+       prior::next_slot},
+      {"pointer, ... of 256, then a fence", pointer_kernel, {&word, nullptr}, by_ptr, 16, prior::next_slot_fenced},
+      {"pointer, after 4 KiB of other code", pointer_kernel, {&word, nullptr}, by_ptr, 16, prior::code_4k},
+      {"pointer, after 16 KiB of other code", pointer_kernel, {&word, nullptr}, by_ptr, 16, prior::code_16k},
+      {"pointer, after 32 KiB of other code", pointer_kernel, {&word, nullptr}, by_ptr, 16, prior::code_32k},
+      {"pointer, after 16 KiB of other data read", pointer_kernel, {&word, nullptr}, by_ptr, 16, prior::data_16k},
+      {"pointer, after 64 KiB of other data read", pointer_kernel, {&word, nullptr}, by_ptr, 16, prior::data_64k},
   }};
   for (const auto& v : variants) {
     cudaFuncAttributes a{};
@@ -142,9 +164,9 @@ int main() {
     std::printf("%-48s local bytes/thread %zu, registers %d, params %zu\n", v.name, a.localSizeBytes,
                 a.numRegs, v.param_bytes);
   }
-  // One launch of `v`, after its stores: the host us of the stores, the fence and the launch call.
+  // One launch of `v`, after what runs before it: the host us of that, of the fence and of the launch call.
   struct timing {
-    double stores = 0, fence = 0, launch = 0;
+    double before = 0, fence = 0, launch = 0;
   };
   std::size_t next = 0;
   std::uint64_t value = 0;
@@ -154,14 +176,31 @@ int main() {
       return std::chrono::duration<double, std::micro>(b - a).count();
     };
     const auto t0 = clock::now();
-    if (v.before != stores::none) {
-      const std::size_t k = v.before == stores::warm_slot ? 0 : next++ % slots;
-      std::uint64_t* slot = ring + k * slot_words;
-      ++value;
-      for (std::size_t w = 0; w < slot_words; ++w) slot[w] = value + w;
+    switch (v.before) {
+      case prior::none: break;
+      case prior::warm_slot:
+      case prior::next_slot:
+      case prior::next_slot_fenced: {
+        const std::size_t k = v.before == prior::warm_slot ? 0 : next++ % slots;
+        std::uint64_t* slot = ring + k * slot_words;
+        ++value;
+        for (std::size_t w = 0; w < slot_words; ++w) slot[w] = value + w;
+        break;
+      }
+      case prior::code_4k: run_code_4k(); break;
+      case prior::code_16k: run_code_16k(); break;
+      case prior::code_32k: run_code_32k(); break;
+      case prior::data_16k:
+      case prior::data_64k: {
+        const std::size_t words = (v.before == prior::data_16k ? 16 : 64) * 1024 / sizeof(std::uint64_t);
+        std::uint64_t sum = 0;
+        for (std::size_t w = 0; w < words; w += 8) sum += other_data[w];  // one load per line
+        sink = sum;
+        break;
+      }
     }
     const auto t1 = clock::now();
-    if (v.before == stores::next_slot_fenced) std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (v.before == prior::next_slot_fenced) std::atomic_thread_fence(std::memory_order_seq_cst);
     const auto t2 = clock::now();
     void* args[2] = {v.args[0], v.args[1]};
     PROBE_CUDA(cudaLaunchKernel(v.kernel, dim3(v.grid), dim3(block), args, 0, s));
@@ -190,12 +229,12 @@ int main() {
     return median(std::move(v));
   };
   std::printf("\nmedian host us, %d rounds (interleaved, rotated), blocks of %u threads: the cudaLaunchKernel call, and "
-              "the stores and the fence before it\n",
+              "what ran before it (stores, code or reads) and the fence\n",
               rounds, block);
-  std::printf("%-48s %8s %8s %14s %14s\n", "kernel", "idle", "burst", "stores idle/b", "fence idle/b");
+  std::printf("%-48s %8s %8s %14s %14s\n", "kernel", "idle", "burst", "before idle/b", "fence idle/b");
   for (std::size_t i = 0; i < variants.size(); ++i)
     std::printf("%-48s %8.3f %8.3f %6.3f/%6.3f %6.3f/%6.3f\n", variants[i].name, med(idle[i], &timing::launch),
-                med(bursts[i], &timing::launch), med(idle[i], &timing::stores), med(bursts[i], &timing::stores),
+                med(bursts[i], &timing::launch), med(idle[i], &timing::before), med(bursts[i], &timing::before),
                 med(idle[i], &timing::fence), med(bursts[i], &timing::fence));
   ferry::detail::step_lanes().give(0, lane);
   PROBE_CUDA(cudaFreeHost(ring));

@@ -10,6 +10,10 @@
 //  - Calls: each entry point counts its calls, written at exit to the file FERRY_STUB_CALLS names.
 //  - Completion: FERRY_STUB_BEHIND=K (0 by default) keeps the newest K event records of the process
 //    not ready, a GPU K operations behind; a synchronizing call completes every record so far.
+//  - Tracing: FERRY_STUB_TRACE=FILE writes the address of the entry points that mark a step
+//    (cudaLaunchKernel, cudaGraphLaunch, cudaGetDevice, cudaStreamIsCapturing) and every pinned
+//    allocation's range into FILE, for benchmarks/host_cost/footprint.py (tools/host-cost
+//    --footprint). Only allocations write, so a steady state writes nothing.
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -34,19 +38,22 @@ struct stub_stream {
 
 struct runtime {
   std::mutex mutex;
+  std::FILE* trace = nullptr;  // FERRY_STUB_TRACE
   std::map<std::uintptr_t, std::pair<std::size_t, cudaMemoryType>> ranges;  // start: bytes, kind
   std::uint64_t records = 0;    // events recorded so far
   std::uint64_t completed = 0;  // records a synchronizing call completed
   std::uint64_t behind = 0;     // FERRY_STUB_BEHIND
   unsigned long long next_stream_id = 100;
-  runtime() {
-    if (const char* k = std::getenv("FERRY_STUB_BEHIND")) behind = std::strtoull(k, nullptr, 10);
-  }
+  runtime();
   void* allocate(std::size_t bytes, cudaMemoryType kind) {
     void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
     if (!p) return nullptr;
     std::lock_guard lock(mutex);
     ranges[reinterpret_cast<std::uintptr_t>(p)] = {bytes ? bytes : 1, kind};
+    if (trace && kind == cudaMemoryTypeHost) {
+      std::fprintf(trace, "pinned %p %zu\n", p, bytes);
+      std::fflush(trace);
+    }
     return p;
   }
   void release(void* p) {
@@ -333,3 +340,19 @@ cudaError_t __cudaLaunchKernel(cudaKernel_t, dim3, dim3, void**, std::size_t, cu
 cudaError_t __cudaPopCallConfiguration(dim3*, dim3*, std::size_t*, void*) { return cudaSuccess; }
 
 }  // extern "C"
+
+namespace {
+runtime::runtime() {
+  if (const char* k = std::getenv("FERRY_STUB_BEHIND")) behind = std::strtoull(k, nullptr, 10);
+  const char* path = std::getenv("FERRY_STUB_TRACE");
+  if (!path || !*path || !(trace = std::fopen(path, "w"))) return;
+  const std::pair<const char*, const void*> entries[] = {
+      {"cudaLaunchKernel", reinterpret_cast<const void*>(&cudaLaunchKernel)},
+      {"__cudaLaunchKernel", reinterpret_cast<const void*>(&__cudaLaunchKernel)},
+      {"cudaGraphLaunch", reinterpret_cast<const void*>(&cudaGraphLaunch)},
+      {"cudaGetDevice", reinterpret_cast<const void*>(&cudaGetDevice)},
+      {"cudaStreamIsCapturing", reinterpret_cast<const void*>(&cudaStreamIsCapturing)}};
+  for (const auto& [name, at] : entries) std::fprintf(trace, "entry %s %p\n", name, at);
+  std::fflush(trace);
+}
+}  // namespace
