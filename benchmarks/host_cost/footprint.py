@@ -27,7 +27,8 @@ import sys
 import tempfile
 
 LAUNCHES = ("cudaLaunchKernel", "__cudaLaunchKernel", "cudaGraphLaunch")
-FIGURES = [("instructions", "instructions"), ("code_lines", "code lines (64 B)"), ("code_pages", "code pages (4 KiB)"),
+FIGURES = [("instructions", "instructions"), ("distinct_instructions", "of them distinct (the code run)"),
+           ("code_lines", "code lines (64 B)"), ("code_pages", "code pages (4 KiB)"),
            ("data_lines", "data lines"), ("data_pages", "data pages"), ("pinned_stores", "stores into pinned memory"),
            ("pinned_bytes", "their bytes"), ("pinned_lines", "their lines"),
            ("submit_pinned_stores", "stores into pinned memory at submit"),
@@ -57,7 +58,7 @@ def steps_of(lackey_log, entries, pinned):
         return i >= 0 and a < pinned[i][0] + pinned[i][1]
 
     out = []
-    new = lambda: {"n": 0, "code": set(), "data": set(), "stores": [], "device_at": None}
+    new = lambda: {"n": 0, "code": set(), "at": set(), "data": set(), "stores": [], "device_at": None}
     cur = new()
     with open(lackey_log) as f:
         for line in f:
@@ -72,6 +73,7 @@ def steps_of(lackey_log, entries, pinned):
                 if a == device:
                     cur["device_at"] = len(cur["stores"])
                 cur["n"] += 1
+                cur["at"].add(a)
                 cur["code"].add(a >> 6)
                 continue
             op = line[1]
@@ -89,7 +91,7 @@ def steps_of(lackey_log, entries, pinned):
         before_submit = {a >> 6 for a, _ in st[:at]}
         submit = st[at:]
         figures.append(({
-            "instructions": s["n"], "code_lines": len(s["code"]), "code_pages": len({c >> 6 for c in s["code"]}),
+            "instructions": s["n"], "distinct_instructions": len(s["at"]), "code_lines": len(s["code"]), "code_pages": len({c >> 6 for c in s["code"]}),
             "data_lines": len(s["data"]), "data_pages": len({d >> 6 for d in s["data"]}),
             "pinned_stores": len(st), "pinned_bytes": sum(n for _, n in st), "pinned_lines": len({a >> 6 for a, _ in st}),
             "submit_pinned_stores": len(submit), "submit_pinned_lines": len({a >> 6 for a, _ in submit}),
@@ -157,7 +159,7 @@ def self_test():
             f.write("entry cudaLaunchKernel 0x9000\nentry cudaGetDevice 0x8000\npinned 0x100000 4096\n")
         lines = ["==1== lackey\n", "I  00001000,4\n", " S 00100000,8\n", "I  00009000,4\n"]  # set-up, then a launch
         for step in range(3):
-            lines += ["I  00001000,4\n", "I  00001004,4\n", "I  00002040,4\n",  # 3 instructions, 2 lines, 2 pages
+            lines += ["I  00001000,4\n", "I  00001004,4\n", "I  00001000,4\n", "I  00002040,4\n",  # 4 run, 3 distinct
                       " L 00200000,8\n", " S 00100000,8\n", " S 00100008,8\n", " M 00100040,4\n",  # pinned: lines 0, 1
                       "I  00008000,4\n",  # cudaGetDevice: submit begins
                       " S 00100040,8\n", " S 00100080,8\n", " S 00300000,8\n",  # pinned at submit: line 1 again, line 2 new
@@ -165,7 +167,7 @@ def self_test():
         with open(log, "w") as f:
             f.writelines(lines)
         figs = steps_of(log, *read_stub_trace(stub))
-        want = {"instructions": 4, "code_lines": 3, "code_pages": 3, "data_lines": 5, "data_pages": 3, "pinned_stores": 5,
+        want = {"instructions": 5, "distinct_instructions": 4, "code_lines": 3, "code_pages": 3, "data_lines": 5, "data_pages": 3, "pinned_stores": 5,
                 "pinned_bytes": 36, "pinned_lines": 3, "submit_pinned_stores": 2, "submit_pinned_lines": 2,
                 "submit_new_lines": 1}
         if len(figs) != 3:
