@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""What one step of a probe.host_cost case touches: code and data lines and pages, and the stores into
-pinned memory, from valgrind's lackey trace of the case on the stand-in runtime (tools/host-cost
+"""What one step of a probe.host_cost case touches: code and data lines and pages, and the stores
+into pinned memory, from valgrind's lackey trace of the case on the stand-in runtime (tools/host-cost
 --footprint CASE runs it for this tree and the before tree).
 
     footprint.py --run LABEL LACKEY_LOG STUB_TRACE BINARY [--run ...] [--steps N] [--functions K]
@@ -90,12 +90,14 @@ def steps_of(lackey_log, entries, pinned):
         at = s["device_at"] if s["device_at"] is not None else len(st)
         before_submit = {a >> 6 for a, _ in st[:at]}
         submit = st[at:]
+        submit_lines = {a >> 6 for a, _ in submit}
         figures.append(({
-            "instructions": s["n"], "distinct_instructions": len(s["at"]), "code_lines": len(s["code"]), "code_pages": len({c >> 6 for c in s["code"]}),
+            "instructions": s["n"], "distinct_instructions": len(s["at"]),
+            "code_lines": len(s["code"]), "code_pages": len({c >> 6 for c in s["code"]}),
             "data_lines": len(s["data"]), "data_pages": len({d >> 6 for d in s["data"]}),
             "pinned_stores": len(st), "pinned_bytes": sum(n for _, n in st), "pinned_lines": len({a >> 6 for a, _ in st}),
-            "submit_pinned_stores": len(submit), "submit_pinned_lines": len({a >> 6 for a, _ in submit}),
-            "submit_new_lines": len({a >> 6 for a, _ in submit} - before_submit)}, s["code"]))
+            "submit_pinned_stores": len(submit), "submit_pinned_lines": len(submit_lines),
+            "submit_new_lines": len(submit_lines - before_submit)}, s["code"]))
     return figures
 
 
@@ -167,9 +169,9 @@ def self_test():
         with open(log, "w") as f:
             f.writelines(lines)
         figs = steps_of(log, *read_stub_trace(stub))
-        want = {"instructions": 5, "distinct_instructions": 4, "code_lines": 3, "code_pages": 3, "data_lines": 5, "data_pages": 3, "pinned_stores": 5,
-                "pinned_bytes": 36, "pinned_lines": 3, "submit_pinned_stores": 2, "submit_pinned_lines": 2,
-                "submit_new_lines": 1}
+        want = {"instructions": 5, "distinct_instructions": 4, "code_lines": 3, "code_pages": 3, "data_lines": 5,
+                "data_pages": 3, "pinned_stores": 5, "pinned_bytes": 36, "pinned_lines": 3, "submit_pinned_stores": 2,
+                "submit_pinned_lines": 2, "submit_new_lines": 1}
         if len(figs) != 3:
             failures.append(f"{len(figs)} steps, wanted 3")
         for f, _ in figs:
@@ -191,7 +193,8 @@ def self_test():
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--run", nargs=4, action="append", default=[], metavar=("LABEL", "LACKEY_LOG", "STUB_TRACE", "BINARY"))
+    p.add_argument("--run", nargs=4, action="append", default=[],
+                   metavar=("LABEL", "LACKEY_LOG", "STUB_TRACE", "BINARY"))
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--functions", type=int, default=15)
     p.add_argument("--self-test", action="store_true")
