@@ -11,7 +11,10 @@
 // includes waiting for them, and the fence's time is what they cost to drain.
 // FERRY_LAUNCH_TAP_OUT=FILE: where the JSON goes at exit (standard error without it):
 //   {"tsc_ghz", "fence", "entries": [{"row", "regime", "call", "kernel", "launches", "grid_min",
-//    "grid_max", "grid_mean", "call_us": {"p10", "p50", "p90", "mean"}, "fence_us": same or null}]}
+//    "grid_max", "grid_mean", "call_us": {"p10", "p50", "p90", "mean"}, "fence_us": same or null}],
+//    "threads": [{"tid", "launches", "sched": the scheduler's migrations and switches of the thread
+//    (/proc), "cpus": {CPU: the thread's tap_row calls on it}}]}
+// (processes of one build differ by more than a tenth: these say whether where a process ran does).
 // The histograms hold 16-tick bins up to 2^17 ticks (about 40 µs); a longer call counts in the
 // last bin (medians are unaffected) and in the mean at its own length. Recording happens after the
 // call returns, in the calling thread's own tables: no lock or atomic before a launch. Host-only;
@@ -19,7 +22,10 @@
 #include <cuda_runtime_api.h>
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <sched.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 #include <x86intrin.h>
 
 #include <algorithm>
@@ -28,6 +34,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -58,12 +66,15 @@ struct entry {
   histogram call, fence;
 };
 
-/// A thread's entries; `row`/`regime`: what tap_row named last on this thread.
+/// A thread's entries; `row`/`regime`: what tap_row named last on this thread; `cpus`: the CPU
+/// it ran on at each tap_row call.
 struct thread_table {
   const char* row = nullptr;
   const char* regime = nullptr;
   std::vector<std::unique_ptr<entry>> entries;
   entry* last = nullptr;
+  pid_t tid = static_cast<pid_t>(syscall(SYS_gettid));
+  std::map<int, std::uint64_t> cpus;
   entry& find(const void* func) {
     if (last && last->func == func && last->row == row && last->regime == regime) return *last;
     for (auto& e : entries)
@@ -187,6 +198,22 @@ void write_stats(std::FILE* f, const histogram& h, std::uint64_t n, double ticks
                quantile(0.9), h.sum_ticks / static_cast<double>(n) / ticks_per_us);
 }
 
+/// The scheduler's counts for thread `tid` of this process (/proc: migrations between CPUs,
+/// switches it asked for and switches forced on it), as JSON.
+std::string sched_counts(pid_t tid) {
+  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/sched");
+  std::string line, out;
+  while (std::getline(in, line)) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(' ') + 1);
+    if (key != "se.nr_migrations" && key != "nr_voluntary_switches" && key != "nr_involuntary_switches") continue;
+    out += (out.empty() ? "\"" : ", \"") + key + "\": " + std::to_string(std::strtoull(line.c_str() + colon + 1, nullptr, 10));
+  }
+  return "{" + out + "}";
+}
+
 void write_string(std::FILE* f, const char* s) {
   std::fputc('"', f);
   for (; s && *s; ++s) {
@@ -229,6 +256,21 @@ __attribute__((destructor)) void write_report() {
       std::fputc('}', f);
     }
   }
+  std::fputs("\n], \"threads\": [", f);
+  first = true;
+  for (auto& t : s.tables) {
+    std::uint64_t launches = 0;
+    for (auto& e : t->entries) launches += e->launches;
+    std::fprintf(f, "%s\n  {\"tid\": %d, \"launches\": %llu, \"sched\": %s, \"cpus\": {", first ? "" : ",",
+                 static_cast<int>(t->tid), static_cast<unsigned long long>(launches), sched_counts(t->tid).c_str());
+    first = false;
+    bool first_cpu = true;
+    for (const auto& [cpu, n] : t->cpus) {
+      std::fprintf(f, "%s\"%d\": %llu", first_cpu ? "" : ", ", cpu, static_cast<unsigned long long>(n));
+      first_cpu = false;
+    }
+    std::fputs("}}", f);
+  }
   std::fputs("\n]}\n", f);
   if (f != stderr) std::fclose(f);
 }
@@ -243,6 +285,7 @@ __attribute__((visibility("default"))) void ferry_launch_tap_row(const char* row
   thread_table& t = state().mine();
   t.row = row;
   t.regime = regime;
+  t.cpus[sched_getcpu()] += 1;
   name_entries(t, true);
 }
 

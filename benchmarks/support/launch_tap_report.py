@@ -30,14 +30,14 @@ MODES = ("plain", "fence")
 
 
 def load(directory):
-    """{(build, mode): [entries of each round's file]}."""
+    """{(build, mode): [(round, the tap's file), ...]}."""
     runs = {}
     for name in sorted(os.listdir(directory)):
         parts = name.split(".")
         if len(parts) != 4 or parts[0] not in BUILDS or parts[1] not in MODES or parts[3] != "json":
             continue
         with open(os.path.join(directory, name)) as f:
-            runs.setdefault((parts[0], parts[1]), []).append(json.load(f)["entries"])
+            runs.setdefault((parts[0], parts[1]), []).append((parts[2], json.load(f)))
     return runs
 
 
@@ -66,8 +66,9 @@ def report(directory, pairs, out=sys.stdout):
         print(f"launch tap: no BUILD.MODE.ROUND.json files in {directory}", file=out)
         return 1
     for mode in MODES:
-        calls = {b: medians(runs.get((b, mode), []), "call_us") for b in BUILDS}
-        fences = {b: medians(runs.get((b, mode), []), "fence_us") for b in BUILDS}
+        entries = {b: [doc["entries"] for _, doc in runs.get((b, mode), [])] for b in BUILDS}
+        calls = {b: medians(entries[b], "call_us") for b in BUILDS}
+        fences = {b: medians(entries[b], "fence_us") for b in BUILDS}
         keys = sorted(set(calls["before"]) | set(calls["after"]))
         if not keys:
             continue
@@ -94,7 +95,30 @@ def report(directory, pairs, out=sys.stdout):
                         x, y = step_kernel(table[b], a, regime), step_kernel(table[b], b_row, regime)
                         diffs.append(f"{b} {x[0] - y[0]:+.3f}" if x and y else f"{b} -")
                     print(f"  {what} of {a} minus {b_row}, {regime}, {mode}: " + ", ".join(diffs), file=out)
+    per_process(runs, pairs, out)
     return 0
+
+
+def per_process(runs, pairs, out):
+    """A line per process: the CPUs its busiest thread was on at each row change, the scheduler's
+    counts for it, and each pair's call difference per regime (how far processes differ)."""
+    print("per process: the main thread's CPUs (CPU: row changes on it), its scheduler counts, and each pair's "
+          "call difference, us", file=out)
+    for (build, mode), docs in sorted(runs.items()):
+        for r, doc in docs:
+            main = max(doc.get("threads", []), key=lambda t: t["launches"], default={})
+            table = medians([doc["entries"]], "call_us")
+            diffs = []
+            for pair in pairs:
+                a, b = pair.split("=", 1)
+                for regime in sorted({k[1] for k in table}):
+                    x, y = step_kernel(table, a, regime), step_kernel(table, b, regime)
+                    if x and y:
+                        diffs.append(f"{a.split()[-1]} {regime} {x[0] - y[0]:+.3f}")
+            cpus = ", ".join(f"{c}: {n}" for c, n in main.get("cpus", {}).items())
+            sched = ", ".join(f"{k} {v}" for k, v in main.get("sched", {}).items())
+            print(f"  {build} {mode} round {r}: CPUs {{{cpus}}}; {sched or 'no scheduler counts'}; " + "; ".join(diffs),
+                  file=out)
 
 
 def self_test(tap, check):
@@ -124,6 +148,9 @@ def self_test(tap, check):
                     ("two", "GPU idle", "cudaGraphLaunch", "(graph)"): (5, 0, 0),
                     ("(untagged)", "", "cudaLaunchKernel", "alpha()"): (7, 1, 1)}
             expect(set(got) == set(want), f"fence={fence}: entries {sorted(got)}, wanted {sorted(want)}")
+            threads = doc.get("threads", [])
+            expect(len(threads) == 1 and threads[0]["launches"] == 72 and sum(threads[0]["cpus"].values()) == 3,
+                   f"fence={fence}: threads {threads} (wanted one, 72 launches, 3 row changes)")
             for key, (n, lo, hi) in want.items():
                 e = got.get(key)
                 if not e:
@@ -144,7 +171,8 @@ def self_test(tap, check):
     with tempfile.TemporaryDirectory() as d:
         for build, ferry_call in (("before", (4.0, 4.2, 4.4)), ("after", (5.0, 5.6, 5.2))):
             for r, call in enumerate(ferry_call, 1):
-                doc = {"tsc_ghz": 3.0, "fence": False, "entries": [
+                doc = {"tsc_ghz": 3.0, "fence": False, "threads": [{"tid": 1, "launches": 600, "cpus": {"3": 9},
+                                                                    "sched": {"se.nr_migrations": 0}}], "entries": [
                     entry("ferry step", "bursts", "run_step", call),
                     entry("ferry step", "bursts", "ferry_bench::hold_kernel(unsigned long long)", 50.0, launches=500),
                     entry("floor B'", "bursts", "floor_step_kernel", 4.0),
@@ -157,6 +185,8 @@ def self_test(tap, check):
             text = out.read()
         expect("call of ferry minus floor, bursts, plain: before +0.200, after +1.200" in text, f"report's pair line:\n{text}")
         expect("(untagged)" not in text, f"report shows untagged launches:\n{text}")
+        expect("after plain round 2: CPUs {3: 9}; se.nr_migrations 0; ferry bursts +1.600" in text,
+               f"report's line of a process:\n{text}")
 
     for f in failures:
         print("FAILED:", f)
