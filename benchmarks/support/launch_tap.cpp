@@ -133,10 +133,8 @@ void name_entries(thread_table& t, bool ask_runtime) {
       continue;
     }
     const char* raw = nullptr;
-    if (ask_runtime && s.name && s.name(&raw, e->func) == cudaSuccess && raw) {
-    } else if (Dl_info info{}; dladdr(e->func, &info) && info.dli_sname) {
-      raw = info.dli_sname;
-    }
+    if (!ask_runtime || !s.name || s.name(&raw, e->func) != cudaSuccess) raw = nullptr;
+    if (Dl_info info{}; !raw && dladdr(e->func, &info)) raw = info.dli_sname;
     if (!raw) {
       char hex[32];
       std::snprintf(hex, sizeof hex, "%p", e->func);
