@@ -224,6 +224,9 @@ void write_string(std::FILE* f, const char* s) {
 __attribute__((destructor)) void write_report() {
   tap_state& s = state();
   std::lock_guard<std::mutex> lock(s.m);
+  // A process that launched nothing and named no row writes nothing: the children a benchmark
+  // starts (addr2line) inherit LD_PRELOAD, and must not overwrite its file.
+  if (s.tables.empty()) return;
   const timespec t1 = tap_state::now();
   const double ns = static_cast<double>(t1.tv_sec - s.t0.tv_sec) * 1e9 + static_cast<double>(t1.tv_nsec - s.t0.tv_nsec);
   const double ticks_per_us = static_cast<double>(__rdtsc() - s.tsc0) / ns * 1e3;

@@ -161,6 +161,12 @@ def self_test(tap, check):
                 expect(0 < c["p10"] <= c["p50"] <= c["p90"], f"fence={fence} {key}: call quantiles {c}")
                 expect((e["fence_us"] is not None) == (fence == "1"), f"fence={fence} {key}: fence_us {e['fence_us']}")
 
+        # A process that launches nothing (a benchmark's child, which inherits LD_PRELOAD) writes nothing.
+        quiet = os.path.join(d, "child.json")
+        env = dict(os.environ, LD_PRELOAD=tap, FERRY_LAUNCH_TAP_OUT=quiet)
+        subprocess.run([sys.executable, "-c", "pass"], env=env, timeout=60)
+        expect(not os.path.exists(quiet), "a process without launches wrote the tap's file")
+
     # The report on made-up rounds: the pair's difference per build, hold kernels aside.
     def entry(row, regime, kernel, p50, launches=100, fence=None):
         stats = {"p10": p50, "p50": p50, "p90": p50, "mean": p50}
