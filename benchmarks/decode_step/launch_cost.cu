@@ -134,9 +134,12 @@ int main() {
     prior before = prior::none;
   };
   constexpr std::size_t by_ptr = sizeof(void*), by_loc = sizeof(ferry::detail::step_locator) + 1;
-  const void* pointer_kernel = reinterpret_cast<const void*>(&by_pointer);
+  // The pointer kernel over `grid` blocks after `before`: the rows that vary what is around a launch.
+  const auto pointer = [&](const char* name, unsigned grid = 16, prior before = prior::none) {
+    return variant{name, reinterpret_cast<const void*>(&by_pointer), {&word, nullptr}, by_ptr, grid, before};
+  };
   const std::array<variant, 16> variants{{
-      {"pointer (8 B), no stack frame", pointer_kernel, {&word, nullptr}, by_ptr},
+      pointer("pointer (8 B), no stack frame"),
       {"locator + functor (33 B), no stack frame", reinterpret_cast<const void*>(&by_locator),
        {const_cast<ferry::detail::step_locator*>(&to_word), &none}, by_loc},
       {"pointer (8 B), stack frame", reinterpret_cast<const void*>(&by_pointer_stack), {&word, nullptr}, by_ptr},
@@ -145,18 +148,17 @@ int main() {
       {"ferry run_step<no_step_epilogue>, empty table",
        reinterpret_cast<const void*>(&ferry::step_kernels::run_step<ferry::detail::no_step_epilogue>),
        {const_cast<ferry::detail::step_locator*>(&to_table), &no_epilogue}, by_loc},
-      {"pointer, grid 1", pointer_kernel, {&word, nullptr}, by_ptr, 1},
-      {"pointer, grid 64", pointer_kernel, {&word, nullptr}, by_ptr, 64},
-      {"pointer, grid 256", pointer_kernel, {&word, nullptr}, by_ptr, 256},
-      {"pointer, after 12 KiB stored to one slot", pointer_kernel, {&word, nullptr}, by_ptr, 16, prior::warm_slot},
-      {"pointer, after 12 KiB stored to the next of 256", pointer_kernel, {&word, nullptr}, by_ptr, 16,
-       prior::next_slot},
-      {"pointer, ... of 256, then a fence", pointer_kernel, {&word, nullptr}, by_ptr, 16, prior::next_slot_fenced},
-      {"pointer, after 4 KiB of other code", pointer_kernel, {&word, nullptr}, by_ptr, 16, prior::code_4k},
-      {"pointer, after 16 KiB of other code", pointer_kernel, {&word, nullptr}, by_ptr, 16, prior::code_16k},
-      {"pointer, after 32 KiB of other code", pointer_kernel, {&word, nullptr}, by_ptr, 16, prior::code_32k},
-      {"pointer, after 16 KiB of other data read", pointer_kernel, {&word, nullptr}, by_ptr, 16, prior::data_16k},
-      {"pointer, after 64 KiB of other data read", pointer_kernel, {&word, nullptr}, by_ptr, 16, prior::data_64k},
+      pointer("pointer, grid 1", 1),
+      pointer("pointer, grid 64", 64),
+      pointer("pointer, grid 256", 256),
+      pointer("pointer, after 12 KiB stored to one slot", 16, prior::warm_slot),
+      pointer("pointer, after 12 KiB stored to the next of 256", 16, prior::next_slot),
+      pointer("pointer, ... of 256, then a fence", 16, prior::next_slot_fenced),
+      pointer("pointer, after 4 KiB of other code", 16, prior::code_4k),
+      pointer("pointer, after 16 KiB of other code", 16, prior::code_16k),
+      pointer("pointer, after 32 KiB of other code", 16, prior::code_32k),
+      pointer("pointer, after 16 KiB of other data read", 16, prior::data_16k),
+      pointer("pointer, after 64 KiB of other data read", 16, prior::data_64k),
   }};
   for (const auto& v : variants) {
     cudaFuncAttributes a{};

@@ -101,14 +101,19 @@ def steps_of(lackey_log, entries, pinned):
     return figures
 
 
-def functions(binary, code_lines, base):
-    """{function: code lines of `code_lines` in it}, by nm's symbols and sizes."""
+def symbols(binary):
+    """The executable's functions, by address: (address, size, name), from nm."""
     syms = []
     text = subprocess.run(["nm", "-C", "-S", "--defined-only", "-n", binary], capture_output=True, text=True).stdout
     for line in text.splitlines():
         p = line.split(" ", 3)
         if len(p) == 4 and p[2] in "tTwW":
             syms.append((int(p[0], 16), int(p[1], 16), p[3]))
+    return syms
+
+
+def functions(syms, code_lines, base):
+    """{function: code lines of `code_lines` in it}, by the symbols' addresses and sizes."""
     starts = [s[0] for s in syms]
     by = collections.Counter()
     for ln in code_lines:
@@ -118,14 +123,9 @@ def functions(binary, code_lines, base):
     return by
 
 
-def load_base(binary, entries):
+def load_base(syms, entries):
     """Where the executable was loaded: the stand-in's cudaLaunchKernel, traced against nm's."""
-    text = subprocess.run(["nm", "--defined-only", binary], capture_output=True, text=True).stdout
-    for line in text.splitlines():
-        p = line.split()
-        if len(p) == 3 and p[2] == "cudaLaunchKernel":
-            return entries["cudaLaunchKernel"] - int(p[0], 16)
-    return None
+    return next((entries["cudaLaunchKernel"] - at for at, _, name in syms if name == "cudaLaunchKernel"), None)
 
 
 def report(runs, last, top, out=sys.stdout):
@@ -143,12 +143,13 @@ def report(runs, last, top, out=sys.stdout):
     for label, steps, binary, entries in results:
         if binary == "-":
             continue
-        base = load_base(binary, entries)
+        syms = symbols(binary)
+        base = load_base(syms, entries)
         if base is None:
             print(f"{label}: no cudaLaunchKernel in {binary}'s symbols: functions not named", file=out)
             continue
         print(f"{label}: code lines of the last step by function (the {top} with most)", file=out)
-        for name, n in functions(binary, steps[-1][1], base).most_common(top):
+        for name, n in functions(syms, steps[-1][1], base).most_common(top):
             print(f"  {n:4d} {name[:160]}", file=out)
     return 0
 

@@ -11,7 +11,7 @@
 //  - Completion: FERRY_STUB_BEHIND=K (0 by default) keeps the newest K event records of the process
 //    not ready, a GPU K operations behind; a synchronizing call completes every record so far.
 //  - Tracing: FERRY_STUB_TRACE=FILE writes the address of the entry points that mark a step
-//    (cudaLaunchKernel, cudaGraphLaunch, cudaGetDevice, cudaStreamIsCapturing) and every pinned
+//    (the launches, and cudaGetDevice, where a ferry call begins) and every pinned
 //    allocation's range into FILE, for benchmarks/host_cost/footprint.py (tools/host-cost
 //    --footprint). Only allocations write, so a steady state writes nothing.
 #include <cuda_runtime_api.h>
@@ -350,8 +350,7 @@ runtime::runtime() {
       {"cudaLaunchKernel", reinterpret_cast<const void*>(&cudaLaunchKernel)},
       {"__cudaLaunchKernel", reinterpret_cast<const void*>(&__cudaLaunchKernel)},
       {"cudaGraphLaunch", reinterpret_cast<const void*>(&cudaGraphLaunch)},
-      {"cudaGetDevice", reinterpret_cast<const void*>(&cudaGetDevice)},
-      {"cudaStreamIsCapturing", reinterpret_cast<const void*>(&cudaStreamIsCapturing)}};
+      {"cudaGetDevice", reinterpret_cast<const void*>(&cudaGetDevice)}};
   for (const auto& [name, at] : entries) std::fprintf(trace, "entry %s %p\n", name, at);
   std::fflush(trace);
 }

@@ -42,7 +42,8 @@ def load(directory):
 
 
 def medians(rounds, field):
-    """{(row, regime, kernel): (median over rounds of the entry's p50 of `field`, grid mean)}."""
+    """{(row, regime, kernel): (median over rounds of the entry's p50 of `field`, of its grid mean,
+    and its launches in all rounds)}."""
     seen = {}
     for entries in rounds:
         for e in entries:
@@ -58,6 +59,12 @@ def step_kernel(table, row_prefix, regime):
     cands = [(k, v) for k, v in table.items()
              if k[0].startswith(row_prefix) and k[1] == regime and "hold" not in k[2]]
     return max(cands, key=lambda kv: kv[1][2], default=(None, None))[1]
+
+
+def pair_difference(table, a, b, regime):
+    """The median of the step kernel of row `a` minus that of row `b` in `regime`; None if either is absent."""
+    x, y = step_kernel(table, a, regime), step_kernel(table, b, regime)
+    return x[0] - y[0] if x and y else None
 
 
 def report(directory, pairs, out=sys.stdout):
@@ -92,8 +99,8 @@ def report(directory, pairs, out=sys.stdout):
                         continue
                     diffs = []
                     for b in BUILDS:
-                        x, y = step_kernel(table[b], a, regime), step_kernel(table[b], b_row, regime)
-                        diffs.append(f"{b} {x[0] - y[0]:+.3f}" if x and y else f"{b} -")
+                        d = pair_difference(table[b], a, b_row, regime)
+                        diffs.append(f"{b} -" if d is None else f"{b} {d:+.3f}")
                     print(f"  {what} of {a} minus {b_row}, {regime}, {mode}: " + ", ".join(diffs), file=out)
     per_process(runs, pairs, out)
     return 0
@@ -112,9 +119,9 @@ def per_process(runs, pairs, out):
             for pair in pairs:
                 a, b = pair.split("=", 1)
                 for regime in sorted({k[1] for k in table}):
-                    x, y = step_kernel(table, a, regime), step_kernel(table, b, regime)
-                    if x and y:
-                        diffs.append(f"{a.split()[-1]} {regime} {x[0] - y[0]:+.3f}")
+                    d = pair_difference(table, a, b, regime)
+                    if d is not None:
+                        diffs.append(f"{a.split()[-1]} {regime} {d:+.3f}")
             cpus = ", ".join(f"{c}: {n}" for c, n in main.get("cpus", {}).items())
             sched = ", ".join(f"{k} {v}" for k, v in main.get("sched", {}).items())
             print(f"  {build} {mode} round {r}: CPUs {{{cpus}}}; {sched or 'no scheduler counts'}; " + "; ".join(diffs),
