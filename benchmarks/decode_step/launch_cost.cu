@@ -18,7 +18,14 @@
 //  - what the caller ran or read just before: the pointer kernel launched right after 4, 16 or
 //    32 KiB of other code (one jump per 64-byte line: that many lines of the instruction cache
 //    taken) or after reading 16 or 64 KiB of other data: whether the launch call pays for the
-//    caches its caller filled (ferry's step runs more code than the floor's before its launch).
+//    caches its caller filled (ferry's step runs more code than the floor's before its launch);
+//  - ferry's stream checks just before (cudaGetDevice + cudaStreamIsCapturing, as every submit
+//    makes them): what they cost, and whether the launch after them costs more;
+//  - what the kernels read: a kernel that reads the 12 KiB just stored to the next of 256 slots
+//    through UVA, as decode_step's step kernels and floors do, so that in bursts the GPU reads
+//    host memory over the bus while the host stores and launches the next steps: whether the call
+//    pays for the device's reads (the launch tap found the same call costing different amounts in
+//    rows whose kernels read differently).
 // Every kernel runs 16 blocks of 256 threads (decode_step's descriptors) unless its row names
 // another grid, and stores one word.
 // Regimes: "idle" (the stream drained before each launch, not timed) and "burst" (64 launches back
@@ -53,6 +60,15 @@ struct empty_functor {};
 
 __global__ void __launch_bounds__(256) by_pointer(unsigned long long* out) {
   if (blockIdx.x == 0 && threadIdx.x == 0) *out += 1;
+}
+
+// Reads `words` words of a mapped pinned slot (each block a share, one word per thread per pass)
+// and stores their sum: the device reading host memory through UVA, as the step kernels do.
+__global__ void __launch_bounds__(256) reads_slot(const unsigned long long* slot, unsigned words,
+                                                  unsigned long long* out) {
+  unsigned long long sum = 0;
+  for (unsigned w = blockIdx.x * blockDim.x + threadIdx.x; w < words; w += gridDim.x * blockDim.x) sum += slot[w];
+  if (sum == 0x5eed) *out = sum;  // never true for the probe's data: keeps the reads
 }
 
 __global__ void __launch_bounds__(256) by_locator(ferry::detail::step_locator loc, empty_functor) {
@@ -117,7 +133,9 @@ int main() {
   ferry::detail::no_step_epilogue no_epilogue{};
   // What the host does just before a launch: stores of `slot_words` words into one of `slots`
   // mapped pinned slots, other code run, or other data read (`other_data`).
-  enum class prior { none, warm_slot, next_slot, next_slot_fenced, code_4k, code_16k, code_32k, data_16k, data_64k };
+  enum class prior {
+    none, warm_slot, next_slot, next_slot_fenced, code_4k, code_16k, code_32k, data_16k, data_64k, stream_checks
+  };
   std::vector<std::uint64_t> other_data(64 * 1024 / sizeof(std::uint64_t), 1);
   volatile std::uint64_t sink = 0;
   constexpr std::size_t slot_words = 12 * 1024 / sizeof(std::uint64_t), slots = 256;
@@ -125,6 +143,8 @@ int main() {
   PROBE_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&ring), slots * slot_words * sizeof(std::uint64_t),
                            cudaHostAllocMapped | cudaHostAllocPortable));
   std::fill_n(ring, slots * slot_words, 0);
+  void* mapped_ring = nullptr;
+  PROBE_CUDA(cudaHostGetDevicePointer(&mapped_ring, ring, 0));
   struct variant {
     const char* name;
     const void* kernel;
@@ -132,13 +152,14 @@ int main() {
     std::size_t param_bytes;
     unsigned grid = 16;
     prior before = prior::none;
+    bool reads_slot = false;  // the kernel is reads_slot, over the slot just stored (args set per launch)
   };
   constexpr std::size_t by_ptr = sizeof(void*), by_loc = sizeof(ferry::detail::step_locator) + 1;
   // The pointer kernel over `grid` blocks after `before`: the rows that vary what is around a launch.
   const auto pointer = [&](const char* name, unsigned grid = 16, prior before = prior::none) {
     return variant{name, reinterpret_cast<const void*>(&by_pointer), {&word, nullptr}, by_ptr, grid, before};
   };
-  const std::array<variant, 16> variants{{
+  const std::array<variant, 19> variants{{
       pointer("pointer (8 B), no stack frame"),
       {"locator + functor (33 B), no stack frame", reinterpret_cast<const void*>(&by_locator),
        {const_cast<ferry::detail::step_locator*>(&to_word), &none}, by_loc},
@@ -159,6 +180,11 @@ int main() {
       pointer("pointer, after 32 KiB of other code", 16, prior::code_32k),
       pointer("pointer, after 16 KiB of other data read", 16, prior::data_16k),
       pointer("pointer, after 64 KiB of other data read", 16, prior::data_64k),
+      pointer("pointer, after ferry's two stream checks", 16, prior::stream_checks),
+      {"UVA reader, after 12 KiB stored to the next of 256", reinterpret_cast<const void*>(&reads_slot),
+       {nullptr, nullptr}, 2 * by_ptr + sizeof(unsigned), 16, prior::next_slot, true},
+      {"UVA reader, ... of one slot", reinterpret_cast<const void*>(&reads_slot), {nullptr, nullptr},
+       2 * by_ptr + sizeof(unsigned), 16, prior::warm_slot, true},
   }};
   for (const auto& v : variants) {
     cudaFuncAttributes a{};
@@ -172,19 +198,22 @@ int main() {
   };
   std::size_t next = 0;
   std::uint64_t value = 0;
+  int device = 0;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   auto launch = [&](const variant& v) {
     using clock = std::chrono::steady_clock;
     const auto us = [](clock::time_point a, clock::time_point b) {
       return std::chrono::duration<double, std::micro>(b - a).count();
     };
     const auto t0 = clock::now();
+    std::uint64_t* slot = ring;
     switch (v.before) {
       case prior::none: break;
       case prior::warm_slot:
       case prior::next_slot:
       case prior::next_slot_fenced: {
         const std::size_t k = v.before == prior::warm_slot ? 0 : next++ % slots;
-        std::uint64_t* slot = ring + k * slot_words;
+        slot = ring + k * slot_words;
         ++value;
         for (std::size_t w = 0; w < slot_words; ++w) slot[w] = value + w;
         break;
@@ -200,12 +229,19 @@ int main() {
         sink = sum;
         break;
       }
+      case prior::stream_checks:
+        PROBE_CUDA(cudaGetDevice(&device));
+        PROBE_CUDA(cudaStreamIsCapturing(s, &capturing));
+        break;
     }
     const auto t1 = clock::now();
     if (v.before == prior::next_slot_fenced) std::atomic_thread_fence(std::memory_order_seq_cst);
     const auto t2 = clock::now();
+    const unsigned long long* uva = reinterpret_cast<const unsigned long long*>(mapped_ring) + (slot - ring);
+    unsigned words = static_cast<unsigned>(slot_words);
+    void* reader_args[3] = {&uva, &words, &word};
     void* args[2] = {v.args[0], v.args[1]};
-    PROBE_CUDA(cudaLaunchKernel(v.kernel, dim3(v.grid), dim3(block), args, 0, s));
+    PROBE_CUDA(cudaLaunchKernel(v.kernel, dim3(v.grid), dim3(block), v.reads_slot ? reader_args : args, 0, s));
     const auto t3 = clock::now();
     return timing{us(t0, t1), us(t1, t2), us(t2, t3)};
   };
