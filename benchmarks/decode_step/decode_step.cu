@@ -88,12 +88,21 @@
 // between two library trees with every row timed, and matched when timed alone), so they are
 // computed from the pair pass; the peer targets (libtorch, PyTorch) from the pass with every row.
 //
+// Before and after in one process: built with FERRY_BENCH_BEFORE_TREE (CMakeLists.txt), ferry's
+// three rows are there twice, this tree's and the before tree's ("before tree: ..."; both from
+// ferry_rows.cu, behind ferry_rows.hpp), timed in the same passes (in the pair pass, each floor
+// with both trees' rows), and each tree gets its own table and targets from the shared floors and
+// peers: this tree's into --json, the before tree's into --before-json FILE. A process's speed
+// drifts (benchmarks/results/h100/pairs: whole processes ran every row slower for a while), and
+// rows interleaved in one process see the same drift, where two processes, one per tree, do not.
+//
 // Targets (SPEC §10) are computed from rows looked up by label; a target whose row is absent is
 // reported missing (null, not met) with a printed reason.
+#include "ferry_rows.hpp"
+
 #include <decode_step/decode_step.hpp>
 
 #include <support/gpu.cuh>
-#include <support/guarded_steps.hpp>
 #include <support/host_profile.hpp>
 #include <support/launch_tap.hpp>
 #include <support/runtime_calls.hpp>
@@ -109,6 +118,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <iomanip>
 #include <limits>
@@ -159,6 +169,22 @@ constexpr const char* label_generate_only = "ablation: data generation only (sch
 constexpr const char* label_prepared = "ablation: prepared data (floor B' copying a prepared slot image; no scheduler)";
 constexpr const char* label_torch = "PyTorch in Python (decode_step_torch.py, separate process, run just before)";
 constexpr const char* label_libtorch = "libtorch C++ packed (in process)";
+/// ferry's rows, in the order ferry_rows.hpp gives them.
+constexpr std::array<const char*, 3> ferry_labels{label_step_batch_kernel, label_step_batch_graph, label_ferry};
+/// What the before tree's ferry rows' labels start with (FERRY_BENCH_DECODE_BEFORE).
+constexpr const char* before_prefix = "before tree: ";
+
+/// A label made at run time, kept until the process exits (the launch tap keeps the pointer).
+const char* kept_label(std::string label) {
+  static std::deque<std::string> kept;
+  for (const auto& k : kept)
+    if (k == label) return k.c_str();
+  return kept.emplace_back(std::move(label)).c_str();
+}
+/// ferry's row `label` in the tree whose labels start with `prefix` ("": this tree).
+const char* tree_label(const char* prefix, const char* label) {
+  return *prefix == '\0' ? label : kept_label(std::string(prefix) + label);
+}
 /// The in-process libtorch rows: label and variant.
 #if FERRY_BENCH_LIBTORCH
 constexpr std::pair<const char*, ferry_bench::libtorch_peer::step_variant> libtorch_rows[] = {
@@ -655,7 +681,8 @@ class held_timer {
 struct variant {
   const char* label;
   std::function<void()> step;
-  bool ferry;  ///< counted by the sync_guard pass
+  /// A ferry row's sync_guard pass (its tree's guard); empty for the others.
+  std::function<decode_step_ferry_rows::guard_counts()> guard{};
   std::function<std::size_t()> slots{};  ///< its ring's depth, where it has one
   bool device_work = true;               ///< false: it enqueues nothing (no device time)
   cudaStream_t stream = nullptr;         ///< the stream it runs on (set in run(): the benchmark's by default)
@@ -785,9 +812,9 @@ void measure(std::vector<variant>& vs, const ferry_bench::options& o, bool devic
   }
 }
 
-/// The untimed guard pass of a ferry row (ferry_bench::guarded_steps).
+/// The untimed guard pass of a ferry row.
 void count_syncs(variant& v) {
-  auto counts = ferry_bench::guarded_steps([&] { v.step(); }, [&] { drain(v); });
+  auto counts = v.guard();
   v.syncs = counts.syncs;
   v.allocations = counts.allocations;
   if (!counts.report.empty()) v.guard_report = std::move(counts.report);
@@ -805,19 +832,28 @@ void count_calls(variant& v, int burst) {
   drain(v);
 }
 
-/// The two rows of a floor target, and their labels when timed alone (see the file comment).
+/// The two rows of a floor target, and their labels in the pair pass (see the file comment).
 struct target_pair {
   const char* ferry_row;
   const char* floor_row;
-  const char* ferry_alone;
-  const char* floor_alone;
+  const char* alone;        ///< what the labels of ferry's rows in the pair pass start with
+  const char* floor_alone;  ///< the floor's label there
+  /// ferry's row of the tree whose labels start with `prefix`, in the pair pass.
+  [[nodiscard]] const char* ferry_alone(const char* prefix = "") const {
+    return kept_label(std::string(alone) + prefix + ferry_row);
+  }
 };
-constexpr target_pair kernel_pair{label_step_batch_kernel, label_floor_direct,
-                                  "alone with floor B': ferry step_batch launch::kernel",
+constexpr target_pair kernel_pair{label_step_batch_kernel, label_floor_direct, "alone with floor B': ",
                                   "alone with ferry launch::kernel: floor B'"};
-constexpr target_pair graph_pair{label_step_batch_graph, label_floor_graph_one,
-                                 "alone with floor G: ferry step_batch launch::graph",
+constexpr target_pair graph_pair{label_step_batch_graph, label_floor_graph_one, "alone with floor G: ",
                                  "alone with ferry launch::graph: floor G"};
+constexpr std::array<target_pair, 2> target_pairs{kernel_pair, graph_pair};
+
+/// One tree's ferry rows, and what their labels start with.
+struct tree_rows {
+  const char* prefix;
+  decode_step_ferry_rows rows;
+};
 
 const variant* find_row(const std::vector<variant>& vs, const char* label) {
   for (const auto& v : vs)
@@ -825,22 +861,51 @@ const variant* find_row(const std::vector<variant>& vs, const char* label) {
   return nullptr;
 }
 
-/// The pair pass: each floor target's two rows timed again, host time only, in a measure() of
-/// their own (the same rows, so the same rings), relabelled. A pair with a row not timed in this
-/// run (FERRY_DECODE_SKIP_ROWS) is left out.
-std::vector<variant> measure_pairs(const std::vector<variant>& vs, const ferry_bench::options& o) {
+/// The pair pass: each floor target's rows timed again, host time only, in a measure() of their
+/// own (the same rows, so the same rings), relabelled: the floor and ferry's row of every tree
+/// built in (the before tree's beside this one's). A pair whose floor or ferry row is not timed in
+/// this run (FERRY_DECODE_SKIP_ROWS) is left out.
+std::vector<variant> measure_pairs(const std::vector<variant>& vs, const std::vector<tree_rows>& trees,
+                                   const ferry_bench::options& o) {
   std::vector<variant> alone;
-  for (const target_pair& p : {kernel_pair, graph_pair}) {
-    const variant* ferry_row = find_row(vs, p.ferry_row);
+  for (const target_pair& p : target_pairs) {
+    std::vector<variant> group;
+    for (const tree_rows& t : trees)
+      if (const variant* v = find_row(vs, tree_label(t.prefix, p.ferry_row))) {
+        group.push_back(*v);
+        group.back().label = p.ferry_alone(t.prefix);
+      }
     const variant* floor_row = find_row(vs, p.floor_row);
-    if (ferry_row == nullptr || floor_row == nullptr) continue;
-    std::vector<variant> two{*ferry_row, *floor_row};
-    two[0].label = p.ferry_alone;
-    two[1].label = p.floor_alone;
-    measure(two, o, false);
-    alone.insert(alone.end(), two.begin(), two.end());
+    if (group.empty() || floor_row == nullptr) continue;
+    group.push_back(*floor_row);
+    group.back().label = p.floor_alone;
+    measure(group, o, false);
+    alone.insert(alone.end(), group.begin(), group.end());
   }
   return alone;
+}
+
+/// The rows as the tree `t` reports them: its ferry rows under this tree's labels, the other
+/// trees' left out (each tree's report holds the same floors and peers).
+std::vector<variant> tree_view(const std::vector<variant>& rows, const std::vector<tree_rows>& trees,
+                               const tree_rows& t) {
+  std::vector<variant> out;
+  for (const variant& v : rows) {
+    const char* label = v.label;
+    bool other_tree = false;
+    for (const tree_rows& u : trees) {
+      auto match = [&](const char* theirs, const char* ours) {
+        if (std::string(v.label) != theirs) return;
+        if (&u == &t) label = ours; else other_tree = true;
+      };
+      for (const char* l : ferry_labels) match(tree_label(u.prefix, l), l);
+      for (const target_pair& p : target_pairs) match(p.ferry_alone(u.prefix), p.ferry_alone());
+    }
+    if (other_tree) continue;
+    out.push_back(v);
+    out.back().label = label;
+  }
+  return out;
 }
 
 /// A row of the table and the JSON.
@@ -853,135 +918,12 @@ struct row_figures {
   ferry_bench::calls_per_op calls = not_counted("a separate process"), calls_idle = calls;
 };
 
-}  // namespace
-
-static int run(int argc, char** argv) {
-  const auto o = ferry_bench::parse(argc, argv);
+/// Prints and writes (to `json`) the table and targets of one tree's rows (tree_view), and with
+/// `profile` where the host time of its step_batch rows and their floors goes.
+void report_tree(std::vector<variant>& vs, const std::vector<variant>& alone, const ferry_bench::options& o,
+                 const std::string& libtorch_why, const std::string& json, bool profile) {
   ferry_bench::report rep("decode_step");
   rep.machine = ferry_bench::gpu_name();
-
-  check_same_work(floor_step::kind::copy_kernel, label_floor_copy);
-  check_same_work(floor_step::kind::uva_kernel, label_floor_uva);
-  check_same_work(floor_step::kind::direct_kernel, label_floor_direct);
-  check_same_work(floor_step::kind::graph_per_slot, label_floor_graph_slot);
-  check_same_work(floor_step::kind::graph_one_exec, label_floor_graph_one);
-  {  // the racy floor computes the same step when nothing is in flight
-    ferry::stream<B> s;
-    floor_step r(floor_step::kind::uva_kernel, s.get(), 0, true);
-    r.run();
-    s.synchronize();
-  }
-
-  ferry::stream<B> s;
-  const cudaStream_t cs = s.get();
-  // the UVA-backed state gets a slot per step in flight: a held burst, or a guard burst
-  const auto in_flight = static_cast<std::size_t>(std::max(o.burst, 250)) + 8;
-  ferry_step<B> batch_kernel(s, in_flight);
-  ferry_step<B, ferry::launch::graph> batch_graph(s, in_flight);
-  component_step<B> parts(s, in_flight);
-  const auto floor_slots = static_cast<unsigned>(in_flight + 2);  // as deep as ferry's rings may grow
-  floor_step floor_copy(floor_step::kind::copy_kernel, cs, floor_slots);
-  floor_step floor_uva(floor_step::kind::uva_kernel, cs, floor_slots);
-  floor_step floor_direct(floor_step::kind::direct_kernel, cs, floor_slots);
-  floor_step floor_graph_slot(floor_step::kind::graph_per_slot, cs, floor_slots);
-  floor_step floor_graph_one(floor_step::kind::graph_one_exec, cs, floor_slots);
-  floor_step racy_uva(floor_step::kind::uva_kernel, cs, 0, true);
-  floor_step ablation_launch(floor_step::kind::direct_kernel, cs, floor_slots);
-  floor_step ablation_generate(floor_step::kind::direct_kernel, cs, floor_slots);
-  floor_step ablation_prepared(floor_step::kind::direct_kernel, cs, floor_slots);
-  ablation_launch.prepare();
-  ablation_prepared.prepare();
-  // The correct floors (and the prepared-data ablation, which takes slots as they do).
-  const std::vector<floor_step*> correct_floors{&floor_copy, &floor_uva, &floor_direct, &floor_graph_slot,
-                                                &floor_graph_one, &ablation_prepared};
-
-  std::vector<variant> vs;
-  vs.push_back({label_step_batch_kernel, [&] { batch_kernel.run(s); }, true, [&] { return batch_kernel.slots(); }});
-  vs.push_back({label_step_batch_graph, [&] { batch_graph.run(s); }, true, [&] { return batch_graph.slots(); }});
-  vs.push_back({label_ferry, [&] { parts.run(s); }, true});
-  const std::pair<floor_step*, const char*> floors[] = {
-      {&floor_copy, label_floor_copy},          {&floor_uva, label_floor_uva},
-      {&floor_direct, label_floor_direct},      {&floor_graph_slot, label_floor_graph_slot},
-      {&floor_graph_one, label_floor_graph_one}, {&racy_uva, label_racy_uva}};
-  for (const auto& [f, label] : floors)
-    vs.push_back({label, [f] { f->run(); }, false, [f] { return std::size_t{f->slots()}; }});
-  vs.push_back({label_launch_only, [&] { ablation_launch.launch_only(); }, false});
-  vs.push_back({label_generate_only, [&] { ablation_generate.generate_only(); }, false, {}, false});
-  vs.push_back({label_prepared, [&] { ablation_prepared.prepared(); }, false,
-                [&] { return std::size_t{ablation_prepared.slots()}; }});
-  for (auto& v : vs) v.stream = cs;
-
-  // Warm-up: ferry's arena, staging slots and UVA pools reach their steady state, including the
-  // most steps in flight (a burst queued behind a stream held for a fixed time, so that a growth
-  // that synchronizes cannot wait on a hold that waits on the host).
-  for (int k = 0; k < 300; ++k)
-    for (auto& v : vs) v.step();
-  BENCH_CUDA(cudaStreamSynchronize(cs));
-  // The correct floors go through the same burst, so that their rings are as deep as ferry's.
-  ferry_bench::hold_stream(cs, 40);
-  for (int k = 0; k < std::max(o.burst, 250); ++k) {
-    batch_kernel.run(s);
-    batch_graph.run(s);
-    parts.run(s);
-    for (floor_step* f : correct_floors) f == &ablation_prepared ? f->prepared() : f->run();
-  }
-  BENCH_CUDA(cudaStreamSynchronize(cs));
-
-  // libtorch in this process, on its own stream (see the file comment).
-  std::string libtorch_why;  // why its rows are absent
-#if FERRY_BENCH_LIBTORCH
-  std::unique_ptr<ferry_bench::libtorch_peer::decode_step_engine> torch_engine;
-  try {
-    torch_engine = std::make_unique<ferry_bench::libtorch_peer::decode_step_engine>(static_cast<int>(in_flight));
-    const cudaStream_t ts = static_cast<cudaStream_t>(torch_engine->stream());
-    for (const auto& [label, v] : libtorch_rows) {
-      vs.push_back({label, [&torch_engine, v = v] { torch_engine->step(v); }, false});
-      vs.back().stream = ts;
-      // Warm-up, drained every 128 steps (the unfenced variant must never lap its ring).
-      for (int k = 0; k < 300; ++k) {
-        torch_engine->step(v);
-        if (k % 128 == 127) torch_engine->synchronize();
-      }
-      torch_engine->synchronize();
-    }
-    if (const char* bad = torch_engine->check()) throw std::runtime_error(std::string("check before timing: ") + bad);
-    std::cout << "libtorch " << ferry_bench::libtorch_peer::torch_version() << " in process: check ok\n";
-  } catch (const std::exception& e) {
-    libtorch_why = std::string("libtorch in process failed: ") + e.what();
-    while (!vs.empty() && vs.back().stream != cs) vs.pop_back();
-    torch_engine.reset();
-  }
-#else
-  libtorch_why = "this build has no libtorch (CMake found no Torch config: tools/gpu-check passes "
-                 "CMAKE_PREFIX_PATH from python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')";
-#endif
-
-  // FERRY_DECODE_SKIP_ROWS=REGEX (a diagnostic): the rows whose labels match it (extended) are
-  // built and warmed up but not timed; floor B', the targets' reference, always is.
-  if (const char* skip = std::getenv("FERRY_DECODE_SKIP_ROWS"); skip != nullptr && *skip != '\0') {
-    const std::regex drop(skip, std::regex::extended);
-    std::erase_if(vs, [&](const variant& v) {
-      return std::string(v.label) != label_floor_direct && std::regex_search(v.label, drop);
-    });
-    std::cout << "FERRY_DECODE_SKIP_ROWS=" << skip << ": " << vs.size() << " rows timed\n";
-  }
-  measure(vs, o);
-  const std::vector<variant> alone = measure_pairs(vs, o);
-  for (auto& v : vs)
-    if (v.ferry) count_syncs(v);
-  for (auto& v : vs) count_calls(v, o.burst);
-#if FERRY_BENCH_LIBTORCH
-  if (torch_engine) {
-    if (const char* bad = torch_engine->check()) {  // wrong results: its figures are not a step's
-      libtorch_why = std::string("libtorch in process: check after timing failed: ") + bad;
-      for (auto& v : vs)
-        if (v.stream != cs) v.host = v.device = v.host_idle = v.host_warm = not_measured;
-    } else {
-      std::cout << "libtorch in process: check after timing ok\n";
-    }
-  }
-#endif
-
   std::vector<row_figures> rows;
   for (const auto& v : vs)
     rows.push_back({v.label, v.host, v.device,
@@ -1022,7 +964,7 @@ static int run(int argc, char** argv) {
     return v ? v->*figure : not_measured;
   };
   for (const target_pair& p : {kernel_pair, graph_pair})
-    for (const char* label : {p.ferry_alone, p.floor_alone}) {
+    for (const char* label : {p.ferry_alone(), p.floor_alone}) {
       if (find_row(alone, label) == nullptr) continue;
       auto over_floor = [&](double variant::*figure) { return alone_figure(label, figure) / alone_figure(p.floor_alone, figure); };
       rep.add({{"step", label}, {"host us", alone_figure(label, &variant::host)},
@@ -1058,16 +1000,16 @@ static int run(int argc, char** argv) {
                         ": " + calls(ferry_row) + " vs " + calls(other));
   };
   // The floor targets from the pair pass (see the file comment); the peer targets from every row's.
-  const double kernel_alone = alone_figure(kernel_pair.ferry_alone, &variant::host),
+  const double kernel_alone = alone_figure(kernel_pair.ferry_alone(), &variant::host),
                kernel_floor_alone = alone_figure(kernel_pair.floor_alone, &variant::host);
-  const double graph_alone = alone_figure(graph_pair.ferry_alone, &variant::host),
+  const double graph_alone = alone_figure(graph_pair.ferry_alone(), &variant::host),
                graph_floor_alone = alone_figure(graph_pair.floor_alone, &variant::host);
   host_target("kernel_host_vs_floor", kernel_alone / kernel_floor_alone, "<=", 1.15, label_step_batch_kernel,
               label_floor_direct, false);
   host_target("kernel_host_over_floor_us", kernel_alone - kernel_floor_alone, "<=", 0.5, label_step_batch_kernel,
               label_floor_direct, false);
   host_target("kernel_host_idle_over_floor_us",
-              alone_figure(kernel_pair.ferry_alone, &variant::host_idle) -
+              alone_figure(kernel_pair.ferry_alone(), &variant::host_idle) -
                   alone_figure(kernel_pair.floor_alone, &variant::host_idle),
               "<=", 0.8, label_step_batch_kernel, label_floor_direct, true);
   // ferry's launch::graph replays one executable for every slot, as the floor does (SPEC §12.2).
@@ -1086,7 +1028,7 @@ static int run(int argc, char** argv) {
               false);
   double syncs = 0, allocations = 0;  // the worst ferry row
   for (const auto& v : vs)
-    if (v.ferry) {
+    if (v.guard) {
       syncs = std::max(syncs, v.syncs);
       allocations = std::max(allocations, v.allocations);
     }
@@ -1119,8 +1061,9 @@ static int run(int argc, char** argv) {
   if (o.torch_step.empty()) std::cout << "(no --torch-step FILE: the PyTorch-in-Python row is absent)\n";
   std::cout << "(the warm ring: a " << warm_model_ms * 1e3 << " us kernel after each step stands in for the model; "
                "the host waits for the previous step's before the next step)\n";
-  rep.write_json(o.json);
+  rep.write_json(json);
 
+  if (!profile) return;
   // Where the host time goes (written after the figures above, which stand without it): ferry's
   // step_batch rows and their floors, sampled every 20 us (support/host_profile.hpp), in bursts
   // (the GPU behind) and with the GPU idle (one step at a time, the stream drained before each,
@@ -1141,7 +1084,147 @@ static int run(int argc, char** argv) {
     ferry_bench::profile_row(rep, {{"row", r.label}, {"regime", r.idle ? "GPU idle" : "bursts"}}, figure, bursts, steps,
                              [&] { v->step(); }, [&] { drain(*v); });
   }
-  rep.write_json(o.json);
+  rep.write_json(json);
+}
+
+}  // namespace
+
+static int run(int argc, char** argv) {
+  const auto o = ferry_bench::parse(argc, argv);
+
+  check_same_work(floor_step::kind::copy_kernel, label_floor_copy);
+  check_same_work(floor_step::kind::uva_kernel, label_floor_uva);
+  check_same_work(floor_step::kind::direct_kernel, label_floor_direct);
+  check_same_work(floor_step::kind::graph_per_slot, label_floor_graph_slot);
+  check_same_work(floor_step::kind::graph_one_exec, label_floor_graph_one);
+  {  // the racy floor computes the same step when nothing is in flight
+    ferry::stream<B> s;
+    floor_step r(floor_step::kind::uva_kernel, s.get(), 0, true);
+    r.run();
+    s.synchronize();
+  }
+
+  ferry::stream<B> s;
+  const cudaStream_t cs = s.get();
+  // the UVA-backed state gets a slot per step in flight: a held burst, or a guard burst
+  const auto in_flight = static_cast<std::size_t>(std::max(o.burst, 250)) + 8;
+  // ferry's rows (ferry_rows.hpp): this tree's, and the before tree's where it was built.
+  std::vector<tree_rows> trees;
+  trees.push_back({"", make_decode_step_ferry_rows(cs, in_flight)});
+#if FERRY_BENCH_DECODE_BEFORE
+  trees.push_back({before_prefix, make_decode_step_ferry_rows_before(cs, in_flight)});
+#endif
+  const auto floor_slots = static_cast<unsigned>(in_flight + 2);  // as deep as ferry's rings may grow
+  floor_step floor_copy(floor_step::kind::copy_kernel, cs, floor_slots);
+  floor_step floor_uva(floor_step::kind::uva_kernel, cs, floor_slots);
+  floor_step floor_direct(floor_step::kind::direct_kernel, cs, floor_slots);
+  floor_step floor_graph_slot(floor_step::kind::graph_per_slot, cs, floor_slots);
+  floor_step floor_graph_one(floor_step::kind::graph_one_exec, cs, floor_slots);
+  floor_step racy_uva(floor_step::kind::uva_kernel, cs, 0, true);
+  floor_step ablation_launch(floor_step::kind::direct_kernel, cs, floor_slots);
+  floor_step ablation_generate(floor_step::kind::direct_kernel, cs, floor_slots);
+  floor_step ablation_prepared(floor_step::kind::direct_kernel, cs, floor_slots);
+  ablation_launch.prepare();
+  ablation_prepared.prepare();
+  // The correct floors (and the prepared-data ablation, which takes slots as they do).
+  const std::vector<floor_step*> correct_floors{&floor_copy, &floor_uva, &floor_direct, &floor_graph_slot,
+                                                &floor_graph_one, &ablation_prepared};
+
+  std::vector<variant> vs;
+  for (const tree_rows& t : trees)
+    for (std::size_t i = 0; i < ferry_labels.size(); ++i) {
+      const auto& r = t.rows.rows.at(i);
+      vs.push_back({tree_label(t.prefix, ferry_labels[i]), r.step, r.guard, r.slots});
+    }
+  const std::pair<floor_step*, const char*> floors[] = {
+      {&floor_copy, label_floor_copy},          {&floor_uva, label_floor_uva},
+      {&floor_direct, label_floor_direct},      {&floor_graph_slot, label_floor_graph_slot},
+      {&floor_graph_one, label_floor_graph_one}, {&racy_uva, label_racy_uva}};
+  for (const auto& [f, label] : floors)
+    vs.push_back({label, [f] { f->run(); }, {}, [f] { return std::size_t{f->slots()}; }});
+  vs.push_back({label_launch_only, [&] { ablation_launch.launch_only(); }});
+  vs.push_back({label_generate_only, [&] { ablation_generate.generate_only(); }, {}, {}, false});
+  vs.push_back({label_prepared, [&] { ablation_prepared.prepared(); }, {},
+                [&] { return std::size_t{ablation_prepared.slots()}; }});
+  for (auto& v : vs) v.stream = cs;
+
+  // Warm-up: ferry's arena, staging slots and UVA pools reach their steady state, including the
+  // most steps in flight (a burst queued behind a stream held for a fixed time, so that a growth
+  // that synchronizes cannot wait on a hold that waits on the host).
+  for (int k = 0; k < 300; ++k)
+    for (auto& v : vs) v.step();
+  BENCH_CUDA(cudaStreamSynchronize(cs));
+  // The correct floors go through the same burst, so that their rings are as deep as ferry's.
+  ferry_bench::hold_stream(cs, 40);
+  for (int k = 0; k < std::max(o.burst, 250); ++k) {
+    for (const tree_rows& t : trees)
+      for (const auto& r : t.rows.rows) r.step();
+    for (floor_step* f : correct_floors) f == &ablation_prepared ? f->prepared() : f->run();
+  }
+  BENCH_CUDA(cudaStreamSynchronize(cs));
+
+  // libtorch in this process, on its own stream (see the file comment).
+  std::string libtorch_why;  // why its rows are absent
+#if FERRY_BENCH_LIBTORCH
+  std::unique_ptr<ferry_bench::libtorch_peer::decode_step_engine> torch_engine;
+  try {
+    torch_engine = std::make_unique<ferry_bench::libtorch_peer::decode_step_engine>(static_cast<int>(in_flight));
+    const cudaStream_t ts = static_cast<cudaStream_t>(torch_engine->stream());
+    for (const auto& [label, v] : libtorch_rows) {
+      vs.push_back({label, [&torch_engine, v = v] { torch_engine->step(v); }});
+      vs.back().stream = ts;
+      // Warm-up, drained every 128 steps (the unfenced variant must never lap its ring).
+      for (int k = 0; k < 300; ++k) {
+        torch_engine->step(v);
+        if (k % 128 == 127) torch_engine->synchronize();
+      }
+      torch_engine->synchronize();
+    }
+    if (const char* bad = torch_engine->check()) throw std::runtime_error(std::string("check before timing: ") + bad);
+    std::cout << "libtorch " << ferry_bench::libtorch_peer::torch_version() << " in process: check ok\n";
+  } catch (const std::exception& e) {
+    libtorch_why = std::string("libtorch in process failed: ") + e.what();
+    while (!vs.empty() && vs.back().stream != cs) vs.pop_back();
+    torch_engine.reset();
+  }
+#else
+  libtorch_why = "this build has no libtorch (CMake found no Torch config: tools/gpu-check passes "
+                 "CMAKE_PREFIX_PATH from python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')";
+#endif
+
+  // FERRY_DECODE_SKIP_ROWS=REGEX (a diagnostic): the rows whose labels match it (extended) are
+  // built and warmed up but not timed; floor B', the targets' reference, always is.
+  if (const char* skip = std::getenv("FERRY_DECODE_SKIP_ROWS"); skip != nullptr && *skip != '\0') {
+    const std::regex drop(skip, std::regex::extended);
+    std::erase_if(vs, [&](const variant& v) {
+      return std::string(v.label) != label_floor_direct && std::regex_search(v.label, drop);
+    });
+    std::cout << "FERRY_DECODE_SKIP_ROWS=" << skip << ": " << vs.size() << " rows timed\n";
+  }
+  measure(vs, o);
+  const std::vector<variant> alone = measure_pairs(vs, trees, o);
+  for (auto& v : vs)
+    if (v.guard) count_syncs(v);
+  for (auto& v : vs) count_calls(v, o.burst);
+#if FERRY_BENCH_LIBTORCH
+  if (torch_engine) {
+    if (const char* bad = torch_engine->check()) {  // wrong results: its figures are not a step's
+      libtorch_why = std::string("libtorch in process: check after timing failed: ") + bad;
+      for (auto& v : vs)
+        if (v.stream != cs) v.host = v.device = v.host_idle = v.host_warm = not_measured;
+    } else {
+      std::cout << "libtorch in process: check after timing ok\n";
+    }
+  }
+#endif
+
+  // Each tree's table and targets: this tree's into --json, the before tree's into --before-json.
+  for (const tree_rows& t : trees) {
+    const bool mine = *t.prefix == '\0';
+    if (!mine) std::cout << "\n== the before tree's rows (FERRY_BENCH_BEFORE_TREE), beside the same floors and peers\n";
+    std::vector<variant> view = tree_view(vs, trees, t);
+    report_tree(view, tree_view(alone, trees, t), o, libtorch_why, mine ? o.json : o.before_json, mine);
+  }
   return 0;
 }
 

@@ -34,6 +34,7 @@ struct options {
   bool quick = false;  ///< --quick: few bursts, for smoke runs on machines without a GPU
   std::string torch;          ///< --torch FILE: output of the PyTorch baseline script peer_torch.py (same run)
   std::string torch_step;     ///< --torch-step FILE: JSON of the PyTorch baseline script decode_step_torch.py
+  std::string before_json;    ///< --before-json FILE: the before tree's rows, where built in (decode_step)
 };
 
 inline options parse(int argc, char** argv) {
@@ -50,8 +51,10 @@ inline options parse(int argc, char** argv) {
     else if (a == "--quick") { o.quick = true; o.bursts = 5; o.burst = 16; }
     else if (a == "--torch") o.torch = next();
     else if (a == "--torch-step") o.torch_step = next();
+    else if (a == "--before-json") o.before_json = next();
     else throw std::runtime_error("unknown argument " + a +
-                                  " (use --json FILE, --bursts N, --burst N, --quick, --torch FILE, --torch-step FILE)");
+                                  " (use --json FILE, --bursts N, --burst N, --quick, --torch FILE, --torch-step FILE, "
+                                  "--before-json FILE)");
   }
   return o;
 }

@@ -186,7 +186,10 @@ class scheduler {
 // ---- the device-side fill of the last logits index ----------------------------------------------
 
 #if defined(__CUDACC__)
-/// logits_indices[last] = seq_lens[last]: the device reads the value, the host never does.
+/// logits_indices[last] = seq_lens[last]: the device reads the value, the host never does. A
+/// template, as ferry's kernels are, so that every translation unit that includes this header may
+/// define it (one definition at link time, as an inline function).
+template <class = void>
 __global__ void fill_last_index_kernel(std::int32_t* logits_indices, const std::int32_t* seq_lens,
                                        std::size_t last) {
   logits_indices[last] = seq_lens[last];
@@ -195,7 +198,7 @@ __global__ void fill_last_index_kernel(std::int32_t* logits_indices, const std::
 /// Launches fill_last_index_kernel (one thread) on `s`; checked with cudaPeekAtLastError.
 inline void launch_fill_last_index(std::int32_t* logits_indices, const std::int32_t* seq_lens,
                                    std::size_t last, cudaStream_t s) {
-  fill_last_index_kernel<<<1, 1, 0, s>>>(logits_indices, seq_lens, last);
+  fill_last_index_kernel<><<<1, 1, 0, s>>>(logits_indices, seq_lens, last);
   FERRY_CUDA_CHECK_LAUNCH("decode_step::fill_last_index_kernel");
 }
 #endif
