@@ -963,10 +963,12 @@ void report_tree(std::vector<variant>& vs, const std::vector<variant>& alone, co
     const variant* v = find_row(alone, label);
     return v ? v->*figure : not_measured;
   };
-  for (const target_pair& p : {kernel_pair, graph_pair})
+  for (const target_pair& p : target_pairs)
     for (const char* label : {p.ferry_alone(), p.floor_alone}) {
       if (find_row(alone, label) == nullptr) continue;
-      auto over_floor = [&](double variant::*figure) { return alone_figure(label, figure) / alone_figure(p.floor_alone, figure); };
+      auto over_floor = [&](double variant::*figure) {
+        return alone_figure(label, figure) / alone_figure(p.floor_alone, figure);
+      };
       rep.add({{"step", label}, {"host us", alone_figure(label, &variant::host)},
                {"host us, GPU idle", alone_figure(label, &variant::host_idle)},
                {"host us, warm ring", alone_figure(label, &variant::host_warm)},
