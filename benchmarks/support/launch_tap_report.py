@@ -5,7 +5,9 @@
 
 DIR holds BUILD.MODE.ROUND.json: BUILD "after" (this tree) or "before" (FERRY_BEFORE_TREE's), MODE
 "plain" (the launch call alone) or "fence" (a full fence before it, timed apart), one file per
-process. For every row, regime and kernel (the rows the benchmark named; untagged launches left
+process. (tools/gpu-check now writes "after" files only: bench.decode_step holds the before
+tree's rows itself, labelled "before tree: ...", so pair those rows by label; "before" files are
+those of runs made before that.) For every row, regime and kernel (the rows the benchmark named; untagged launches left
 out) it prints, per build, the median over rounds of the call's median time, and in fence mode the
 fence's; then for each --pair A=B (row labels, or their beginnings) and regime, the call time of
 A's step kernel minus B's in each build: what A's launch costs more than B's (and in fence mode
