@@ -105,8 +105,16 @@ inline void expect(bool cond, const std::string& what) {
   if (!cond) finding(what);
 }
 
+/// The message of the exception the last attempt() on this thread reported ("" after a call that
+/// threw nothing): what a model reads to tell which documented limit refused a call.
+inline std::string& last_message() {
+  thread_local std::string m;
+  return m;
+}
+
 /// An exception's message must start with "ferry: " (SPEC §9).
 inline void expect_message(const std::exception& e, std::string_view where) {
+  last_message() = e.what();
   expect(std::string_view(e.what()).starts_with("ferry: "),
          std::string(where) + ": exception message without the \"ferry: \" prefix: " + e.what());
 }
@@ -128,6 +136,7 @@ inline const char* name(outcome o) {
 template <class F>
 outcome attempt(std::string_view where, F&& f) {
   if (tracing()) trace(std::string(where));
+  last_message().clear();
   try {
     f();
     return outcome::ok;

@@ -2,8 +2,8 @@
 // clear / reserve / apply_write decoded from the input, under growth::pow2 and growth::fixed,
 // owned and adopted targets, checked against a host model of the target after every
 // synchronization (staged_model.hpp). Out-of-bounds writes must throw std::out_of_range and keep
-// the staged writes; only growth::fixed beyond its reserve() may refuse a write
-// (ferry::capacity_error, nothing recorded).
+// the staged writes; only growth::fixed beyond its reserve(), or the arena's byte cap when a write
+// needs a new staging slot, may refuse a write (ferry::capacity_error, nothing recorded).
 #include "staged_model.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
