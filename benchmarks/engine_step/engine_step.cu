@@ -26,21 +26,18 @@
 // A mismatch fails the benchmark (exit code 1).
 //
 // Host time: bursts of --burst steps (256), the stream drained between bursts (not timed), median
-// of --bursts (40) bursts after 3 warm-up rounds, every row's bursts interleaved round by round in
-// an order rotated every round (support/bench.hpp's interleaved_us). Device time: a burst queued
-// behind a kernel holding the stream (support/gpu.cuh's device_us; the libtorch row's bursts are
-// shorter, so that they fit in the launch queue and the hold). Then untimed passes: ferry's rows
-// inside ferry::sync_guard (record mode: syncs and allocations per step), and every row's CUDA
-// runtime calls per step (support/runtime_calls.hpp). Last, where the host time of ferry's rows and
-// their floors goes: each sampled in the same regime (support/host_profile.hpp), in the JSON's
-// "host_profile".
+// of --bursts (40) interleaved rounds after 3 warm-up rounds (support/bench.hpp; with --aa every
+// row beside its twin, column "A/A", and each target's A/A noise). Device time: a burst queued
+// behind a gate that holds the row's stream (support/gpu.cuh; the libtorch row's bursts are
+// shorter, so that they fit in the launch queue). Then untimed passes: ferry's rows inside
+// ferry::sync_guard (record mode: syncs and allocations per step), and every row's CUDA runtime
+// calls per step (support/runtime_calls.hpp).
 #include <engine_step/engine_workload.hpp>
 
 #include <ferry/ferry.cuh>
 
 #include <support/gpu.cuh>
 #include <support/guarded_steps.hpp>
-#include <support/host_profile.hpp>
 #include <support/runtime_calls.hpp>
 #if FERRY_BENCH_LIBTORCH
 #include <engine_step/engine_step_torch.hpp>
@@ -520,8 +517,8 @@ struct variant {
   std::function<double()> slots{};
   bool launches = true;  ///< false: an ablation that enqueues nothing (no device time)
   int device_burst = 256;
-  double hold_ms = 20;
-  double host = not_measured, device = not_measured, syncs = not_measured, allocations = not_measured;
+  double host = not_measured, host_twin = not_measured, device = not_measured, syncs = not_measured,
+         allocations = not_measured;
   std::string guard_report{};
   ferry_bench::calls_per_op calls{};
 };
@@ -552,34 +549,37 @@ void count_syncs(variant& v) {
   if (!counts.report.empty()) v.guard_report = std::move(counts.report);
 }
 
+/// Host and device time of every row, each in interleaved rounds.
 void measure(std::vector<variant>& vs, const ferry_bench::options& o) {
-  using clk = std::chrono::steady_clock;
-  std::vector<ferry_bench::timed_burst> bursts;
-  for (auto& v : vs)
-    bursts.push_back([&v](std::size_t n) {
-      const auto t0 = clk::now();
+  std::vector<ferry_bench::timed_burst> host, device;
+  std::vector<std::unique_ptr<ferry_bench::stream_gate>> gates;  // one per row: its stream
+  for (auto& v : vs) {
+    host.push_back([&v](std::size_t n) {
+      const auto t0 = std::chrono::steady_clock::now();
       for (std::size_t k = 0; k < n; ++k) v.step();
-      const auto t1 = clk::now();
+      const auto t1 = std::chrono::steady_clock::now();
       drain(v);
-      return std::chrono::duration<double, std::micro>(t1 - t0).count();
+      return ferry_bench::micros(t0, t1) / static_cast<double>(n);
     });
-  const std::vector<double> host = ferry_bench::interleaved_us(o, bursts, [] {});
-  const int reps = std::max(3, o.bursts / 4);
+    gates.push_back(std::make_unique<ferry_bench::stream_gate>(v.stream));
+    v.device_burst = std::min(v.device_burst, o.burst);
+    device.push_back(v.launches ? ferry_bench::device_burst(*gates.back(), [&v](std::size_t) { v.step(); },
+                                                            static_cast<std::size_t>(v.device_burst))
+                                : ferry_bench::timed_burst([](std::size_t) { return ferry_bench::nan; }));
+  }
+  const auto h = ferry_bench::interleaved(o, host, [] {});
+  ferry_bench::options od = o;
+  od.bursts = std::max(3, o.bursts / 4);
+  const auto d = ferry_bench::interleaved(od, device, [] {}, 1);
   for (std::size_t i = 0; i < vs.size(); ++i) {
-    vs[i].host = host[i];
-    vs[i].device_burst = std::min(vs[i].device_burst, o.burst);
-    if (!vs[i].launches) continue;
-    vs[i].device = ferry_bench::device_us(vs[i].stream, vs[i].device_burst, [&](std::size_t) { vs[i].step(); }, reps,
-                                          vs[i].hold_ms);
-    drain(vs[i]);
+    vs[i].host = h[i];
+    vs[i].host_twin = h.twin[i];
+    vs[i].device = d[i];
   }
 }
 
-}  // namespace
-
-static int run(int argc, char** argv) {
-  const auto o = ferry_bench::parse(argc, argv);
-  ferry_bench::report rep("engine_step");
+int run(const ferry_bench::options& o) {
+  ferry_bench::report rep("engine_step", o);
   rep.machine = ferry_bench::gpu_name();
 
   ferry::stream<B> s;
@@ -630,8 +630,7 @@ static int run(int argc, char** argv) {
     variant v{label_libtorch, [te] { te->step(); }, static_cast<cudaStream_t>(te->stream()), false,
               [te]() -> std::string { const char* bad = te->check(); return bad ? bad : ""; },
               [te](std::uint64_t n) { te->sample(n); }};
-    v.device_burst = 32;  // ~20 launches a step: a burst that fits the launch queue and the hold
-    v.hold_ms = 100;
+    v.device_burst = 32;  // ~20 launches a step: a burst that fits the launch queue
     vs.push_back(std::move(v));
     std::cout << "libtorch " << ferry_bench::libtorch_peer::torch_version() << " in process\n";
   } catch (const std::exception& e) {
@@ -681,12 +680,13 @@ static int run(int argc, char** argv) {
       if (std::string(v.label) == label) return &v;
     return nullptr;
   };
-  auto host = [&](const char* label) { const auto* v = find(label); return v ? v->host : not_measured; };
-  const double graph_host = host(label_graph), kernel_host = host(label_kernel), floor_host = host(label_floor);
-  const double kernel_floor_host = host(label_floor_kernel);
-  const double torch_host = host(label_libtorch);
+  auto host = [&](const char* label, bool twin = false) {
+    const auto* v = find(label);
+    return v ? (twin ? v->host_twin : v->host) : not_measured;
+  };
+  const double floor_host = host(label_floor), kernel_floor_host = host(label_floor_kernel), torch_host = host(label_libtorch);
   for (const auto& v : vs)
-    rep.add({{"step", v.label}, {"host us", v.host}, {"device us", v.device},
+    rep.add({{"step", v.label}, {"host us", v.host}, {"A/A", v.host_twin / v.host - 1}, {"device us", v.device},
              {"host / floor", v.host / floor_host}, {"host / kernel floor", v.host / kernel_floor_host},
              {"libtorch host / host", torch_host / v.host},
              {"device burst", static_cast<double>(v.device_burst)},
@@ -696,11 +696,16 @@ static int run(int argc, char** argv) {
     rep.add({{"step", label_libtorch}, {"host us", not_measured}, {"device us", not_measured},
              {"note", libtorch_why}});
 
-  rep.add_target("graph_host_vs_libtorch", torch_host / graph_host, ">=", 8);
-  rep.add_target("graph_host_vs_floor", graph_host / floor_host, "<=", 1.15);
+  // Each target, and the same from the twins (A/A).
+  auto ratio = [&](const char* a, const char* b, bool twin) { return host(a, twin) / host(b, twin); };
+  rep.add_target("graph_host_vs_libtorch", ratio(label_libtorch, label_graph, false), ">=", 8,
+                 ratio(label_libtorch, label_graph, true));
+  rep.add_target("graph_host_vs_floor", ratio(label_graph, label_floor, false), "<=", 1.15,
+                 ratio(label_graph, label_floor, true));
   // launch::kernel against the same floor kernel launched by cudaLaunchKernel (like for like, as
   // decode_step's kernel targets); the graph floor's ratio is in the row's "host / floor".
-  rep.add_target("kernel_host_vs_floor", kernel_host / kernel_floor_host, "<=", 1.15);
+  rep.add_target("kernel_host_vs_floor", ratio(label_kernel, label_floor_kernel, false), "<=", 1.15,
+                 ratio(label_kernel, label_floor_kernel, true));
   double syncs = 0, allocations = 0;  // the worst ferry row
   for (const auto& v : vs)
     if (v.ferry) {
@@ -716,27 +721,9 @@ static int run(int argc, char** argv) {
   for (const auto& v : vs)
     if (!v.guard_report.empty()) std::cout << "sync_guard saw in " << v.label << ": " << v.guard_report << "\n";
   rep.write_json(o.json);
-
-  // Where the host time goes (written after the figures above, which stand without it): each of
-  // ferry's rows and its floor, sampled every 20 us over 20 bursts in the timed regime (the GPU
-  // behind), by where each sample is charged (support/host_profile.hpp); "us per step" is the share
-  // times the row's timed host figure.
-  for (const char* label : {label_graph, label_floor, label_kernel, label_floor_kernel}) {
-    variant* v = find(label);
-    ferry_bench::profile_row(rep, {{"row", label}}, v->host, std::min(o.bursts, 20), o.burst, [&] { v->step(); },
-                             [&] { drain(*v); });
-    if (const std::string bad = v->check(); !bad.empty())
-      throw std::runtime_error(std::string(label) + ": check after sampling failed: " + bad);
-  }
-  rep.write_json(o.json);
   return 0;
 }
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << "bench.engine_step: " << e.what() << "\n";
-    return 1;
-  }
-}
+}  // namespace
+
+int main(int argc, char** argv) { return ferry_bench::bench_main("bench.engine_step", argc, argv, run); }

@@ -1,14 +1,19 @@
-// Benchmark support: the SPEC §10 method (host time = bursts of operations with the stream drained
-// between bursts, median over bursts, ferry's bursts interleaved with its baselines'; device time =
-// operations queued behind a kernel that holds the stream), one table printed with ferry beside its
-// baselines as ratios, and the JSON results format ({"benchmark", "machine", "date", "rows",
-// "targets"}).
+// The one harness of every benchmark binary (SPEC §10): options, the interleaved rounds, the A/A
+// twins, one table printed with ferry beside its baselines, and the JSON results format
+// ({"benchmark", "machine", "date", "aa", "rows", "targets"}).
+//
+// Interleaved rounds: every variant (a row of the table) runs one burst per round, in an order
+// rotated every round, so that ferry and its baselines see the same machine state and any drift of
+// clock or device load falls on all of them alike; a variant's figure is the median over the
+// rounds. A/A (--aa): every variant also runs as its own twin, the same code and state, in the
+// same rounds; the twin's figure beside the variant's is the noise of that figure, and a target
+// computed again from the twins gives the target's noise: a missed target whose distance to its
+// goal is smaller is "within noise".
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
@@ -16,8 +21,8 @@
 #include <iomanip>
 #include <iostream>
 #include <limits>
-#include <map>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <variant>
@@ -27,20 +32,23 @@
 
 namespace ferry_bench {
 
+constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+
 struct options {
-  std::string json;  ///< --json FILE
-  int bursts = 40;   ///< --bursts N (median over N bursts)
-  int burst = 256;   ///< --burst N (operations per burst)
-  bool quick = false;  ///< --quick: few bursts, for smoke runs on machines without a GPU
-  std::string torch;          ///< --torch FILE: output of the PyTorch baseline script peer_torch.py (same run)
-  std::string torch_step;     ///< --torch-step FILE: JSON of the PyTorch baseline script decode_step_torch.py
-  std::string before_json;    ///< --before-json FILE: the before tree's rows, where built in (decode_step)
+  std::string json;        ///< --json FILE
+  int bursts = 40;         ///< --bursts N: interleaved rounds, each figure the median over them
+  int burst = 256;         ///< --burst N: operations per burst
+  bool quick = false;      ///< --quick: few short rounds, a smoke run
+  bool aa = false;         ///< --aa: every variant runs beside its twin (A/A)
+  std::string torch;       ///< --torch FILE: PyTorch-in-Python figures (peer_torch.py's output)
+  std::string torch_step;  ///< --torch-step SCRIPT: decode_step_torch.py, run between rounds
+  std::string points;      ///< --points WxP,...: staged_write's grid points (default: all 16)
 };
 
 inline options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
+    const std::string a = argv[i];
     auto next = [&]() -> std::string {
       if (i + 1 >= argc) throw std::runtime_error("missing value after " + a);
       return argv[++i];
@@ -49,127 +57,112 @@ inline options parse(int argc, char** argv) {
     else if (a == "--bursts") o.bursts = std::stoi(next());
     else if (a == "--burst") o.burst = std::stoi(next());
     else if (a == "--quick") { o.quick = true; o.bursts = 5; o.burst = 16; }
+    else if (a == "--aa") o.aa = true;
     else if (a == "--torch") o.torch = next();
     else if (a == "--torch-step") o.torch_step = next();
-    else if (a == "--before-json") o.before_json = next();
-    else throw std::runtime_error("unknown argument " + a +
-                                  " (use --json FILE, --bursts N, --burst N, --quick, --torch FILE, --torch-step FILE, "
-                                  "--before-json FILE)");
+    else if (a == "--points") o.points = next();
+    else throw std::runtime_error("unknown argument " + a + " (use --json FILE, --bursts N, --burst N, --quick, --aa, "
+                                  "--torch FILE, --torch-step SCRIPT, --points WxP,...)");
   }
   return o;
 }
 
+/// The median of the finite values (NaN: a sample that could not be taken); NaN when none is.
 inline double median(std::vector<double> v) {
-  if (v.empty()) return 0;
+  std::erase_if(v, [](double x) { return !std::isfinite(x); });
+  if (v.empty()) return nan;
   std::sort(v.begin(), v.end());
   const auto n = v.size();
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/// One figure of peer_torch.py's output: the line whose label contains `label`, field `key`
-/// ("host_us" or "device_us"); NaN when the file or line is missing.
-inline double torch_figure(const std::string& file, const std::string& label, const std::string& key) {
-  std::ifstream f(file);
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.find(label) == std::string::npos) continue;
-    const auto k = line.find(key + " ");
-    if (k == std::string::npos) continue;
-    return std::stod(line.substr(k + key.size() + 1));
-  }
-  return std::numeric_limits<double>::quiet_NaN();
+inline double micros(std::chrono::steady_clock::time_point t0, std::chrono::steady_clock::time_point t1) {
+  return std::chrono::duration<double, std::micro>(t1 - t0).count();
 }
 
-/// A number field of a flat JSON object (decode_step_torch.py --json); NaN when missing.
-inline double json_number(const std::string& file, const std::string& key) {
-  std::ifstream f(file);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string s = ss.str();
-  const auto k = s.find("\"" + key + "\"");
-  if (k == std::string::npos) return std::numeric_limits<double>::quiet_NaN();
-  const auto c = s.find(':', k);
-  return std::stod(s.substr(c + 1));
-}
-
-/// One burst of a variant that times itself: runs `count` operations and returns the host
-/// microseconds it timed (all of them, or only the calls when it does untimed work between).
+/// One burst of a variant: runs `count` operations and returns microseconds per operation (NaN: no
+/// sample this round).
 using timed_burst = std::function<double(std::size_t count)>;
 
-/// A time budget for one interleaved measurement, for benchmarks whose largest cases would
-/// otherwise take minutes: once `seconds` (wall time, warm-up included) have passed and every
-/// variant has at least `min_bursts` measured bursts, no further round starts (`o.bursts` stays
-/// the most); when the first warm-up round alone shows that the warm-up and `min_bursts` rounds
-/// would not fit, the other warm-up rounds are left out. `bursts` and `seconds_used` report what
-/// ran. seconds = 0: no budget.
+/// A time budget for one interleaved measurement, for cases whose rounds are long: once `seconds`
+/// (warm-up included) have passed and `min_rounds` rounds are in, no round starts (`o.bursts` stays
+/// the most); when the first warm-up round shows that the warm-up and `min_rounds` rounds would not
+/// fit, the other warm-up rounds are left out. `rounds` and `seconds_used` report what ran.
 struct time_budget {
   double seconds = 0;
-  int min_bursts = 5;
-  int bursts = 0;           ///< out: measured rounds
-  double seconds_used = 0;  ///< out: wall time of the whole measurement
+  int min_rounds = 5;
+  int rounds = 0;           ///< out
+  double seconds_used = 0;  ///< out
 };
 
-/// Host microseconds per operation of several variants measured alike (SPEC §10: bursts of
-/// `o.burst` operations, `drain()` between bursts, untimed; median over `o.bursts` bursts), their
-/// bursts interleaved: burst b of every variant runs before burst b + 1 of any, in an order
-/// rotated every burst, so that ferry and its baselines see the same machine state and any drift
-/// of clock or device load falls on all of them alike. With a `budget`, fewer rounds where they
-/// are long (time_budget).
+/// Each variant's median over the rounds and, with --aa, its twin's.
+struct timings {
+  std::vector<double> us, twin;
+  double operator[](std::size_t k) const { return us[k]; }
+  [[nodiscard]] std::size_t size() const { return us.size(); }
+  /// The variant against itself: its twin's figure over its own, minus 1 (NaN without --aa).
+  [[nodiscard]] double aa(std::size_t k) const { return twin[k] / us[k] - 1; }
+};
+
+/// The interleaved rounds (see the file comment): `warmup` rounds not kept, then o.bursts rounds of
+/// o.burst operations per variant (and twin), `drain()` after every burst and `between(round)`
+/// before every round (untimed; rounds of the warm-up are negative).
 template <class Drain>
-std::vector<double> interleaved_us(const options& o, const std::vector<timed_burst>& variants, Drain&& drain,
-                                   int warmup_bursts = 3, time_budget* budget = nullptr) {
-  const std::size_t m = variants.size();
-  const auto n = static_cast<std::size_t>(o.burst);
-  std::vector<std::vector<double>> per(m);
+timings interleaved(const options& o, const std::vector<timed_burst>& variants, Drain&& drain, int warmup = 3,
+                    time_budget* budget = nullptr, const std::function<void(int)>& between = {}) {
+  const std::size_t m = variants.size(), slots = o.aa ? 2 * m : m;
+  std::vector<std::vector<double>> per(slots);
   const auto start = std::chrono::steady_clock::now();
-  auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  auto elapsed_s = [&] { return micros(start, std::chrono::steady_clock::now()) * 1e-6; };
   const bool budgeted = budget != nullptr && budget->seconds > 0;
-  int measured = 0;
-  for (int b = -warmup_bursts; b < o.bursts; ++b) {
-    if (budgeted && b >= 0 && measured >= budget->min_bursts && elapsed_s() >= budget->seconds) break;
-    for (std::size_t j = 0; j < m; ++j) {
-      const std::size_t k = (j + static_cast<std::size_t>(b + warmup_bursts)) % m;
-      const double us = variants[k](n);
+  int rounds = 0;
+  for (int b = -warmup; b < o.bursts; ++b) {
+    if (budgeted && b >= 0 && rounds >= budget->min_rounds && elapsed_s() >= budget->seconds) break;
+    if (between) between(b);
+    for (std::size_t j = 0; j < slots; ++j) {
+      const std::size_t k = (j + static_cast<std::size_t>(b + warmup)) % slots;
+      const double us = variants[k % m](static_cast<std::size_t>(o.burst));
       drain();
-      if (b >= 0) per[k].push_back(us / static_cast<double>(n));
+      if (b >= 0) per[k].push_back(us);
     }
-    if (b >= 0) ++measured;
-    // One warm-up round done: skip the others when they and min_bursts rounds would overrun.
-    if (budgeted && b == -warmup_bursts && b < -1 &&
-        elapsed_s() * (warmup_bursts + budget->min_bursts) > budget->seconds)
-      b = -1;
+    if (b >= 0) ++rounds;
+    if (budgeted && b == -warmup && b < -1 && elapsed_s() * (warmup + budget->min_rounds) > budget->seconds) b = -1;
   }
   if (budget != nullptr) {
-    budget->bursts = measured;
+    budget->rounds = rounds;
     budget->seconds_used = elapsed_s();
   }
-  std::vector<double> r(m);
-  for (std::size_t k = 0; k < m; ++k) r[k] = median(per[k]);
-  return r;
+  timings t{std::vector<double>(m), std::vector<double>(m, nan)};
+  for (std::size_t k = 0; k < m; ++k) {
+    t.us[k] = median(per[k]);
+    if (o.aa) t.twin[k] = median(per[m + k]);
+  }
+  return t;
 }
 
 struct no_op {
   void operator()() const noexcept {}
 };
 
-/// interleaved_us for operations timed whole: op(i) with i counting across a variant's bursts
-/// (so inputs can rotate); `before()` runs ahead of every burst, untimed (a kernel that holds the
-/// stream: the GPU behind).
+/// A variant timed on the host: op(i), i counting across its bursts (inputs may rotate); `before()`
+/// ahead of every burst, untimed (a kernel that holds the stream: the GPU behind).
+template <class Op, class Before = no_op>
+timed_burst host_burst(Op op, Before before = {}) {
+  return [op = std::move(op), before = std::move(before), i = std::size_t{0}](std::size_t count) mutable {
+    before();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t k = 0; k < count; ++k) op(i++);
+    return micros(t0, std::chrono::steady_clock::now()) / static_cast<double>(count);
+  };
+}
+
+/// interleaved() of operations timed on the host (host_burst).
 template <class Drain, class Before = no_op>
-std::vector<double> host_us_interleaved(const options& o, const std::vector<std::function<void(std::size_t)>>& ops,
-                                        Drain&& drain, Before&& before = Before{}, int warmup_bursts = 3,
-                                        time_budget* budget = nullptr) {
-  std::vector<std::size_t> next(ops.size(), 0);
-  std::vector<timed_burst> timed;
-  for (std::size_t k = 0; k < ops.size(); ++k)
-    timed.push_back([&, k](std::size_t count) {
-      before();
-      const auto t0 = std::chrono::steady_clock::now();
-      for (std::size_t i = 0; i < count; ++i) ops[k](next[k]++);
-      const auto t1 = std::chrono::steady_clock::now();
-      return std::chrono::duration<double, std::micro>(t1 - t0).count();
-    });
-  return interleaved_us(o, timed, drain, warmup_bursts, budget);
+timings host_us_interleaved(const options& o, const std::vector<std::function<void(std::size_t)>>& ops, Drain&& drain,
+                            Before before = {}, int warmup = 3, time_budget* budget = nullptr) {
+  std::vector<timed_burst> v;
+  for (const auto& op : ops) v.push_back(host_burst(op, before));
+  return interleaved(o, v, drain, warmup, budget);
 }
 
 using value = std::variant<double, std::string>;
@@ -180,39 +173,47 @@ struct target {
   double value;
   std::string op;  ///< "<=" or ">="
   double goal;
+  double noise = nan;  ///< |the target computed from the twins - value| (NaN without --aa)
   /// A target whose value could not be measured (NaN) is not met.
   [[nodiscard]] bool met() const { return op == "<=" ? value <= goal : value >= goal; }
+  /// "met", "within noise" (missed by less than its A/A noise) or "missed".
+  [[nodiscard]] std::string verdict() const {
+    return met() ? "met" : std::abs(value - goal) <= noise ? "within noise" : "missed";
+  }
 };
 
-inline std::string json_escape(const std::string& s) {
-  std::string r;
-  for (char c : s) {
-    if (c == '"' || c == '\\') r += '\\';
-    if (c == '\n') { r += "\\n"; continue; }
-    r += c;
-  }
-  return r;
-}
-
 inline std::string json_value(const value& v) {
-  if (auto d = std::get_if<double>(&v)) {
+  if (const auto d = std::get_if<double>(&v)) {
     if (!std::isfinite(*d)) return "null";  // a figure that could not be measured in this run
     std::ostringstream os;
     os << std::setprecision(6) << *d;
     return os.str();
   }
-  return "\"" + json_escape(std::get<std::string>(v)) + "\"";
+  std::string r = "\"";
+  for (const char c : std::get<std::string>(v)) {
+    if (c == '"' || c == '\\') r += '\\';
+    r += c == '\n' ? ' ' : c;
+  }
+  return r + "\"";
 }
 
-/// The machine: the GPU name when known (set_machine), else the host name.
+inline std::string cell(const value& v) {
+  if (const auto d = std::get_if<double>(&v)) {
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(std::abs(*d) >= 100 ? 1 : std::abs(*d) >= 1 ? 2 : 3) << *d;
+    return s.str();
+  }
+  return std::get<std::string>(v);
+}
+
+/// One benchmark's rows and targets; the machine is the GPU's name (gpu.cuh), else the host's.
 struct report {
-  std::string benchmark;
-  std::string machine;
+  std::string benchmark, machine;
+  bool aa = false;
   std::vector<row> rows;
   std::vector<target> targets;
-  std::vector<row> host_profile;  ///< where rows' host time goes (support/host_profile.hpp), if sampled
 
-  explicit report(std::string name) : benchmark(std::move(name)) {
+  report(std::string name, const options& o) : benchmark(std::move(name)), aa(o.aa) {
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     machine = host;
@@ -220,88 +221,71 @@ struct report {
 
   /// Adds a row and prints it at once, one line (progress: the table comes at the end).
   void add(row r) {
-    std::ostringstream line;
-    line << "  case done:";
-    for (const auto& [k, v] : r) {
-      line << ' ' << k << '=';
-      if (const auto d = std::get_if<double>(&v)) line << *d; else line << std::get<std::string>(v);
-    }
-    std::cout << line.str() << std::endl;
+    std::cout << "  case done:";
+    for (const auto& [k, v] : r) std::cout << ' ' << k << '=' << cell(v);
+    std::cout << std::endl;
     rows.push_back(std::move(r));
   }
-  void add_target(std::string name, double v, std::string op, double goal) {
-    targets.push_back({std::move(name), v, std::move(op), goal});
+  /// A target; `twin` is the same target computed from the twins' figures (A/A), NaN without.
+  void add_target(std::string name, double v, std::string op, double goal, double twin = nan) {
+    targets.push_back({std::move(name), v, std::move(op), goal, std::abs(twin - v)});
   }
 
   static std::string today() {
-    std::time_t t = std::time(nullptr);
+    const std::time_t t = std::time(nullptr);
     char buf[32];
     std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
     return buf;
   }
 
-  /// Prints the rows as one table (columns in first-seen order) and the targets with met/MISSED.
+  /// The rows as one table (columns in first-seen order), then the targets with their verdicts.
   void print(std::ostream& os = std::cout) const {
-    os << "== " << benchmark << " on " << machine << ", " << today() << "\n";
+    os << "== " << benchmark << " on " << machine << ", " << today() << (aa ? ", A/A twins" : "") << "\n";
     std::vector<std::string> cols;
-    for (auto& r : rows)
-      for (auto& [k, v] : r)
-        if (std::find(cols.begin(), cols.end(), k) == cols.end()) cols.push_back(k);
-    auto cell = [](const value& v) {
-      if (auto d = std::get_if<double>(&v)) {
-        std::ostringstream s;
-        s << std::fixed << std::setprecision(*d >= 100 ? 1 : 2) << *d;
-        return s.str();
-      }
-      return std::get<std::string>(v);
-    };
-    std::vector<std::size_t> w(cols.size());
-    for (std::size_t c = 0; c < cols.size(); ++c) w[c] = cols[c].size();
-    for (auto& r : rows)
-      for (auto& [k, v] : r) {
-        auto c = std::find(cols.begin(), cols.end(), k) - cols.begin();
+    std::vector<std::size_t> w;
+    for (const auto& r : rows)
+      for (const auto& [k, v] : r) {
+        const auto c = static_cast<std::size_t>(std::find(cols.begin(), cols.end(), k) - cols.begin());
+        if (c == cols.size()) {
+          cols.push_back(k);
+          w.push_back(k.size());
+        }
         w[c] = std::max(w[c], cell(v).size());
       }
     for (std::size_t c = 0; c < cols.size(); ++c) os << std::setw(static_cast<int>(w[c]) + 2) << cols[c];
     os << "\n";
-    for (auto& r : rows) {
+    for (const auto& r : rows) {
       for (std::size_t c = 0; c < cols.size(); ++c) {
         std::string s;
-        for (auto& [k, v] : r)
+        for (const auto& [k, v] : r)
           if (k == cols[c]) s = cell(v);
         os << std::setw(static_cast<int>(w[c]) + 2) << s;
       }
       os << "\n";
     }
-    for (auto& t : targets)
+    for (const auto& t : targets)
       os << "target " << t.name << ": " << cell(t.value) << " " << t.op << " " << cell(t.goal)
-         << (t.met() ? "  met" : "  MISSED") << "\n";
+         << (std::isfinite(t.noise) ? " (A/A noise " + cell(t.noise) + ")" : "") << "  " << t.verdict() << "\n";
   }
 
   void write_json(const std::string& path) const {
     if (path.empty()) return;
     std::ofstream f(path);
     f << "{\n  \"benchmark\": " << json_value(benchmark) << ",\n  \"machine\": " << json_value(machine)
-      << ",\n  \"date\": " << json_value(today()) << ",\n  \"rows\": [";
-    auto objects = [&f](const std::vector<row>& list) {
-      for (std::size_t i = 0; i < list.size(); ++i) {
-        f << (i ? ",\n    {" : "\n    {");
-        for (std::size_t k = 0; k < list[i].size(); ++k)
-          f << (k ? ", " : "") << json_value(list[i][k].first) << ": " << json_value(list[i][k].second);
-        f << "}";
-      }
-    };
-    objects(rows);
-    if (!host_profile.empty()) {
-      f << "\n  ],\n  \"host_profile\": [";
-      objects(host_profile);
+      << ",\n  \"date\": " << json_value(today()) << ",\n  \"aa\": " << (aa ? "true" : "false") << ",\n  \"rows\": [";
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      f << (i ? ",\n    {" : "\n    {");
+      for (std::size_t k = 0; k < rows[i].size(); ++k)
+        f << (k ? ", " : "") << json_value(rows[i][k].first) << ": " << json_value(rows[i][k].second);
+      f << "}";
     }
     f << "\n  ],\n  \"targets\": [";
     for (std::size_t i = 0; i < targets.size(); ++i) {
       const auto& t = targets[i];
-      f << (i ? ",\n    " : "\n    ") << "{\"name\": " << json_value(t.name)
-        << ", \"value\": " << json_value(t.value) << ", \"op\": " << json_value(t.op)
-        << ", \"target\": " << json_value(t.goal) << ", \"met\": " << (t.met() ? "true" : "false") << "}";
+      f << (i ? ",\n    " : "\n    ") << "{\"name\": " << json_value(t.name) << ", \"value\": " << json_value(t.value)
+        << ", \"op\": " << json_value(t.op) << ", \"target\": " << json_value(t.goal)
+        << ", \"noise\": " << json_value(t.noise) << ", \"met\": " << (t.met() ? "true" : "false")
+        << ", \"verdict\": " << json_value(t.verdict()) << "}";
     }
     f << "\n  ]\n}\n";
   }

@@ -19,7 +19,6 @@
 // that reads the view), counted by the backend's counters (targets 0 and 0); then the host cost of
 // a growth event (64 → 65536 elements), with the block from the arena and with a fresh pinned
 // allocation.
-#include <support/bench.hpp>
 #include <support/gpu.cuh>
 #include <support/runtime_calls.hpp>
 
@@ -51,10 +50,6 @@ std::vector<std::int32_t> values(std::size_t n, unsigned seed) {
   return v;
 }
 
-double elapsed_us(std::chrono::steady_clock::time_point t0, std::chrono::steady_clock::time_point t1) {
-  return std::chrono::duration<double, std::micro>(t1 - t0).count();
-}
-
 /// A reader slower than the host's loop: spins about `spin_ns` (clock64 at ~2 GHz, as
 /// hold_kernel), reads the view, then stores its step number `r` into mapped memory.
 __global__ void slow_reader_kernel(ferry::device_span<const std::int32_t> v, unsigned long long spin_ns,
@@ -67,11 +62,8 @@ __global__ void slow_reader_kernel(ferry::device_span<const std::int32_t> v, uns
   *reinterpret_cast<volatile unsigned long long*>(done) = r;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) try {
-  const auto o = ferry_bench::parse(argc, argv);
-  ferry_bench::report rep("uva_pool");
+int run(const ferry_bench::options& o) {
+  ferry_bench::report rep("uva_pool", o);
   rep.machine = ferry_bench::gpu_name();
   ferry::stream<B> s;
   auto drain = [&] { s.synchronize(); };
@@ -107,6 +99,7 @@ int main(int argc, char** argv) try {
              {"elements", static_cast<double>(n)},
              {"bytes", static_cast<double>(bytes)},
              {"ferry_us", ferry_us},
+             {"A/A", us.aa(0)},
              {"ferry_caller_fenced_us", caller_us},
              {"bare_cudaMemcpyAsync_us", bare_us},
              {"memcpy_into_pinned_us", memcpy_us},
@@ -144,13 +137,7 @@ int main(int argc, char** argv) try {
       counter->count([&] { v = pool.copy_to_uva(src, s); });
       return v;
     };
-    auto idle = [&](auto& pool) -> ferry_bench::timed_burst {
-      return [&, p = &pool](std::size_t count) {
-        const auto t0 = std::chrono::steady_clock::now();
-        for (std::size_t k = 0; k < count; ++k) (void)call(*p);
-        return elapsed_us(t0, std::chrono::steady_clock::now());
-      };
-    };
+    auto idle = [&](auto& pool) { return ferry_bench::host_burst([&, p = &pool](std::size_t) { (void)call(*p); }); };
     // The op timed with the GPU behind: `op()` returns the view the reader reads.
     auto behind_op = [&](std::function<ferry::device_span<const std::int32_t>()> op) -> ferry_bench::timed_burst {
       return [&, op = std::move(op)](std::size_t count) {
@@ -161,11 +148,11 @@ int main(int argc, char** argv) try {
           behind_by.push_back(static_cast<double>(issued - *finished));
           const auto t0 = std::chrono::steady_clock::now();
           const auto v = op();
-          us += elapsed_us(t0, std::chrono::steady_clock::now());
+          us += ferry_bench::micros(t0, std::chrono::steady_clock::now());
           slow_reader_kernel<<<1, 1, 0, s.get()>>>(v, spin_ns, ++issued, done.device().data(), sink.data());
           BENCH_CUDA(cudaPeekAtLastError());  // a failed launch would never finish: stop here
         }
-        return us;
+        return us / static_cast<double>(count);
       };
     };
     auto behind = [&](auto& pool) { return behind_op([&, p = &pool] { return call(*p); }); };
@@ -181,24 +168,16 @@ int main(int argc, char** argv) try {
       if (q != cudaErrorNotReady) BENCH_CUDA(q);
       ++fence_calls;
     };
-    auto record_query_idle = [&](std::size_t count) {
-      const auto t0 = std::chrono::steady_clock::now();
-      for (std::size_t k = 0; k < count; ++k) record_query();
-      return elapsed_us(t0, std::chrono::steady_clock::now());
-    };
     auto record_query_behind = behind_op([&] {
       record_query();
       return ferry::device_span<const std::int32_t>{};
     });
 
-    const auto idle_us = ferry_bench::interleaved_us(
-        o, {idle(fenced2), idle(caller2), idle(fenced8), idle(caller8), record_query_idle}, drain);
-    const double idle2_us = idle_us[0], idle2_caller_us = idle_us[1], idle8_us = idle_us[2], idle8_caller_us = idle_us[3];
-    const double fence_idle_us = idle_us[4];
+    const auto idle_t = ferry_bench::interleaved(
+        o, {idle(fenced2), idle(caller2), idle(fenced8), idle(caller8), ferry_bench::host_burst([&](std::size_t) { record_query(); })},
+        drain);
     behind_by.clear();
-    const auto behind_us3 =
-        ferry_bench::interleaved_us(o, {behind(fenced8), behind(caller8), record_query_behind}, drain);
-    const double behind_us = behind_us3[0], behind_caller_us = behind_us3[1], fence_behind_us = behind_us3[2];
+    const auto behind_t = ferry_bench::interleaved(o, {behind(fenced8), behind(caller8), record_query_behind}, drain);
     const double calls_behind = ferry_bench::median(behind_by);  // readers unfinished at a call
     for (auto e : fence_events) BENCH_CUDA(cudaEventDestroy(e));
 
@@ -225,33 +204,38 @@ int main(int argc, char** argv) try {
       calls[4] = per_call(behind(fenced8));
       calls[5] = per_call(behind(caller8));
     }
-    auto add = [&](const char* what, double gpu_behind, double ev, double cf, int c, double fence) {
+    // A row: event-fenced variant e, caller-fenced c, the record + query f of timings t.
+    auto add = [&](const char* what, double gpu_behind, const ferry_bench::timings& t, std::size_t e, std::size_t f,
+                   int c) {
       rep.add({{"case", std::string("copy_to_uva 1024 int32, ") + what},
                {"elements", static_cast<double>(n)},
-               {"ferry_us", ev},
-               {"ferry_caller_fenced_us", cf},
-               {"event/caller_fenced", ev / cf},
-               {"record_query_us", fence},
-               {"(event - caller_fenced)/record_query", (ev - cf) / fence},
+               {"ferry_us", t[e]},
+               {"ferry_caller_fenced_us", t[e + 1]},
+               {"A/A", t.aa(e)},
+               {"event/caller_fenced", t[e] / t[e + 1]},
+               {"record_query_us", t[f]},
+               {"(event - caller_fenced)/record_query", (t[e] - t[e + 1]) / t[f]},
                {"gpu_calls_behind", gpu_behind},
                {"runtime_calls_per_call", calls[c].total},
                {"runtime_calls_per_call_caller_fenced", calls[c + 1].total},
                {"runtime_calls", calls[c].names()},
                {"runtime_calls_caller_fenced", calls[c + 1].names()}});
     };
-    add("GPU idle, ring of 2 (default)", 0, idle2_us, idle2_caller_us, 0, fence_idle_us);
-    add("GPU idle, ring of 8", 0, idle8_us, idle8_caller_us, 2, fence_idle_us);
-    add("GPU behind, ring of 8", calls_behind, behind_us, behind_caller_us, 4, fence_behind_us);
+    add("GPU idle, ring of 2 (default)", 0, idle_t, 0, 4, 0);
+    add("GPU idle, ring of 8", 0, idle_t, 2, 4, 2);
+    add("GPU behind, ring of 8", calls_behind, behind_t, 0, 2, 4);
     rep.add({{"case", std::string("one cudaEventRecord + one cudaEventQuery (the least a fence costs), GPU idle")},
-             {"record_query_us", fence_idle_us}});
+             {"record_query_us", idle_t[4]}, {"A/A", idle_t.aa(4)}});
     rep.add({{"case", std::string("one cudaEventRecord + one cudaEventQuery (the least a fence costs), GPU behind")},
-             {"gpu_calls_behind", calls_behind}, {"record_query_us", fence_behind_us}});
+             {"gpu_calls_behind", calls_behind}, {"record_query_us", behind_t[2]}, {"A/A", behind_t.aa(2)}});
     // SPEC §10: the event fence's cost above the caller-fenced call <= 1.3x one cudaEventRecord +
     // one cudaEventQuery measured in the same rounds (the least a fence can cost), idle and
-    // behind; on a deep ring the whole call <= 2.5x the caller-fenced one.
-    rep.add_target("event_extra_vs_record_query", (idle2_us - idle2_caller_us) / fence_idle_us, "<=", 1.3);
-    rep.add_target("event_extra_vs_record_query_behind", (behind_us - behind_caller_us) / fence_behind_us, "<=", 1.3);
-    rep.add_target("event_vs_caller_fenced_deep_ring", idle8_us / idle8_caller_us, "<=", 2.5);
+    // behind; on a deep ring the whole call <= 2.5x the caller-fenced one. Each target also from
+    // the twins (A/A).
+    auto extra = [](const std::vector<double>& v, std::size_t e, std::size_t f) { return (v[e] - v[e + 1]) / v[f]; };
+    rep.add_target("event_extra_vs_record_query", extra(idle_t.us, 0, 4), "<=", 1.3, extra(idle_t.twin, 0, 4));
+    rep.add_target("event_extra_vs_record_query_behind", extra(behind_t.us, 0, 2), "<=", 1.3, extra(behind_t.twin, 0, 2));
+    rep.add_target("event_vs_caller_fenced_deep_ring", idle_t[2] / idle_t[3], "<=", 2.5, idle_t.twin[2] / idle_t.twin[3]);
     // The behind figures hold only if the GPU was behind: readers unfinished at a call, median.
     rep.add_target("copy_to_uva_behind_case_gpu_calls_behind", calls_behind, ">=", 2);
   }
@@ -312,13 +296,13 @@ int main(int argc, char** argv) try {
         auto t0 = std::chrono::steady_clock::now();
         (void)pool.copy_to_uva(big, s);  // slot 1 grows; the block comes from the arena
         auto t1 = std::chrono::steady_clock::now();
-        hit.push_back(elapsed_us(t0, t1));
+        hit.push_back(ferry_bench::micros(t0, t1));
         (void)pool.copy_to_uva(big, s);  // slot 0 grows too
         s.synchronize();
         t0 = std::chrono::steady_clock::now();
         (void)pool.copy_to_uva(big, s);  // the same call without growth
         t1 = std::chrono::steady_clock::now();
-        same.push_back(elapsed_us(t0, t1));
+        same.push_back(ferry_bench::micros(t0, t1));
         s.synchronize();
       }
       {
@@ -330,7 +314,7 @@ int main(int argc, char** argv) try {
         const auto t0 = std::chrono::steady_clock::now();
         (void)pool.copy_to_uva(big, s);
         const auto t1 = std::chrono::steady_clock::now();
-        miss.push_back(elapsed_us(t0, t1));
+        miss.push_back(ferry_bench::micros(t0, t1));
         s.synchronize();
       }
     }
@@ -347,7 +331,8 @@ int main(int argc, char** argv) try {
   rep.print();
   rep.write_json(o.json);
   return 0;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "bench.uva_pool: %s\n", e.what());
-  return 1;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return ferry_bench::bench_main("bench.uva_pool", argc, argv, run); }
