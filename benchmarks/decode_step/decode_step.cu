@@ -564,13 +564,7 @@ void measure(std::vector<variant>& vs, const ferry_bench::options& o, bool devic
   cudaEvent_t model_done[2];
   for (auto& e : model_done) BENCH_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   for (auto& v : vs) {
-    bursts.push_back([&v](std::size_t n) {
-      const auto t0 = clk::now();
-      for (std::size_t k = 0; k < n; ++k) v.step();
-      const auto t1 = clk::now();
-      drain(v);
-      return ferry_bench::micros(t0, t1) / static_cast<double>(n);
-    });
+    bursts.push_back(ferry_bench::host_burst([&v](std::size_t) { v.step(); }));
     idle.push_back([&v](std::size_t n) {
       std::vector<double> us;
       for (std::size_t k = 0; k < n; ++k) {
@@ -604,7 +598,10 @@ void measure(std::vector<variant>& vs, const ferry_bench::options& o, bool devic
       device.push_back([](std::size_t) { return nan; });
     }
   }
-  const auto h = ferry_bench::interleaved(o, bursts, [] {}, 3, nullptr, between);
+  auto drain_all = [&] {
+    for (const auto& v : vs) drain(v);  // the other rows' streams are idle: their drain returns at once
+  };
+  const auto h = ferry_bench::interleaved(o, bursts, drain_all, 3, nullptr, between);
   const auto i = ferry_bench::interleaved(o, idle, [] {}, 1);
   const auto w = ferry_bench::interleaved(o, warm, [] {}, 1);
   ferry_bench::options od = o;

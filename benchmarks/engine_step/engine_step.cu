@@ -554,20 +554,16 @@ void measure(std::vector<variant>& vs, const ferry_bench::options& o) {
   std::vector<ferry_bench::timed_burst> host, device;
   std::vector<std::unique_ptr<ferry_bench::stream_gate>> gates;  // one per row: its stream
   for (auto& v : vs) {
-    host.push_back([&v](std::size_t n) {
-      const auto t0 = std::chrono::steady_clock::now();
-      for (std::size_t k = 0; k < n; ++k) v.step();
-      const auto t1 = std::chrono::steady_clock::now();
-      drain(v);
-      return ferry_bench::micros(t0, t1) / static_cast<double>(n);
-    });
+    host.push_back(ferry_bench::host_burst([&v](std::size_t) { v.step(); }));
     gates.push_back(std::make_unique<ferry_bench::stream_gate>(v.stream));
     v.device_burst = std::min(v.device_burst, o.burst);
     device.push_back(v.launches ? ferry_bench::device_burst(*gates.back(), [&v](std::size_t) { v.step(); },
                                                             static_cast<std::size_t>(v.device_burst))
                                 : ferry_bench::timed_burst([](std::size_t) { return ferry_bench::nan; }));
   }
-  const auto h = ferry_bench::interleaved(o, host, [] {});
+  const auto h = ferry_bench::interleaved(o, host, [&] {
+    for (const auto& v : vs) drain(v);  // the other rows' streams are idle: their drain returns at once
+  });
   ferry_bench::options od = o;
   od.bursts = std::max(3, o.bursts / 4);
   const auto d = ferry_bench::interleaved(od, device, [] {}, 1);

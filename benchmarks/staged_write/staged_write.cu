@@ -23,8 +23,10 @@
 //    staged_write_torch.py beside this file, separate processes run just before on the same
 //    machine), the PyTorch + Triton host and device times per apply beside ferry's, at every
 //    point the file has.
-// Method notes: ferry's host time and its floors are measured in interleaved bursts (same burst of
-// 256, same drain, medians), so that drift of the machine falls on both alike. The floors include
+// Method notes: ferry's host time and its floors are measured in interleaved rounds (same burst of
+// 256, same drain, medians; support/bench.hpp: with --aa every variant beside its twin, column
+// "A/A", and each target also from the twins' ratios, its A/A noise), so that drift of the machine
+// falls on both alike. The floors include
 // the host copy of the contents into pinned memory (SPEC §10: work that the operation needs is
 // counted wherever it happens; a staged write must copy its range somewhere the GPU can reach),
 // and are otherwise a bare launch of the kernel ferry launches, with the same arguments: for
@@ -41,13 +43,13 @@
 // pools are (a burst behind a hold): no timed burst grows one (column "floor ring growth in host
 // timing"). At every point, the correct floors' and ferry's results are checked against the
 // reference (random contents, applies to distinct rows queued behind a gate, read back after a
-// drain). Device times queue bursts of 32 operations behind a gate (larger bursts of launches fill
-// a held stream's launch queue and block the host, which then sets the pace); "device gates cut"
-// > 0 would mean a gate reached its cap before the host had queued the burst (then the figure
-// measures the host). Time: each point's host timings stop adding rounds once their budget is
+// drain). Device times queue bursts of 32 operations behind a gate, every variant interleaved
+// (larger bursts of launches fill a held stream's launch queue and block the host, which then sets
+// the pace); "device gates cut" > 0 means a gate reached its cap before the host had queued the
+// burst (that sample is dropped). Time: each point's host timings stop adding rounds once their budget is
 // spent and 5 rounds are in (ferry_bench::time_budget; "bursts idle", "bursts behind" and
 // "point s" say what ran): the small points still run all 40, the largest 5 to 10, and the whole
-// grid takes about a minute on an H200 (it printed its estimate and its time).
+// grid took about a minute on an H200 without --aa (it prints its time).
 // Targets (SPEC §10): host / the correct floor over every point and both configurations, median
 // <= 1.15x and worst <= 1.3x, idle and behind; no event call per apply in steady state; >= 20x
 // PyTorch + Triton at every point (judged only when the --torch file has every point of the run);
@@ -359,7 +361,7 @@ int run(const ferry_bench::options& o) {
   constexpr int kMinBursts = 5;
   std::cout << "time: per point, host timing idle <= " << kIdleBudgetS << " s and behind <= " << kBehindBudgetS
             << " s once " << kMinBursts << " rounds are in (of " << o.bursts << " bursts of " << o.burst
-            << "); estimated ~50 s for the 16 points and ~8 s of set-up on an H200; each point prints its time\n"
+            << "); estimated ~50 s for the 16 points (about twice with --aa) and ~8 s of set-up on an H200; each point prints its time\n"
             << std::flush;
 
   // Zero-copy read bandwidth of this machine, this run.

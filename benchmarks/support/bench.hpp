@@ -271,6 +271,7 @@ struct report {
   void write_json(const std::string& path) const {
     if (path.empty()) return;
     std::ofstream f(path);
+    if (!f) throw std::runtime_error("cannot write " + path);
     f << "{\n  \"benchmark\": " << json_value(benchmark) << ",\n  \"machine\": " << json_value(machine)
       << ",\n  \"date\": " << json_value(today()) << ",\n  \"aa\": " << (aa ? "true" : "false") << ",\n  \"rows\": [";
     for (std::size_t i = 0; i < rows.size(); ++i) {

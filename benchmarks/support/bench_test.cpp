@@ -73,4 +73,5 @@ TEST_CASE("bench: a missed target within its A/A noise is judged within noise") 
                "\"verdict\": \"within noise\"") != std::string::npos);
   CHECK(s.find("\"noise\": null") != std::string::npos);
   CHECK(s.find("\"aa\": false") != std::string::npos);
+  CHECK_THROWS(rep.write_json("no-such-folder/harness.json"));  // never a silent loss of the results
 }
