@@ -63,7 +63,7 @@ if use_cuda:
     defines = ["-DFERRY_DEFAULT_BACKEND=cuda", "-DFERRY_HAS_CUDA=1", f"-DFERRY_HAS_MDSPAN={mdspan}"]
     ext = cpp_extension.CUDAExtension(
         "ferry_vllm._C",
-        ["csrc/module.cpp", "csrc/apply.cu"],
+        ["csrc/module.cpp", "csrc/values.cpp", "csrc/apply.cu"],
         include_dirs=includes,
         extra_compile_args={"cxx": cxx + defines, "nvcc": ["-std=c++20", "-O2"] + defines},
     )
@@ -71,7 +71,7 @@ else:
     defines = ["-DFERRY_DEFAULT_BACKEND=host", "-DFERRY_HAS_CUDA=0", "-DFERRY_HAS_MDSPAN=0"]
     ext = cpp_extension.CppExtension(
         "ferry_vllm._C",
-        ["csrc/module.cpp", "csrc/apply_host.cpp"],
+        ["csrc/module.cpp", "csrc/values.cpp", "csrc/apply_host.cpp"],
         include_dirs=includes,
         extra_compile_args={"cxx": cxx + defines},
         extra_link_args=["-pthread"],

@@ -4,6 +4,7 @@
 // ValueError, std::out_of_range → IndexError, ferry::error and ferry::capacity_error
 // (std::runtime_error) → RuntimeError.
 #include "apply.hpp"
+#include "values.hpp"
 
 #include <ferry/interop/torch.hpp>
 
@@ -88,104 +89,14 @@ decltype(auto) dispatch(at::ScalarType dtype, const char* api, F&& f) {
   }
 }
 
-// ---- host values ----------------------------------------------------------------------------------
-// Whether a buffer's struct format (e.g. NumPy's "<i", "l", "f") holds T.
-template <class T>
-bool format_is(const char* f) {
-  if (f == nullptr) return false;
-  if (*f == '<' || *f == '=' || *f == '@') ++f;
-  if (f[0] == '\0' || f[1] != '\0') return false;
-  if constexpr (std::is_floating_point_v<T>) return *f == 'f';
-  const bool is_long = sizeof(long) == sizeof(T) && *f == 'l';
-  if constexpr (sizeof(T) == 4) return *f == 'i' || is_long;
-  else return *f == 'q' || is_long;
-}
-
-// The error of element i of a source, read as v (PyLong_AsLongLong, PyFloat_AsDouble): Python's,
-// or a value that does not fit in T. Returns for a -1 that is the element's value. Out of line, so
-// that the read of every element stays a few instructions.
-template <class T, class V>
-[[gnu::noinline, gnu::cold]] void refuse(V v, Py_ssize_t i, const char* api) {
-  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
-  if constexpr (std::is_integral_v<V>) {
-    if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
-      throw std::invalid_argument(std::string("ferry: ") + api + ": value " + std::to_string(v) + " at position " +
-                                  std::to_string(i) + " does not fit in " + c10::toString(scalar_of<T>()));
-  }
-}
-
-// Calls f with the elements of `obj` as a sized range of T, read where they lie (one copy, into
-// ferry's staging, from what f hands them to): a CPU tensor (in place when its dtype is T and it is
-// contiguous, else converted first; kept alive in `keep`), a C-contiguous buffer of T (a NumPy
-// array of the dtype; in place), or any Python sequence or iterable of numbers (each element
-// converted as it is read: a value that does not fit throws there, and ferry records nothing of a
-// call whose source throws).
-template <class T, class F>
-decltype(auto) with_host_values(py::handle obj, const char* api, at::Tensor& keep, F&& f) {
-  if (THPVariable_Check(obj.ptr())) {
-    at::Tensor t = THPVariable_Unpack(obj.ptr());
-    if (!t.is_cpu())
-      throw std::invalid_argument(std::string("ferry: ") + api + ": the source must be a CPU tensor, got " +
-                                  t.device().str());
-    if (t.scalar_type() != scalar_of<T>() || !t.is_contiguous()) t = t.to(scalar_of<T>()).contiguous();
-    keep = t;
-    return f(std::span<const T>(t.data_ptr<T>(), static_cast<std::size_t>(t.numel())));
-  }
-  if (PyObject_CheckBuffer(obj.ptr())) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
-      const struct release {
-        Py_buffer* v;
-        ~release() { PyBuffer_Release(v); }
-      } done{&view};
-      if (view.itemsize == static_cast<Py_ssize_t>(sizeof(T)) && format_is<T>(view.format) &&
-          reinterpret_cast<std::uintptr_t>(view.buf) % alignof(T) == 0)
-        return f(std::span<const T>(static_cast<const T*>(view.buf), static_cast<std::size_t>(view.len) / sizeof(T)));
-    } else {
-      PyErr_Clear();  // not C-contiguous: read element by element below (as a misaligned one is)
-    }
-  }
-  PyObject* seq = PySequence_Fast(obj.ptr(), "ferry: the values must be a sequence or an iterable of numbers");
-  if (seq == nullptr) throw py::error_already_set();
-  const py::object owner = py::reinterpret_steal<py::object>(seq);
-  // A view over the item pointers, not an iota of indices: libstdc++ gives an iota of 64-bit
-  // integers a 128-bit difference type, which std::ranges::copy counts down in memory. An
-  // element's position is its place in the item array.
-  PyObject* const* const items = PySequence_Fast_ITEMS(seq);
-  const auto element = [items, api](PyObject* const& item) -> T {
-    if constexpr (std::is_floating_point_v<T>) {
-      const double v = PyFloat_AsDouble(item);
-      if (v == -1.0) [[unlikely]]
-        refuse<T>(v, &item - items, api);
-      return static_cast<T>(v);
-    } else {
-      const long long v = PyLong_AsLongLong(item);
-      if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max() || v == -1) [[unlikely]]
-        refuse<T>(v, &item - items, api);
-      return static_cast<T>(v);
-    }
-  };
-  const std::span<PyObject* const> all(items, static_cast<std::size_t>(PySequence_Fast_GET_SIZE(seq)));
-  return f(all | std::views::transform(element));
-}
-
-template <class T>
-T host_value(py::handle obj) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return static_cast<T>(py::cast<double>(obj));
-  } else {
-    const auto v = py::cast<long long>(obj);
-    if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
-      throw std::invalid_argument("ferry: stage_write_elem: value " + std::to_string(v) + " does not fit in " +
-                                  c10::toString(scalar_of<T>()));
-    return static_cast<T>(v);
-  }
-}
-
 std::size_t checked_index(std::int64_t v, const char* api, const char* what) {
   if (v < 0)
     throw std::out_of_range(std::string("ferry: ") + api + ": negative " + what + " " + std::to_string(v));
   return static_cast<std::size_t>(v);
+}
+
+std::size_t index_argument(py::handle v, const char* api, const char* what) {
+  return checked_index(int_argument(v, api, what), api, what);
 }
 
 // A tensor over ferry's memory at `data`, keeping `owner` alive for as long as torch holds it.
@@ -211,23 +122,23 @@ std::vector<std::int64_t> shape(std::int64_t rows, const std::vector<std::int64_
 // through ferry's pinned arena (consumed when this returns); a pinned tensor is DMA'd in place.
 at::Tensor h2d(py::handle values, at::ScalarType dtype) {
   return dispatch(dtype, "async_tensor_h2d", [&]<class T>() {
-    at::Tensor keep;
-    return with_host_values<T>(values, "async_tensor_h2d", keep, [&](auto&& src) {
-      at::Tensor out = at::empty({static_cast<std::int64_t>(std::ranges::size(src))},
-                                 at::TensorOptions().dtype(dtype).device(memory_device()));
-      const auto s = current_stream();
-      const auto dst = span_of<T>(out);
-      if constexpr (cuda_build) {
-        if (keep.defined() && keep.is_pinned()) {
-          ferry::async_h2d(ferry::from_torch_pinned<const T>(keep), dst, s);
-          finish(s);
+    const host_values<T> src(values, "async_tensor_h2d");
+    at::Tensor out = at::empty({static_cast<std::int64_t>(src.size())},
+                               at::TensorOptions().dtype(dtype).device(memory_device()));
+    const auto s = current_stream();
+    const auto dst = span_of<T>(out);
+    if constexpr (cuda_build) {
+      if (THPVariable_Check(values.ptr())) {
+        const at::Tensor& t = THPVariable_Unpack(values.ptr());
+        if (t.is_pinned() && t.scalar_type() == dtype && t.is_contiguous()) {
+          ferry::async_h2d(ferry::from_torch_pinned<const T>(t), dst, s);
           return out;
         }
       }
-      ferry::async_h2d(src, dst, s);
-      finish(s);
-      return out;
-    });
+    }
+    ferry::async_h2d(src.span(), dst, s);
+    finish(s);
+    return out;
   });
 }
 
@@ -280,20 +191,18 @@ struct UvaPoolT final : UvaPool, std::enable_shared_from_this<UvaPoolT<T>> {
   }
 
   at::Tensor copy_to_uva(py::handle values, const std::vector<std::int64_t>& tail) override {
-    at::Tensor keep;
+    const host_values<T> src(values, "copy_to_uva");
     const auto s = current_stream();
-    const auto v =
-        with_host_values<T>(values, "copy_to_uva", keep, [&](auto&& src) { return pool.copy_to_uva(src, s); });
+    const auto v = pool.copy_to_uva(src.span(), s);
     finish(s);
     const auto rows = static_cast<std::int64_t>(v.size() / pool.width());
     return view_of(const_cast<T*>(v.data()), shape(rows, tail), scalar_of<T>(), memory_device(),
                    this->shared_from_this());
   }
   at::Tensor copy_to_device(py::handle values, const at::Tensor& out) override {
-    at::Tensor keep;
+    const host_values<T> src(values, "copy_to_gpu");
     const auto s = current_stream();
-    with_host_values<T>(values, "copy_to_gpu", keep,
-                        [&](auto&& src) { (void)pool.copy_to_device(src, span_of<T>(out), s); });
+    (void)pool.copy_to_device(src.span(), span_of<T>(out), s);
     finish(s);
     return out;
   }
@@ -412,8 +321,8 @@ std::shared_ptr<CpuGpu> make_cpu_gpu(std::int64_t elements, at::ScalarType dtype
 // ---- StagedWriteTensor and FusedStagedWriter ------------------------------------------------------
 struct Staged {
   virtual ~Staged() = default;
-  virtual void stage_write(std::int64_t row, std::int64_t start, py::handle values) = 0;
-  virtual void stage_write_elem(std::int64_t row, py::handle value) = 0;
+  virtual void stage_write(py::handle row, py::handle start, py::handle values) = 0;
+  virtual void stage_write_elem(py::handle row, py::handle value) = 0;
   virtual void apply_write() = 0;
   virtual void clear() = 0;
   virtual std::size_t pending() const = 0;
@@ -434,14 +343,15 @@ template <class X>
 struct StagedT final : Staged {
   using T = typename X::value_type;
   StagedT(at::Tensor memory_, X target_) : memory(std::move(memory_)), target(std::move(target_)) {}
-  void stage_write(std::int64_t row, std::int64_t start, py::handle values) override {
-    const auto r = checked_index(row, "stage_write", "index");
-    const auto c = checked_index(start, "stage_write", "start");
-    at::Tensor keep;
-    with_host_values<T>(values, "stage_write", keep, [&](auto&& src) { target.stage_write(r, c, src); });
+  void stage_write(py::handle row, py::handle start, py::handle values) override {
+    const auto r = index_argument(row, "stage_write", "index");
+    const auto c = index_argument(start, "stage_write", "start");
+    const host_values<T> src(values, "stage_write");
+    target.stage_write(r, c, src.span());
   }
-  void stage_write_elem(std::int64_t row, py::handle value) override {
-    target.stage_write_elem(checked_index(row, "stage_write_elem", "index"), host_value<T>(value));
+  void stage_write_elem(py::handle row, py::handle value) override {
+    const auto r = index_argument(row, "stage_write_elem", "index");
+    target.stage_write_elem(r, host_scalar<T>(value, "stage_write_elem"));
   }
   void apply_write() override {
     if constexpr (on_cpu) {
@@ -572,12 +482,6 @@ py::object fast_sequence(py::handle obj, const char* message) {
   return py::reinterpret_steal<py::object>(seq);
 }
 
-std::int64_t int_of(PyObject* obj) {
-  const long long v = PyLong_AsLongLong(obj);
-  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
-  return v;
-}
-
 struct Step {
   explicit Step(std::int64_t slots) : device(memory_device()) {
     if (slots < 2)
@@ -645,16 +549,13 @@ struct Step {
 
   template <class T>
   void fill(step_batch::upload<T>& u, std::size_t i, py::handle obj) {
-    at::Tensor keep;
-    with_host_values<T>(obj, "StepBatch.step", keep, [&](auto&& v) {
-      const std::size_t n = std::ranges::size(v);
-      const std::size_t max_n = u.destination().size();
-      if (n > max_n)
-        throw std::out_of_range("ferry: StepBatch.step: the source of upload " + std::to_string(i) + " has " +
-                                std::to_string(n) + " elements, more than its destination's " +
-                                std::to_string(max_n));
-      std::ranges::copy(v, u.span(n).begin());
-    });
+    const host_values<T> v(obj, "StepBatch.step");
+    const std::size_t n = v.size();
+    const std::size_t max_n = u.destination().size();
+    if (n > max_n)
+      throw std::out_of_range("ferry: StepBatch.step: the source of upload " + std::to_string(i) + " has " +
+                              std::to_string(n) + " elements, more than its destination's " + std::to_string(max_n));
+    std::ranges::copy(v.span(), u.span(n).begin());
   }
 
   void stage(Py_ssize_t j, PyObject* write) {
@@ -664,16 +565,16 @@ struct Step {
                                   " must be (writes_index, row, start, values), got " +
                                   std::to_string(PySequence_Fast_GET_SIZE(f.ptr())) + " items");
     PyObject** it = PySequence_Fast_ITEMS(f.ptr());
-    const auto k = checked_index(int_of(it[0]), "StepBatch.step", "writes index");
+    const auto k = index_argument(it[0], "StepBatch.step", "writes index");
     if (k >= writes.size())
       throw std::out_of_range("ferry: StepBatch.step: write " + std::to_string(j) + " names writes index " +
                               std::to_string(k) + " of " + std::to_string(writes.size()));
-    const auto row = checked_index(int_of(it[1]), "StepBatch.step", "row");
-    const auto start = checked_index(int_of(it[2]), "StepBatch.step", "start");
+    const auto row = index_argument(it[1], "StepBatch.step", "row");
+    const auto start = index_argument(it[2], "StepBatch.step", "start");
     std::visit(
         [&]<class T>(step_batch::writes<T>& h) {
-          at::Tensor keep;
-          with_host_values<T>(it[3], "StepBatch.step", keep, [&](auto&& v) { h.stage_write(row, start, v); });
+          const host_values<T> v(it[3], "StepBatch.step");
+          h.stage_write(row, start, v.span());
         },
         writes[k]);
   }
@@ -725,11 +626,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<Staged, std::shared_ptr<Staged>>(m, "Staged")
       .def(py::init(&make_staged), py::arg("memory"), py::arg("rows"), py::arg("cols"), py::arg("uva"),
            py::arg("slots"))
-      .def("stage_write", [](held t, std::int64_t row, std::int64_t start, py::handle values) {
-        t->stage_write(row, start, values);
-      })
-      .def("stage_write_elem",
-           [](held t, std::int64_t row, py::handle value) { t->stage_write_elem(row, value); })
+      .def(
+          "stage_write",
+          [](held t, py::handle index, py::handle start, py::handle x) { t->stage_write(index, start, x); },
+          py::arg("index"), py::arg("start"), py::arg("x"))
+      .def(
+          "stage_write_elem", [](held t, py::handle index, py::handle x) { t->stage_write_elem(index, x); },
+          py::arg("index"), py::arg("x"))
       .def("apply_write", [](held t) { t->apply_write(); })
       .def("clear", [](held t) { t->clear(); })
       .def_property_readonly("pending", [](held t) { return t->pending(); })

@@ -98,6 +98,31 @@ def _width(sizes: tuple[int, ...]) -> int:
     return math.prod(sizes[1:]) if len(sizes) > 1 else 1
 
 
+def _flatten_rows(rows, tail: list[int], api: str) -> list:
+    """Nested lists of rows of shape `tail`, flattened in C order (the numbers are converted by the
+    C++ side, exactly); ValueError naming the first row of another shape."""
+    flat: list = []
+
+    def walk(v, dims: list[int], where: tuple[int, ...]) -> None:
+        if not dims:
+            flat.append(v)
+            return
+        if isinstance(v, (torch.Tensor, np.ndarray)):
+            if list(v.shape) != dims:
+                raise ValueError(f"ferry: {api}: row {list(where)} has shape {list(v.shape)}, not the pool's rows {dims}")
+            flat.extend(v.reshape(-1).tolist())  # Python numbers: the values as they are
+            return
+        if not isinstance(v, Sequence) or isinstance(v, str) or len(v) != dims[0]:
+            got = len(v) if isinstance(v, Sequence) and not isinstance(v, str) else type(v).__name__
+            raise ValueError(f"ferry: {api}: row {list(where)} has {got} elements where the pool's rows have {dims[0]}")
+        for i, e in enumerate(v):
+            walk(e, dims[1:], (*where, i))
+
+    for i, row in enumerate(rows):
+        walk(row, tail, (i,))
+    return flat
+
+
 @functools.lru_cache(maxsize=64)
 def _device_index(device) -> int | None:
     """The CUDA device index `device` names (None: the current one); ValueError for another type."""
@@ -310,29 +335,22 @@ class UvaBufferPool:
         return bufs
 
     def _source(self, x):
+        """x as copy_to_uva reads it: a tensor or NumPy array whose rows match the pool's (its
+        elements converted exactly by the C++ side), or nested lists flattened row by row."""
         if not self._tail:
             return x  # lists, NumPy arrays and tensors are read by the C++ side as they are
-        if isinstance(x, np.ndarray):
-            x = torch.from_numpy(x)
-        if self._tail:
-            if isinstance(x, torch.Tensor):
-                if x.dim() < 1 or list(x.shape[1:]) != self._tail:
-                    raise ValueError(
-                        f"ferry: copy_to_uva: rows of shape {list(x.shape[1:])} do not match the "
-                        f"pool's rows {self._tail}"
-                    )
-            elif not x:
+        if isinstance(x, (torch.Tensor, np.ndarray)):
+            if x.ndim < 1 or list(x.shape[1:]) != self._tail:
                 raise ValueError(
-                    f"ferry: copy_to_uva: could not broadcast an empty list into rows of shape {self._tail}"
+                    f"ferry: copy_to_uva: rows of shape {list(x.shape[1:])} do not match the "
+                    f"pool's rows {self._tail}"
                 )
-            else:
-                x = torch.tensor(x, dtype=self.dtype, device="cpu")
-                if list(x.shape[1:]) != self._tail:
-                    raise ValueError(
-                        f"ferry: copy_to_uva: rows of shape {list(x.shape[1:])} do not match the "
-                        f"pool's rows {self._tail}"
-                    )
-        return x
+            return x
+        if not x:
+            raise ValueError(
+                f"ferry: copy_to_uva: could not broadcast an empty list into rows of shape {self._tail}"
+            )
+        return _flatten_rows(x, self._tail, "copy_to_uva")
 
     def copy_to_uva(self, x: torch.Tensor | np.ndarray | list) -> torch.Tensor:
         return self._pool.copy_to_uva(self._source(x), self._tail)
