@@ -1,18 +1,17 @@
 # ferry_vllm.StepBatch (ferry's own addition: a whole step in one call and one launch) against a
-# NumPy reference on random data, on whichever backend the package was built for (CUDA: tensors on
-# the current GPU; host: CPU tensors, ferry's host backend).
+# NumPy reference on random data, on each device the build serves here (device="cpu": CPU tensors,
+# ferry's host backend; device="cuda": tensors on the current GPU, ferry's CUDA backend).
 import numpy as np
 import pytest
 import torch
 
 import ferry_vllm as fv
 
-DEVICE = "cuda" if fv.CUDA else "cpu"
 NP = {torch.int32: np.int32, torch.int64: np.int64, torch.float32: np.float32}
 
 
-def sync():
-    if fv.CUDA:
+def sync(device):
+    if device == "cuda":
         torch.cuda.synchronize()
 
 
@@ -59,19 +58,20 @@ class Plan:
     """A batch over three uploads (int32, int64, float32) and two write targets (int32, float32),
     every tensor starting as random values, with a NumPy reference of each."""
 
-    def __init__(self, rng, max_concurrency=2):
+    def __init__(self, rng, device, max_concurrency=2):
         self.rng = rng
-        self.sb = fv.StepBatch(max_concurrency=max_concurrency)
+        self.device = device
+        self.sb = fv.StepBatch(max_concurrency=max_concurrency, device=device)
         self.dsts, self.refs = [], []
         for n, dtype in [(64, torch.int32), (100, torch.int64), (50, torch.float32)]:
             ref = rand(n, dtype, rng)
-            self.dsts.append(torch.from_numpy(ref.copy()).to(DEVICE))
+            self.dsts.append(torch.from_numpy(ref.copy()).to(device))
             self.refs.append(ref)
             assert self.sb.add_upload(self.dsts[-1]) == len(self.dsts) - 1
         self.targets, self.target_refs = [], []
         for shape, dtype in [((16, 32), torch.int32), ((8, 20), torch.float32)]:
             ref = rand(shape, dtype, rng)
-            self.targets.append(torch.from_numpy(ref.copy()).to(DEVICE))
+            self.targets.append(torch.from_numpy(ref.copy()).to(device))
             self.target_refs.append(ref)
             # Small maxima: the slots grow past them (growth::pow2).
             assert self.sb.add_writes(self.targets[-1], 4, 16) == len(self.targets) - 1
@@ -120,7 +120,7 @@ class Plan:
         assert self.sb.steps == steps + 1
 
     def check(self):
-        sync()
+        sync(self.device)
         for dst, ref in zip(self.dsts, self.refs):
             np.testing.assert_array_equal(dst.cpu().numpy(), ref)
         for t, ref in zip(self.targets, self.target_refs):
@@ -133,8 +133,8 @@ def rng():
 
 
 @pytest.mark.parametrize("max_concurrency", [2, 3])
-def test_steps_match_the_reference(max_concurrency, rng):
-    p = Plan(rng, max_concurrency)
+def test_steps_match_the_reference(max_concurrency, rng, device):
+    p = Plan(rng, device, max_concurrency)
     for i in range(12):
         p.good_step()
         p.check()
@@ -146,23 +146,23 @@ def test_steps_match_the_reference(max_concurrency, rng):
     assert p.sb.steps == 22
 
 
-def test_a_source_too_long_drops_the_step(rng):
-    p = Plan(rng)
+def test_a_source_too_long_drops_the_step(rng, device):
+    p = Plan(rng, device)
     sources, writes, _, _ = p.random_step()
     sources[1] = rand(101, torch.int64, rng)  # upload 1 holds 100
     writes.append((0, 0, 0, [7]))
     p.refused(sources, writes, IndexError, r"upload 1 has 101 elements, more than its destination's 100")
 
 
-def test_an_upload_value_that_does_not_fit_drops_the_step(rng):
-    p = Plan(rng)
+def test_an_upload_value_that_does_not_fit_drops_the_step(rng, device):
+    p = Plan(rng, device)
     sources, writes, _, _ = p.random_step()
     sources[0] = [5, 6, 2**40, 7]  # upload 0 is int32: read into the step's staging, then refused
     p.refused(sources, writes, ValueError, "value 1099511627776 at position 2 is out of int32's range")
 
 
-def test_a_wrong_number_of_sources_raises(rng):
-    p = Plan(rng)
+def test_a_wrong_number_of_sources_raises(rng, device):
+    p = Plan(rng, device)
     sources, writes, refs, target_refs = p.random_step()
     with pytest.raises(ValueError, match="2 sources for 3 uploads"):
         p.sb.step(sources[:2], writes)
@@ -186,35 +186,35 @@ def test_a_wrong_number_of_sources_raises(rng):
         ((0, 0, 0, [2**40]), ValueError, "out of int32's range"),
     ],
 )
-def test_a_bad_write_cancels_the_step(bad, error, match, rng):
-    p = Plan(rng)
+def test_a_bad_write_cancels_the_step(bad, error, match, rng, device):
+    p = Plan(rng, device)
     sources, writes, _, _ = p.random_step()
     sources[0] = rand(64, torch.int32, rng)  # would land, were the step submitted
     writes = [(0, 1, 2, [5, 6]), bad] + writes
     p.refused(sources, writes, error, match)
 
 
-def test_plan_checks():
-    sb = fv.StepBatch()
+def test_plan_checks(device):
+    sb = fv.StepBatch(device=device)
     with pytest.raises(ValueError, match="expected a 1-D tensor, got 2-D"):
-        sb.add_upload(torch.zeros((2, 3), dtype=torch.int32, device=DEVICE))
+        sb.add_upload(torch.zeros((2, 3), dtype=torch.int32, device=device))
     with pytest.raises(ValueError, match="expected a 2-D tensor, got 1-D"):
-        sb.add_writes(torch.zeros(6, dtype=torch.int32, device=DEVICE), 1, 1)
+        sb.add_writes(torch.zeros(6, dtype=torch.int32, device=device), 1, 1)
     with pytest.raises(ValueError, match="unsupported dtype"):
-        sb.add_upload(torch.zeros(4, dtype=torch.float16, device=DEVICE))
+        sb.add_upload(torch.zeros(4, dtype=torch.float16, device=device))
     with pytest.raises(ValueError, match="contiguous"):
-        sb.add_writes(torch.zeros((4, 6), dtype=torch.int32, device=DEVICE).t(), 1, 1)
-    if fv.CUDA:
-        with pytest.raises(ValueError, match="the tensor is on cpu"):
-            sb.add_upload(torch.zeros(4, dtype=torch.int32))
-    whole = torch.full((8,), 3, dtype=torch.int64, device=DEVICE)
+        sb.add_writes(torch.zeros((4, 6), dtype=torch.int32, device=device).t(), 1, 1)
+    other = "cpu" if device == "cuda" else "meta"
+    with pytest.raises(ValueError, match=f"the tensor is on {other}"):
+        sb.add_upload(torch.zeros(4, dtype=torch.int32, device=other))
+    whole = torch.full((8,), 3, dtype=torch.int64, device=device)
     assert sb.add_upload(whole[:4]) == 0
     with pytest.raises(ValueError):  # overlaps the first upload's destination
         sb.add_upload(whole[2:6])
     with pytest.raises(ValueError, match="at least 2"):
-        fv.StepBatch(max_concurrency=1)
+        fv.StepBatch(max_concurrency=1, device=device)
     # The plan's tensors are held by the batch: a destination the caller dropped is still written.
-    sb.add_upload(torch.zeros(5, dtype=torch.float32, device=DEVICE))
+    sb.add_upload(torch.zeros(5, dtype=torch.float32, device=device))
     sb.step([[9, 8, 7, 6], np.arange(1, 6, dtype=np.float32)], [])
-    sync()
+    sync(device)
     assert whole.cpu().tolist() == [9, 8, 7, 6, 3, 3, 3, 3]

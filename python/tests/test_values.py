@@ -185,7 +185,7 @@ class StageWrite:
 
 class CopyToUva:
     def __init__(self, dtype, n):
-        self.pool = fv.UvaBufferPool(max(n, 1), dtype, max_concurrency=2)
+        self.pool = fv.UvaBufferPool(max(n, 1), dtype, max_concurrency=2, device=DEVICE)
         self.before = [b.cpu.clone() for b in self.pool._uva_bufs]
         self.curr = self.pool._curr
 
@@ -200,7 +200,7 @@ class CopyToUva:
 
 class CopyToGpu:
     def __init__(self, dtype, n):
-        self.pool = fv.UvaBufferPool(max(n, 1), dtype, max_concurrency=2)
+        self.pool = fv.UvaBufferPool(max(n, 1), dtype, max_concurrency=2, device=DEVICE)
         self.out = torch.full((n,), 3, dtype=dtype)
 
     def write(self, src):
@@ -223,7 +223,7 @@ class H2D:
 
 class StepUpload:
     def __init__(self, dtype, n):
-        self.sb = fv.StepBatch()
+        self.sb = fv.StepBatch(device=DEVICE)
         self.dst = torch.full((max(n, 1),), 3, dtype=dtype)
         self.sb.add_upload(self.dst)
         self.n = n
@@ -238,7 +238,7 @@ class StepUpload:
 
 class StepWrite:
     def __init__(self, dtype, n):
-        self.sb = fv.StepBatch()
+        self.sb = fv.StepBatch(device=DEVICE)
         self.target = torch.full((1, max(n, 1)), 3, dtype=dtype)
         self.sb.add_writes(self.target, 1, max(n, 1))
         self.n = n
@@ -319,7 +319,7 @@ def test_the_issues_reproductions():
     with pytest.raises(ValueError, match=r"ferry: stage_write: value 2.7 at position 0 is not an integer"):
         t.stage_write(0, 0, torch.tensor([2.7]))
     assert t.num_staged_writes == 0
-    pool = fv.UvaBufferPool(4, torch.int32)
+    pool = fv.UvaBufferPool(4, torch.int32, device=DEVICE)
     with pytest.raises(ValueError, match=r"ferry: copy_to_uva: value 1099511627779 at position 0 is out of int32's range"):
         pool.copy_to_uva(torch.tensor([2**40 + 3]))
     assert pool._curr == 0 and all(torch.count_nonzero(b.cpu).item() == 0 for b in pool._uva_bufs)
