@@ -118,6 +118,14 @@ std::size_t index_argument(py::handle v, const char* api, const char* what) {
   return checked_index(int_argument(v, api, what), api, what);
 }
 
+// A torch.Tensor argument, or a ferry TypeError naming it.
+at::Tensor tensor_argument(py::handle v, const char* api, const char* what) {
+  if (!THPVariable_Check(v.ptr()))
+    throw py::type_error(std::string("ferry: ") + api + ": " + what + " must be a torch.Tensor, got " +
+                         Py_TYPE(v.ptr())->tp_name);
+  return THPVariable_Unpack(v.ptr());
+}
+
 // A tensor over ferry's memory at `data`, keeping `owner` alive for as long as torch holds it.
 at::Tensor view_of(void* data, std::vector<std::int64_t> sizes, at::ScalarType dtype, at::Device device,
                    std::shared_ptr<void> owner) {
@@ -524,8 +532,8 @@ py::object fast_sequence(py::handle obj, const char* message) {
 
 struct Step {
   virtual ~Step() = default;
-  virtual std::size_t add_upload(const at::Tensor& dst) = 0;
-  virtual std::size_t add_writes(const at::Tensor& target, py::handle max_writes, py::handle max_elements) = 0;
+  virtual std::size_t add_upload(py::handle dst) = 0;
+  virtual std::size_t add_writes(py::handle target, py::handle max_writes, py::handle max_elements) = 0;
   virtual void step(py::handle uploads, py::handle writes) = 0;
   virtual std::uint64_t steps() const = 0;
 };
@@ -542,7 +550,8 @@ struct StepT final : Step {
 
   explicit StepT(std::size_t slots) : device(on<B>::device()), batch(make_step_batch<B>(slots)) {}
 
-  std::size_t add_upload(const at::Tensor& dst) override {
+  std::size_t add_upload(py::handle dst_arg) override {
+    const at::Tensor dst = tensor_argument(dst_arg, "StepBatch.add_upload", "dst");
     check_memory(dst, 1, "StepBatch.add_upload");
     uploads.push_back(dispatch(dst.scalar_type(), "StepBatch.add_upload", [&]<class T>() -> upload_handle {
       return batch->template add_upload<T>(span_of<T, B>(dst), static_cast<std::size_t>(dst.numel()));
@@ -551,7 +560,8 @@ struct StepT final : Step {
     return uploads.size() - 1;
   }
 
-  std::size_t add_writes(const at::Tensor& target, py::handle max_writes, py::handle max_elements) override {
+  std::size_t add_writes(py::handle target_arg, py::handle max_writes, py::handle max_elements) override {
+    const at::Tensor target = tensor_argument(target_arg, "StepBatch.add_writes", "target");
     check_memory(target, 2, "StepBatch.add_writes");
     const auto w = index_argument(max_writes, "StepBatch.add_writes", "max_writes");
     const auto e = index_argument(max_elements, "StepBatch.add_writes", "max_elements");

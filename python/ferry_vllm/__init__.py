@@ -508,6 +508,20 @@ class UvaBufferPool:
     def copy_to_uva(self, x: torch.Tensor | np.ndarray | list) -> torch.Tensor:
         return self._pool.copy_to_uva(self._source(x), self._tail)
 
+    def copy_chunks_to_uva(self, chunks: Sequence, n: int) -> torch.Tensor:
+        """vLLM's copy of several 1-D chunks (NumPy arrays, array.array, lists) of `n` elements in
+        all, one after the other, into the next slot; each element converted exactly."""
+        api = "copy_chunks_to_uva"
+        n = _int(n, api, "n")
+        if self._tail:
+            raise ValueError(f"ferry: {api}: a pool of rows {self._tail} takes copy_to_uva (chunks are 1-D)")
+        flat: list = []
+        for c in chunks:
+            flat.extend(c.tolist() if hasattr(c, "tolist") else c)  # Python numbers: the values as they are
+        if len(flat) != n:
+            raise ValueError(f"ferry: {api}: the chunks hold {len(flat)} elements, n is {n}")
+        return self.copy_to_uva(flat)
+
     def copy_to_gpu(self, x: torch.Tensor | np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
         if out is None:
             return self.copy_to_uva(x).clone()

@@ -22,5 +22,5 @@ FERRY_VLLM_BACKEND=host MAX_JOBS=${MAX_JOBS:-2} "$py" setup.py -q build_ext \
   echo "ferry_vllm: the host build failed (log: $work/build.log)"
   exit 1
 }
-cp -r ferry_vllm/__init__.py "$work/lib/ferry_vllm/"
+cp ferry_vllm/__init__.py ferry_vllm/__init__.pyi ferry_vllm/py.typed "$work/lib/ferry_vllm/"
 cd "$work" && PYTHONPATH="$work/lib" "$py" -m pytest -p no:cacheprovider -q "$root/python/tests"
