@@ -3,6 +3,8 @@
 
 #include "exact.hpp"
 
+#include <torch/csrc/autograd/python_variable.h>
+
 #include <cstring>
 #include <optional>
 #include <string>

@@ -6,7 +6,8 @@
 // not written anything yet: the values are converted before they are handed over).
 #pragma once
 
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <cstddef>
 #include <cstdint>
