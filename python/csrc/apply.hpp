@@ -62,7 +62,8 @@ void apply_fused(fused_writer<T, B>& writer, std::span<device_target<T, B>* cons
 template <class T, class B>
 void apply_fused(fused_writer<T, B>& writer, std::span<uva_target<T, B>* const> ts, stream_t<B> s);
 
-// A step_batch's construction (which loads the step kernel) and its submit (which launches it).
+// A step_batch of `slots` slots, up to the larger of slots and ferry's default max_slots (its
+// construction loads the step kernel), and its submit (which launches it).
 // The plan, begin(), the handles, cancel() and the destruction are called from module.cpp
 // (docs/step_batch.md).
 template <class B>

@@ -182,30 +182,30 @@ at::Tensor h2d(py::handle values, at::ScalarType dtype, bool cuda, std::optional
 }
 
 // The UVA (device) view of a pinned CPU tensor's memory, same sizes and strides; the view keeps
-// the tensor alive. On the host backend, the tensor itself.
+// the tensor alive. On the host backend, a CPU tensor over the same memory (its own TensorImpl, as
+// the CUDA view is: an op that returns it does not return its input).
 at::Tensor uva_view(const at::Tensor& t, bool cuda) {
   if (!t.is_cpu()) throw std::invalid_argument("ferry: uva view: expected a CPU tensor, got " + t.device().str());
   return dispatch_backend(cuda, "uva view", [&]<class B>() -> at::Tensor {
-    if constexpr (is_host<B>) {
-      return t;
-    } else {
+    if (t.numel() == 0) return at::empty_strided(t.sizes(), t.strides(), t.options().device(on<B>::device()));
+    void* mapped = t.data_ptr();
+    if constexpr (!is_host<B>) {
 #if FERRY_HAS_CUDA
       if (!t.is_pinned()) throw std::invalid_argument("ferry: uva view: the CPU tensor is not pinned");
-      void* mapped = nullptr;
       if (cudaHostGetDevicePointer(&mapped, t.data_ptr(), 0) != cudaSuccess) {
         (void)cudaGetLastError();
         throw ferry::error("ferry: uva view: the pinned tensor's memory is not mapped for UVA");
       }
-      auto keep = std::make_shared<at::Tensor>(t);
-      const at::Device device = on<B>::device();
-      return at::for_blob(mapped, t.sizes())
-          .strides(t.strides())
-          .deleter([keep](void*) mutable { keep.reset(); })
-          .options(t.options().device(device))
-          .target_device(device)
-          .make_tensor();
 #endif
     }
+    auto keep = std::make_shared<at::Tensor>(t);
+    const at::Device device = on<B>::device();
+    return at::for_blob(mapped, t.sizes())
+        .strides(t.strides())
+        .deleter([keep](void*) mutable { keep.reset(); })
+        .options(t.options().device(device))
+        .target_device(device)
+        .make_tensor();
   });
 }
 
@@ -520,11 +520,11 @@ struct Fused {
 };
 
 // ---- StepBatch (ferry's addition) -----------------------------------------------------------------
-// A whole step's uploads and writes in one call and one launch (ferry::step_batch). The plan names
-// torch tensors on the memory device (held here, destroyed after the batch); each step() begins a
-// step, copies every upload's source into its span of the slot, stages every write there, and
-// submits on the current stream. Whatever throws cancels the step: nothing of it is enqueued, and
-// the next step() starts afresh.
+// A whole step in one call and one launch (ferry::step_batch): uploads, staged writes, gathers
+// (with host rows), publishes, fills and the shipped epilogue. The plan names torch tensors on the
+// batch's device (held here, destroyed after the batch); each step() begins a step, writes every
+// source, index and value into the step's slot, and submits on the backend's stream. Whatever
+// throws cancels the step: nothing of it is enqueued, and the next step() starts afresh.
 
 // `obj` as a list or tuple (PySequence_Fast: a list or tuple itself, anything else copied).
 py::object fast_sequence(py::handle obj, const char* message) {
@@ -533,42 +533,64 @@ py::object fast_sequence(py::handle obj, const char* message) {
   return py::reinterpret_steal<py::object>(seq);
 }
 
+// The items of an optional per-handle sequence: none (None), or exactly `count` of them.
+std::span<PyObject*> per_handle(py::handle obj, py::object& owner, std::size_t count, const char* what) {
+  if (obj.is_none()) return {};
+  owner = fast_sequence(obj, (std::string("ferry: StepBatch.step: ") + what + " must be a sequence").c_str());
+  const auto n = static_cast<std::size_t>(PySequence_Fast_GET_SIZE(owner.ptr()));
+  if (n != count)
+    throw std::invalid_argument("ferry: StepBatch.step: " + std::to_string(n) + " " + what + " for " +
+                                std::to_string(count) + " (one each, None for none)");
+  return {PySequence_Fast_ITEMS(owner.ptr()), n};
+}
+
 struct Step {
   virtual ~Step() = default;
   virtual std::size_t add_upload(py::handle dst) = 0;
   virtual std::size_t add_writes(py::handle target, py::handle max_writes, py::handle max_elements) = 0;
-  virtual void step(py::handle uploads, py::handle writes) = 0;
+  virtual std::size_t add_gather(py::handle dst, py::handle src, py::handle max_n) = 0;
+  virtual std::size_t add_publish(py::handle dtype, py::handle max_n) = 0;
+  virtual void add_fill(py::handle dst, py::handle value, py::handle publish, py::handle index) = 0;
+  virtual void set_decode_epilogue(py::handle rows, py::handle base, py::handle drafts, py::handle block_table,
+                                   py::handle block_size, py::handle num_computed, py::handle positions,
+                                   py::handle seq_lens, py::handle slot_mapping) = 0;
+  virtual void step(py::handle uploads, py::handle writes, py::handle gathers, py::handle host_values,
+                    py::handle publishes) = 0;
+  virtual at::Tensor publish_view(py::handle i) = 0;
+  virtual void record_use() = 0;
   virtual std::uint64_t steps() const = 0;
 };
 
 template <class B>
-struct StepT final : Step {
+struct StepT final : Step, std::enable_shared_from_this<StepT<B>> {
   using batch_type = step_batch<B>;
   template <class T>
   using upload = typename batch_type::template upload<T>;
   template <class T>
   using writes_of = typename batch_type::template writes<T>;
-  using upload_handle = std::variant<upload<std::int32_t>, upload<std::int64_t>, upload<float>>;
-  using writes_handle = std::variant<writes_of<std::int32_t>, writes_of<std::int64_t>, writes_of<float>>;
+  template <class T>
+  using gather = typename batch_type::template gather<T>;
+  template <class T>
+  using publish = typename batch_type::template publish<T>;
+  template <template <class> class H>
+  using any_of = std::variant<H<std::int32_t>, H<std::int64_t>, H<float>>;
 
   explicit StepT(std::size_t slots) : device(on<B>::device()), batch(make_step_batch<B>(slots)) {}
 
   std::size_t add_upload(py::handle dst_arg) override {
-    const at::Tensor dst = tensor_argument(dst_arg, "StepBatch.add_upload", "dst");
-    check_memory(dst, 1, "StepBatch.add_upload");
-    uploads.push_back(dispatch(dst.scalar_type(), "StepBatch.add_upload", [&]<class T>() -> upload_handle {
+    const at::Tensor dst = device_tensor(dst_arg, 1, "StepBatch.add_upload", "dst");
+    uploads.push_back(dispatch(dst.scalar_type(), "StepBatch.add_upload", [&]<class T>() -> any_of<upload> {
       return batch->template add_upload<T>(span_of<T, B>(dst), static_cast<std::size_t>(dst.numel()));
     }));
-    memory.push_back(dst);
+    upload_dsts.push_back(dst);
     return uploads.size() - 1;
   }
 
   std::size_t add_writes(py::handle target_arg, py::handle max_writes, py::handle max_elements) override {
-    const at::Tensor target = tensor_argument(target_arg, "StepBatch.add_writes", "target");
-    check_memory(target, 2, "StepBatch.add_writes");
+    const at::Tensor target = device_tensor(target_arg, 2, "StepBatch.add_writes", "target");
     const auto w = index_argument(max_writes, "StepBatch.add_writes", "max_writes");
     const auto e = index_argument(max_elements, "StepBatch.add_writes", "max_elements");
-    writes.push_back(dispatch(target.scalar_type(), "StepBatch.add_writes", [&]<class T>() -> writes_handle {
+    writes.push_back(dispatch(target.scalar_type(), "StepBatch.add_writes", [&]<class T>() -> any_of<writes_of> {
       const ferry::staged_view<T> view(span_of<T, B>(target).data(), static_cast<std::size_t>(target.size(0)),
                                        static_cast<std::size_t>(target.size(1)));
       return batch->template add_writes<T>(view, w, e);
@@ -577,21 +599,148 @@ struct StepT final : Step {
     return writes.size() - 1;
   }
 
-  // sources: one per upload (None: nothing this step); staged: (writes index, row, start, values)
-  void step(py::handle sources, py::handle staged) override {
+  std::size_t add_gather(py::handle dst_arg, py::handle src_arg, py::handle max_n) override {
+    const char* api = "StepBatch.add_gather";
+    const at::Tensor dst = device_tensor(dst_arg, 1, api, "dst");
+    const at::Tensor src = device_tensor(src_arg, 1, api, "src");
+    if (src.scalar_type() != dst.scalar_type())
+      throw std::invalid_argument(std::string("ferry: ") + api + ": src is " + c10::toString(src.scalar_type()) +
+                                  ", dst " + c10::toString(dst.scalar_type()) + ": a gather copies elements as they are");
+    const std::size_t n = max_n.is_none() ? static_cast<std::size_t>(dst.numel()) : index_argument(max_n, api, "max_n");
+    gathers.push_back(dispatch(dst.scalar_type(), api, [&]<class T>() -> any_of<gather> {
+      return batch->template add_gather<T>(span_of<T, B>(dst), ferry::device_span<const T>(span_of<T, B>(src)), n);
+    }));
+    gather_dsts.push_back(dst);
+    memory.push_back(src);
+    return gathers.size() - 1;
+  }
+
+  std::size_t add_publish(py::handle dtype_arg, py::handle max_n) override {
+    const char* api = "StepBatch.add_publish";
+    if (!THPDtype_Check(dtype_arg.ptr()))
+      throw py::type_error(std::string("ferry: ") + api + ": dtype must be a torch.dtype, got " +
+                           Py_TYPE(dtype_arg.ptr())->tp_name);
+    const at::ScalarType dtype = reinterpret_cast<THPDtype*>(dtype_arg.ptr())->scalar_type;
+    const auto n = index_argument(max_n, api, "max_n");
+    publishes.push_back(dispatch(dtype, api, [&]<class T>() -> any_of<publish> {
+      return batch->template add_publish<T>(n);
+    }));
+    publish_dtypes.push_back(dtype);
+    return publishes.size() - 1;
+  }
+
+  void add_fill(py::handle dst_arg, py::handle value_arg, py::handle publish_arg, py::handle index_arg) override {
+    const char* api = "StepBatch.add_fill";
+    const at::Tensor dst = device_tensor(dst_arg, -1, api, "dst");
+    if (!dst.is_contiguous())
+      throw std::invalid_argument(std::string("ferry: ") + api + ": dst must be contiguous");
+    if (value_arg.is_none() == publish_arg.is_none())
+      throw std::invalid_argument(std::string("ferry: ") + api +
+                                  ": give either value (a one-element tensor on the batch's device) or publish and index");
+    dispatch(dst.scalar_type(), api, [&]<class T>() {
+      const ferry::device_span<T> d = span_of<T, B>(dst);
+      if (!value_arg.is_none()) {
+        const at::Tensor value = device_tensor(value_arg, -1, api, "value");
+        if (value.numel() != 1 || value.scalar_type() != dst.scalar_type())
+          throw std::invalid_argument(std::string("ferry: ") + api + ": value must be one element of dst's dtype " +
+                                      c10::toString(dst.scalar_type()) + ", got " + std::to_string(value.numel()) +
+                                      " of " + c10::toString(value.scalar_type()));
+        batch->template add_fill<T>(d, span_of<T, B>(value).data());
+        memory.push_back(value);
+      } else {
+        const auto p = index_argument(publish_arg, api, "publish");
+        if (p >= publishes.size())
+          throw std::out_of_range(std::string("ferry: ") + api + ": publish " + std::to_string(p) + " of " +
+                                  std::to_string(publishes.size()));
+        auto* h = std::get_if<publish<T>>(&publishes[p]);
+        if (h == nullptr)
+          throw std::invalid_argument(std::string("ferry: ") + api + ": publish " + std::to_string(p) + " is " +
+                                      c10::toString(publish_dtypes[p]) + ", dst " + c10::toString(dst.scalar_type()));
+        batch->template add_fill<T>(d, *h, index_argument(index_arg, api, "index"));
+      }
+    });
+    memory.push_back(dst);
+  }
+
+  void set_decode_epilogue(py::handle rows, py::handle base, py::handle drafts, py::handle block_table,
+                           py::handle block_size, py::handle num_computed, py::handle positions,
+                           py::handle seq_lens, py::handle slot_mapping) override {
+    const char* api = "StepBatch.set_decode_epilogue";
+    step_epilogue e;
+    e.which = step_epilogue::kind::decode;
+    decode_epilogue& d = e.decode;
+    std::int64_t n = 0;  // the most rows a step may have: the rows view's destination
+    d.rows = view_ref(rows, api, "rows", &n);
+    d.base = view_ref(base, api, "base", nullptr);
+    if (!drafts.is_none()) {
+      d.drafts = view_ref(drafts, api, "drafts", nullptr);
+      d.has_drafts = true;
+    }
+    if (!block_table.is_none()) {
+      const at::Tensor t = output(block_table, at::kInt, 2, 0, api, "block_table");
+      d.block_table = t.template data_ptr<std::int32_t>();
+      d.table_rows = t.size(0);
+      d.table_cols = t.size(1);
+    }
+    d.block_size = static_cast<std::int64_t>(index_argument(block_size, api, "block_size"));
+    if (d.block_size == 0) throw std::invalid_argument(std::string("ferry: ") + api + ": block_size must be at least 1");
+    if (!num_computed.is_none()) {
+      const at::Tensor t = output(num_computed, at::kInt, 1, 0, api, "num_computed");
+      d.num_computed = t.template data_ptr<std::int32_t>();
+      d.num_requests = t.numel();
+    }
+    if (!positions.is_none())
+      d.positions = output(positions, at::kLong, 1, n, api, "positions").template data_ptr<std::int64_t>();
+    if (!seq_lens.is_none())
+      d.seq_lens = output(seq_lens, at::kInt, 1, n, api, "seq_lens").template data_ptr<std::int32_t>();
+    if (!slot_mapping.is_none()) {
+      if (block_table.is_none())
+        throw std::invalid_argument(std::string("ferry: ") + api + ": slot_mapping needs block_table");
+      d.slot_mapping = output(slot_mapping, at::kLong, 1, n, api, "slot_mapping").template data_ptr<std::int64_t>();
+    }
+    batch->set_epilogue(e);
+  }
+
+  // uploads: one source per upload (None: nothing this step); staged: (writes index, row, start,
+  // values); gathers: None, or one index sequence per gather (None: nothing); host_values: None,
+  // or one per gather (the values of its ferry_vllm.FROM_HOST rows, n of them); publishes: None,
+  // or one source per publish.
+  void step(py::handle sources, py::handle staged, py::handle gather_rows, py::handle values,
+            py::handle published) override {
+    const char* api = "StepBatch.step";
     const py::object src = fast_sequence(sources, "ferry: StepBatch.step: uploads must be a sequence");
     const py::object ws = fast_sequence(staged, "ferry: StepBatch.step: writes must be a sequence");
     const auto n = static_cast<std::size_t>(PySequence_Fast_GET_SIZE(src.ptr()));
     if (n != uploads.size())
       throw std::invalid_argument("ferry: StepBatch.step: " + std::to_string(n) + " sources for " +
                                   std::to_string(uploads.size()) + " uploads (one per upload, None for none)");
+    py::object g_owner, v_owner, p_owner;
+    const auto g = per_handle(gather_rows, g_owner, gathers.size(), "gathers");
+    const auto v = per_handle(values, v_owner, gathers.size(), "host_values");
+    const auto p = per_handle(published, p_owner, publishes.size(), "publishes");
+    if (g.empty() && !v.empty())
+      throw std::invalid_argument("ferry: StepBatch.step: host_values without gathers");
     batch->begin();
     try {
       PyObject** items = PySequence_Fast_ITEMS(src.ptr());
       for (std::size_t i = 0; i < n; ++i)
-        if (items[i] != Py_None) std::visit([&](auto& u) { fill(u, i, items[i]); }, uploads[i]);
+        if (items[i] != Py_None) std::visit([&](auto& u) { fill_upload(u, i, items[i]); }, uploads[i]);
       PyObject** w = PySequence_Fast_ITEMS(ws.ptr());
       for (Py_ssize_t j = 0, m = PySequence_Fast_GET_SIZE(ws.ptr()); j < m; ++j) stage(j, w[j]);
+      for (std::size_t i = 0; i < g.size(); ++i)
+        if (g[i] != Py_None)
+          std::visit([&](auto& h) { fill_gather(h, i, g[i], v.empty() ? Py_None : v[i]); }, gathers[i]);
+        else if (!v.empty() && v[i] != Py_None)
+          throw std::invalid_argument("ferry: StepBatch.step: host_values for gather " + std::to_string(i) +
+                                      ", which has no indices this step");
+      for (std::size_t i = 0; i < p.size(); ++i)
+        if (p[i] != Py_None)
+          std::visit(
+              [&]<class T>(publish<T>& h) {
+                const host_values<T> values_of(p[i], api);
+                std::ranges::copy(values_of.span(), h.span(values_of.size()).begin());
+              },
+              publishes[i]);
       const auto s = on<B>::stream();
       submit_step<B>(*batch, s);
       on<B>::finish(s);
@@ -601,20 +750,75 @@ struct StepT final : Step {
     }
   }
 
+  // The last step's publish i as a tensor on the batch's device (a UVA view of the slot on CUDA):
+  // valid for work enqueued on the stream before the next step.
+  at::Tensor publish_view(py::handle i_arg) override {
+    const auto i = index_argument(i_arg, "StepBatch.publish_view", "publish");
+    if (i >= publishes.size())
+      throw std::out_of_range("ferry: StepBatch.publish_view: publish " + std::to_string(i) + " of " +
+                              std::to_string(publishes.size()));
+    return std::visit(
+        [&]<class T>(publish<T>& h) {
+          const ferry::device_span<const T> v = h.view();
+          return view_of(const_cast<T*>(v.data()), {static_cast<std::int64_t>(v.size())}, scalar_of<T>(),
+                         on<B>::device(), this->shared_from_this());
+        },
+        publishes[i]);
+  }
+
+  void record_use() override { batch->record_use(on<B>::stream()); }
   std::uint64_t steps() const override { return batch->steps(); }
 
  private:
-  void check_memory(const at::Tensor& t, std::int64_t dims, const char* api) const {
-    if (t.dim() != dims)
+  // A contiguous tensor on the batch's device of `dims` dimensions (-1: any).
+  at::Tensor device_tensor(py::handle h, std::int64_t dims, const char* api, const char* what) const {
+    const at::Tensor t = tensor_argument(h, api, what);
+    if (dims >= 0 && t.dim() != dims)
       throw std::invalid_argument(std::string("ferry: ") + api + ": expected a " + std::to_string(dims) +
                                   "-D tensor, got " + std::to_string(t.dim()) + "-D");
     if (t.device() != device)
       throw std::invalid_argument(std::string("ferry: ") + api + ": the tensor is on " + t.device().str() +
                                   ", the batch's memory on " + device.str());
+    return t;
+  }
+
+  // An epilogue's output (or table): a contiguous tensor on the batch's device, of `dtype` and
+  // `dims` dimensions, with at least `least` elements; held by the batch.
+  at::Tensor output(py::handle h, at::ScalarType dtype, std::int64_t dims, std::int64_t least, const char* api,
+                    const char* what) {
+    const at::Tensor t = device_tensor(h, dims, api, what);
+    if (t.scalar_type() != dtype || !t.is_contiguous() || t.numel() < least)
+      throw std::invalid_argument(std::string("ferry: ") + api + ": " + what + " must be a contiguous " +
+                                  c10::toString(dtype) + " tensor of at least " + std::to_string(least) +
+                                  " elements, got " + std::to_string(t.numel()) + " of " +
+                                  c10::toString(t.scalar_type()) + (t.is_contiguous() ? "" : ", not contiguous"));
+    memory.push_back(t);
+    return t;
+  }
+
+  // The epilogue's reference to the int32 upload or gather whose destination is the tensor `h`
+  // (the same tensor given to add_upload or add_gather); `rows`: its destination's size.
+  ferry::step_ref<std::int32_t> view_ref(py::handle h, const char* api, const char* what, std::int64_t* rows) {
+    const at::Tensor t = tensor_argument(h, api, what);
+    for (std::size_t i = 0; i < uploads.size(); ++i)
+      if (upload_dsts[i].is_same(t))
+        if (auto* u = std::get_if<upload<std::int32_t>>(&uploads[i])) {
+          if (rows != nullptr) *rows = t.numel();
+          return u->ref();
+        }
+    for (std::size_t i = 0; i < gathers.size(); ++i)
+      if (gather_dsts[i].is_same(t))
+        if (auto* g = std::get_if<gather<std::int32_t>>(&gathers[i])) {
+          if (rows != nullptr) *rows = t.numel();
+          return g->ref();
+        }
+    throw std::invalid_argument(std::string("ferry: ") + api + ": " + what +
+                                " must be the destination of an int32 upload or gather of this batch (the tensor "
+                                "given to add_upload or add_gather)");
   }
 
   template <class T>
-  void fill(upload<T>& u, std::size_t i, py::handle obj) {
+  void fill_upload(upload<T>& u, std::size_t i, py::handle obj) {
     const host_values<T> v(obj, "StepBatch.step");
     const std::size_t n = v.size();
     const std::size_t max_n = u.destination().size();
@@ -622,6 +826,24 @@ struct StepT final : Step {
       throw std::out_of_range("ferry: StepBatch.step: the source of upload " + std::to_string(i) + " has " +
                               std::to_string(n) + " elements, more than its destination's " + std::to_string(max_n));
     std::ranges::copy(v.span(), u.span(n).begin());
+  }
+
+  template <class T>
+  void fill_gather(gather<T>& h, std::size_t i, py::handle rows, py::handle values) {
+    const host_values<std::int32_t> idx(rows, "StepBatch.step");
+    const std::size_t n = idx.size();
+    const std::size_t max_n = h.destination().size();
+    if (n > max_n)
+      throw std::out_of_range("ferry: StepBatch.step: gather " + std::to_string(i) + " has " + std::to_string(n) +
+                              " indices, more than its destination's " + std::to_string(max_n));
+    std::ranges::copy(idx.span(), h.indices(n).begin());
+    if (values.is_none()) return;
+    const host_values<T> v(values, "StepBatch.step");
+    if (v.size() != n)
+      throw std::invalid_argument("ferry: StepBatch.step: host_values of gather " + std::to_string(i) + " has " +
+                                  std::to_string(v.size()) + " values for its " + std::to_string(n) +
+                                  " indices (one per row; rows not FROM_HOST are not read)");
+    std::ranges::copy(v.span(), h.host_values().begin());
   }
 
   void stage(Py_ssize_t j, PyObject* write) {
@@ -645,11 +867,14 @@ struct StepT final : Step {
         writes[k]);
   }
 
-  at::Device device;               // the memory device of every tensor of the plan
-  std::vector<at::Tensor> memory;  // the plan's tensors, kept alive; destroyed after `batch`
+  at::Device device;                                         // the device of every tensor of the plan
+  std::vector<at::Tensor> memory, upload_dsts, gather_dsts;  // the plan's tensors, destroyed after `batch`
   std::unique_ptr<batch_type> batch;
-  std::vector<upload_handle> uploads;
-  std::vector<writes_handle> writes;
+  std::vector<any_of<upload>> uploads;
+  std::vector<any_of<writes_of>> writes;
+  std::vector<any_of<gather>> gathers;
+  std::vector<any_of<publish>> publishes;
+  std::vector<at::ScalarType> publish_dtypes;
 };
 
 std::shared_ptr<Step> make_step(std::int64_t slots, bool cuda) {
@@ -729,6 +954,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::init(&make_step), py::arg("max_concurrency"), py::arg("cuda"))
       .def("add_upload", &Step::add_upload, py::arg("dst"))
       .def("add_writes", &Step::add_writes, py::arg("target"), py::arg("max_writes"), py::arg("max_elements"))
-      .def("step", &Step::step, py::arg("uploads"), py::arg("writes"))
+      .def("add_gather", &Step::add_gather, py::arg("dst"), py::arg("src"), py::arg("max_n") = py::none())
+      .def("add_publish", &Step::add_publish, py::arg("dtype"), py::arg("max_n"))
+      .def("add_fill", &Step::add_fill, py::arg("dst"), py::arg("value") = py::none(), py::kw_only(),
+           py::arg("publish") = py::none(), py::arg("index") = 0)
+      .def("set_decode_epilogue", &Step::set_decode_epilogue, py::arg("rows"), py::arg("base"),
+           py::arg("drafts") = py::none(), py::kw_only(), py::arg("block_table") = py::none(),
+           py::arg("block_size") = 16, py::arg("num_computed") = py::none(), py::arg("positions") = py::none(),
+           py::arg("seq_lens") = py::none(), py::arg("slot_mapping") = py::none())
+      .def("step", &Step::step, py::arg("uploads"), py::arg("writes"), py::arg("gathers") = py::none(),
+           py::arg("host_values") = py::none(), py::arg("publishes") = py::none())
+      .def("publish_view", &Step::publish_view, py::arg("publish"))
+      .def("record_use", &Step::record_use)
       .def_property_readonly("steps", &Step::steps);
 }

@@ -641,31 +641,39 @@ class FusedStagedWriter:
 
 
 class StepBatch(_C.Step):
-    """A whole engine step's uploads and staged writes in ONE call and ONE kernel launch
-    (ferry::step_batch: growth::pow2, reuse::event_fenced, launch::kernel), on the device given
+    """A whole engine step in ONE call and ONE kernel launch (ferry::step_batch: growth::pow2,
+    reuse::event_fenced, launch::kernel, and the epilogue the package ships), on the device given
     (default: the platform's; a CUDA device: torch's current stream of the device current when it
-    is made). Not a vLLM name: ferry's own addition.
+    is made). Not a vLLM name: ferry's own addition (docs/python.md, docs/step_batch.md).
 
-    Plan, once (the tensors are held by the batch; each must be contiguous, on the batch's
-    device, of dtype int32, int64 or float32):
+    Plan, once (every tensor contiguous, on the batch's device, int32, int64 or float32; held by
+    the batch):
 
         sb = StepBatch(max_concurrency=2)
-        ids = sb.add_upload(input_ids)        # 1-D: each step writes input_ids[:n]
-        table = sb.add_writes(block_table, max_writes=64, max_elements=1024)   # 2-D target
+        sb.add_upload(rows)                          # -> upload 0: each step writes rows[:n]
+        sb.add_gather(input_ids, sampled)            # -> gather 0: input_ids[i] = sampled[idx[i]]
+        sb.add_writes(block_table, 64, 1024)         # -> writes 0: staged writes into a 2-D target
+        p = sb.add_publish(torch.int32, 256)         # -> publish 0: read in place (UVA)
+        sb.add_fill(logits_idx[255:], publish=p, index=255)   # filled from the step's publish
+        sb.set_decode_epilogue(rows, base, drafts, block_table=block_table, block_size=16,
+                               num_computed=..., positions=..., seq_lens=..., slot_mapping=...)
 
     Every step, one call:
 
-        sb.step([token_ids, None],            # one source per upload, in order (None: none)
-                [(table, row, start, values), ...])
+        sb.step([slots],                             # one source per upload (None: none)
+                [(0, row, start, ids), ...],         # (writes index, row, start, values)
+                gathers=[idx],                       # one index list per gather; FROM_HOST: ...
+                host_values=[first_tokens],          # ... the row's value from here
+                publishes=[lens])                    # one source per publish
 
-    A source or a write's values is a list, tuple, NumPy array or CPU tensor, read as
-    StagedWriteTensor.stage_write reads its values, and consumed when step() returns. The maxima
-    of add_writes are starting sizes (the slots grow to the largest step); an upload takes at most
-    its destination's numel() elements. Any error (a source longer than its destination:
-    IndexError naming the upload and both sizes; a write out of bounds: IndexError; a wrong number
-    of sources: ValueError) drops the whole step: nothing of it lands, and the batch is ready for
-    the next step(). On the host backend a step has landed when step() returns. `steps` counts
-    the steps submitted."""
+    Sources, indices and values are lists, tuples, NumPy arrays or CPU tensors, converted exactly
+    (as StagedWriteTensor.stage_write reads its values) and consumed when step() returns. The
+    maxima are starting sizes (the slots grow to the largest step); an upload or gather takes at
+    most its destination's numel() elements. Any error drops the whole step: nothing of it lands,
+    and the batch is ready for the next step(). On the host backend a step has landed when step()
+    returns; on CUDA in stream order. `publish_view(i)` is the last step's publish i as a tensor
+    on the device, valid for work enqueued before the next step; `steps` counts the steps
+    submitted."""
 
     def __init__(self, max_concurrency: int | None = None, *, device=None):
         api = "StepBatch"
