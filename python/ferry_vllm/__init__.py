@@ -314,6 +314,12 @@ def async_tensor_h2d(data, *args, dtype=None, device=None, target_device=None, p
     _dtype(dtype, "async_tensor_h2d")
     if device is None:
         raise ValueError("ferry: async_tensor_h2d: must provide destination tensor or device")
+    if torch.compiler.is_compiling() and dtype in _SUPPORTED:
+        # torch.compile traces the op (torch.ops.ferry_vllm.async_tensor_h2d, with a fake kernel);
+        # the op checks the device when it runs.
+        src = data if isinstance(data, torch.Tensor) else torch.as_tensor(data)
+        t = torch.ops.ferry_vllm.async_tensor_h2d(src, dtype, torch.device(device))
+        return t if out is None else out.copy_(t)
     cuda, index = _device(device, "async_tensor_h2d")
     if dtype not in _SUPPORTED:
         # Element types ferry_vllm does not instantiate take torch's own path.
@@ -329,6 +335,8 @@ def get_accelerator_view_from_cpu_tensor(cpu_tensor: torch.Tensor) -> torch.Tens
     device (current_platform.device_type). A tensor that is not pinned is first copied into pinned
     memory (the view then shows that copy). On the CPU platform, the tensor itself."""
     _tensor(cpu_tensor, "get_accelerator_view_from_cpu_tensor", "cpu_tensor")
+    if torch.compiler.is_compiling():
+        return torch.ops.ferry_vllm.uva_view(cpu_tensor)  # traced as an op, as vLLM's view is
     cuda = _gpu()
     if cuda and not cpu_tensor.is_pinned():
         cpu_tensor = cpu_tensor.pin_memory()
@@ -681,3 +689,44 @@ class StepBatch(_C.Step):
         self.device = _torch_device(cuda, index)
         with _on(cuda, index):
             _C.Step.__init__(self, _max_concurrency(max_concurrency, api, 0), cuda)
+        self._outputs: list[torch.Tensor] = []  # what a step writes: submit's op returns them
+        self._key = id(self)
+        _ops._batches[self._key] = self
+
+    def add_upload(self, dst):
+        i = _C.Step.add_upload(self, dst)
+        self._outputs.append(dst)
+        return i
+
+    def add_writes(self, target, max_writes, max_elements):
+        i = _C.Step.add_writes(self, target, max_writes, max_elements)
+        self._outputs.append(target)
+        return i
+
+    def add_gather(self, dst, src, max_n=None):
+        i = _C.Step.add_gather(self, dst, src, max_n)
+        self._outputs.append(dst)
+        return i
+
+    def add_fill(self, dst, value=None, *, publish=None, index=0):
+        _C.Step.add_fill(self, dst, value, publish=publish, index=index)
+        self._outputs.append(dst)
+
+    def set_decode_epilogue(self, rows, base, drafts=None, *, block_table=None, block_size=16, num_computed=None,
+                            positions=None, seq_lens=None, slot_mapping=None):
+        _C.Step.set_decode_epilogue(self, rows, base, drafts, block_table=block_table, block_size=block_size,
+                                    num_computed=num_computed, positions=positions, seq_lens=seq_lens,
+                                    slot_mapping=slot_mapping)
+        self._outputs += [t for t in (num_computed, positions, seq_lens, slot_mapping) if t is not None]
+
+    def submit(self, uploads, gathers=None, host_values=None, publishes=None) -> list[torch.Tensor]:
+        """step() as the torch.library op ferry_vllm::step, which torch.compile traces: the sources,
+        indices and values are CPU tensors (None: none); staged writes are not taken (use step()).
+        Returns the batch's destinations in the order the plan declared them (each upload's,
+        gather's, writes target's and fill's tensor, then the epilogue's outputs): compiled code
+        reads the step's results from these, which orders its reads after the step."""
+        return torch.ops.ferry_vllm.step(self._key, list(uploads), list(gathers or []), list(host_values or []),
+                                         list(publishes or []))
+
+
+from . import _ops  # noqa: E402  (registers the torch.library ops, which call back into this module)

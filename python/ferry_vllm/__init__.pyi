@@ -152,6 +152,13 @@ class StepBatch:
         host_values: Sequence[_Values | None] | None = ...,
         publishes: Sequence[_Values | None] | None = ...,
     ) -> None: ...
+    def submit(
+        self,
+        uploads: Sequence[torch.Tensor | None],
+        gathers: Sequence[torch.Tensor | None] | None = ...,
+        host_values: Sequence[torch.Tensor | None] | None = ...,
+        publishes: Sequence[torch.Tensor | None] | None = ...,
+    ) -> list[torch.Tensor]: ...
     def publish_view(self, publish: int) -> torch.Tensor: ...
     def record_use(self) -> None: ...
     @property
