@@ -1,4 +1,5 @@
-// The CUDA build's kernel half: ferry's apply kernels built here by nvcc.
+// The CUDA build's kernel half: ferry's kernels built here by nvcc, for the CUDA backend and (as
+// host loops) for the host backend.
 #include <ferry/ferry.cuh>
 
 #include "apply.inc"

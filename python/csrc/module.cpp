@@ -1,15 +1,22 @@
-// ferry_vllm._C: ferry's components over torch tensors, on torch's current stream. The Python
-// classes of ferry_vllm (vLLM's names and signatures, and ferry's own StepBatch) hold these
-// objects. ferry's exceptions reach Python through pybind11's translation: std::invalid_argument →
-// ValueError, std::out_of_range → IndexError, ferry::error and ferry::capacity_error
-// (std::runtime_error) → RuntimeError.
+// ferry_vllm._C: ferry's components over torch tensors. The Python classes of ferry_vllm (vLLM's
+// names and signatures, and ferry's own StepBatch) hold these objects. Each object is made for one
+// backend, chosen from its device when it is made: device="cpu" on ferry's host backend (every
+// build), device="cuda" on its CUDA backend (a CUDA build), on torch's current stream. Values
+// from Python are read by values.hpp (exact.hpp's rule). ferry's exceptions reach Python through
+// pybind11's translation: std::invalid_argument → ValueError, std::out_of_range → IndexError,
+// ferry::error and ferry::capacity_error (std::runtime_error) → RuntimeError; py::type_error →
+// TypeError. Every message starts with "ferry: ".
 #include "apply.hpp"
+#include "values.hpp"
 
 #include <ferry/interop/torch.hpp>
 
-#include <torch/extension.h>
+// torch/python.h and ATen/ATen.h, not torch/extension.h: the C++ frontend is not used, and
+// leaving it out halves the compile time.
+#include <ATen/ATen.h>
+#include <torch/python.h>
 #if FERRY_HAS_CUDA
-#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 #endif
@@ -19,51 +26,69 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <ranges>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <variant>
 #include <vector>
-
-namespace py = pybind11;
 
 namespace ferry_vllm {
 namespace {
 
 constexpr bool cuda_build = FERRY_HAS_CUDA != 0;
 
-// ---- streams ------------------------------------------------------------------------------------
-// CUDA: torch's current stream of the current device. Host backend: one ferry host stream, drained
-// after every call (torch's CPU tensors are read eagerly). A CUDA build also runs the staged
-// writes of CPU tensors (vLLM's CPU worker, device="cpu") on ferry's host backend, on that stream.
-using host_backend = ferry::backend::host;
-ferry::stream<host_backend>& host_stream() {
-  static ferry::stream<host_backend> s;
-  return s;
-}
+// ---- backends -------------------------------------------------------------------------------------
+// What an object of backend B runs on. Host: one ferry host stream, drained after every call
+// (torch's CPU tensors are read eagerly), CPU tensors. CUDA: torch's current stream of the current
+// device, CUDA tensors of that device.
+template <class B>
+struct on;
+
+template <>
+struct on<host_backend> {
+  static constexpr const char* name = "cpu";
+  static stream_t<host_backend> stream() {
+    static ferry::stream<host_backend> s;
+    return s;
+  }
+  static void finish(stream_t<host_backend> s) { s.synchronize(); }
+  static at::Device device() { return at::Device(at::kCPU); }
+};
+
 #if FERRY_HAS_CUDA
-stream_t current_stream() { return ferry::from_torch(c10::cuda::getCurrentCUDAStream()); }
-void finish(stream_t) {}
-#else
-stream_t current_stream() { return host_stream(); }
-void finish(stream_t s) { s.synchronize(); }
+template <>
+struct on<cuda_backend> {
+  static constexpr const char* name = "cuda";
+  static stream_t<cuda_backend> stream() { return ferry::from_torch(c10::cuda::getCurrentCUDAStream()); }
+  static void finish(stream_t<cuda_backend>) {}
+  static at::Device device() { return at::Device(at::kCUDA, c10::cuda::current_device()); }
+};
 #endif
 
-// The device of the memory ferry hands out (and of every tensor made over it).
-at::Device memory_device() {
+template <class B>
+constexpr bool is_host = std::is_same_v<B, host_backend>;
+
+/// Calls f.template operator()<B>() for the backend of device type `cuda` (false: cpu).
+template <class F>
+decltype(auto) dispatch_backend(bool cuda, const char* api, F&& f) {
 #if FERRY_HAS_CUDA
-  return at::Device(at::kCUDA, c10::cuda::current_device());
+  if (cuda) return f.template operator()<cuda_backend>();
 #else
-  return at::Device(at::kCPU);
+  if (cuda)
+    throw std::invalid_argument(std::string("ferry: ") + api +
+                                ": device='cuda' needs ferry_vllm's CUDA build; this build holds ferry's host backend "
+                                "only (device='cpu'): rebuild where nvcc is found (docs/python.md, Install)");
 #endif
+  return f.template operator()<host_backend>();
 }
 
-// The elements of `t` as a device_span<T> of the memory it is on (from_torch's checks).
-template <class T>
+/// The elements of `t` as a device_span<T> of the memory backend B reaches (from_torch's checks).
+template <class T, class B>
 ferry::device_span<T> span_of(const at::Tensor& t) {
-  return ferry::from_torch<T>(t, t.is_cpu() ? 0 : t.get_device());
+  return ferry::from_torch<T, B>(t, t.is_cpu() ? 0 : t.get_device());
 }
 
 // ---- dtypes ---------------------------------------------------------------------------------------
@@ -82,110 +107,26 @@ decltype(auto) dispatch(at::ScalarType dtype, const char* api, F&& f) {
     case at::kLong: return f.template operator()<std::int64_t>();
     case at::kFloat: return f.template operator()<float>();
     default:
-      throw std::invalid_argument(std::string("ferry: ") + api + ": unsupported dtype " +
-                                  c10::toString(dtype) +
+      throw std::invalid_argument(std::string("ferry: ") + api + ": unsupported dtype " + c10::toString(dtype) +
                                   ": should be one of [torch.int32, torch.int64, torch.float32]");
   }
 }
 
-// ---- host values ----------------------------------------------------------------------------------
-// Whether a buffer's struct format (e.g. NumPy's "<i", "l", "f") holds T.
-template <class T>
-bool format_is(const char* f) {
-  if (f == nullptr) return false;
-  if (*f == '<' || *f == '=' || *f == '@') ++f;
-  if (f[0] == '\0' || f[1] != '\0') return false;
-  if constexpr (std::is_floating_point_v<T>) return *f == 'f';
-  const bool is_long = sizeof(long) == sizeof(T) && *f == 'l';
-  if constexpr (sizeof(T) == 4) return *f == 'i' || is_long;
-  else return *f == 'q' || is_long;
-}
-
-// The error of element i of a source, read as v (PyLong_AsLongLong, PyFloat_AsDouble): Python's,
-// or a value that does not fit in T. Returns for a -1 that is the element's value. Out of line, so
-// that the read of every element stays a few instructions.
-template <class T, class V>
-[[gnu::noinline, gnu::cold]] void refuse(V v, Py_ssize_t i, const char* api) {
-  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
-  if constexpr (std::is_integral_v<V>) {
-    if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
-      throw std::invalid_argument(std::string("ferry: ") + api + ": value " + std::to_string(v) + " at position " +
-                                  std::to_string(i) + " does not fit in " + c10::toString(scalar_of<T>()));
-  }
-}
-
-// Calls f with the elements of `obj` as a sized range of T, read where they lie (one copy, into
-// ferry's staging, from what f hands them to): a CPU tensor (in place when its dtype is T and it is
-// contiguous, else converted first; kept alive in `keep`), a C-contiguous buffer of T (a NumPy
-// array of the dtype; in place), or any Python sequence or iterable of numbers (each element
-// converted as it is read: a value that does not fit throws there, and ferry records nothing of a
-// call whose source throws).
-template <class T, class F>
-decltype(auto) with_host_values(py::handle obj, const char* api, at::Tensor& keep, F&& f) {
-  if (THPVariable_Check(obj.ptr())) {
-    at::Tensor t = THPVariable_Unpack(obj.ptr());
-    if (!t.is_cpu())
-      throw std::invalid_argument(std::string("ferry: ") + api + ": the source must be a CPU tensor, got " +
-                                  t.device().str());
-    if (t.scalar_type() != scalar_of<T>() || !t.is_contiguous()) t = t.to(scalar_of<T>()).contiguous();
-    keep = t;
-    return f(std::span<const T>(t.data_ptr<T>(), static_cast<std::size_t>(t.numel())));
-  }
-  if (PyObject_CheckBuffer(obj.ptr())) {
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
-      const struct release {
-        Py_buffer* v;
-        ~release() { PyBuffer_Release(v); }
-      } done{&view};
-      if (view.itemsize == static_cast<Py_ssize_t>(sizeof(T)) && format_is<T>(view.format) &&
-          reinterpret_cast<std::uintptr_t>(view.buf) % alignof(T) == 0)
-        return f(std::span<const T>(static_cast<const T*>(view.buf), static_cast<std::size_t>(view.len) / sizeof(T)));
-    } else {
-      PyErr_Clear();  // not C-contiguous: read element by element below (as a misaligned one is)
-    }
-  }
-  PyObject* seq = PySequence_Fast(obj.ptr(), "ferry: the values must be a sequence or an iterable of numbers");
-  if (seq == nullptr) throw py::error_already_set();
-  const py::object owner = py::reinterpret_steal<py::object>(seq);
-  // A view over the item pointers, not an iota of indices: libstdc++ gives an iota of 64-bit
-  // integers a 128-bit difference type, which std::ranges::copy counts down in memory. An
-  // element's position is its place in the item array.
-  PyObject* const* const items = PySequence_Fast_ITEMS(seq);
-  const auto element = [items, api](PyObject* const& item) -> T {
-    if constexpr (std::is_floating_point_v<T>) {
-      const double v = PyFloat_AsDouble(item);
-      if (v == -1.0) [[unlikely]]
-        refuse<T>(v, &item - items, api);
-      return static_cast<T>(v);
-    } else {
-      const long long v = PyLong_AsLongLong(item);
-      if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max() || v == -1) [[unlikely]]
-        refuse<T>(v, &item - items, api);
-      return static_cast<T>(v);
-    }
-  };
-  const std::span<PyObject* const> all(items, static_cast<std::size_t>(PySequence_Fast_GET_SIZE(seq)));
-  return f(all | std::views::transform(element));
-}
-
-template <class T>
-T host_value(py::handle obj) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return static_cast<T>(py::cast<double>(obj));
-  } else {
-    const auto v = py::cast<long long>(obj);
-    if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
-      throw std::invalid_argument("ferry: stage_write_elem: value " + std::to_string(v) + " does not fit in " +
-                                  c10::toString(scalar_of<T>()));
-    return static_cast<T>(v);
-  }
-}
-
 std::size_t checked_index(std::int64_t v, const char* api, const char* what) {
-  if (v < 0)
-    throw std::out_of_range(std::string("ferry: ") + api + ": negative " + what + " " + std::to_string(v));
+  if (v < 0) throw std::out_of_range(std::string("ferry: ") + api + ": negative " + what + " " + std::to_string(v));
   return static_cast<std::size_t>(v);
+}
+
+std::size_t index_argument(py::handle v, const char* api, const char* what) {
+  return checked_index(int_argument(v, api, what), api, what);
+}
+
+// A torch.Tensor argument, or a ferry TypeError naming it.
+at::Tensor tensor_argument(py::handle v, const char* api, const char* what) {
+  if (!THPVariable_Check(v.ptr()))
+    throw py::type_error(std::string("ferry: ") + api + ": " + what + " must be a torch.Tensor, got " +
+                         Py_TYPE(v.ptr())->tp_name);
+  return THPVariable_Unpack(v.ptr());
 }
 
 // A tensor over ferry's memory at `data`, keeping `owner` alive for as long as torch holds it.
@@ -206,53 +147,66 @@ std::vector<std::int64_t> shape(std::int64_t rows, const std::vector<std::int64_
 }
 
 // ---- async_h2d ------------------------------------------------------------------------------------
-// A new tensor on the current device holding `values` (a CPU tensor, pinned or not, or a sequence),
-// copied by ferry::async_h2d on torch's current stream. A pageable or Python source is staged
-// through ferry's pinned arena (consumed when this returns); a pinned tensor is DMA'd in place.
-at::Tensor h2d(py::handle values, at::ScalarType dtype) {
-  return dispatch(dtype, "async_tensor_h2d", [&]<class T>() {
-    at::Tensor keep;
-    return with_host_values<T>(values, "async_tensor_h2d", keep, [&](auto&& src) {
-      at::Tensor out = at::empty({static_cast<std::int64_t>(std::ranges::size(src))},
-                                 at::TensorOptions().dtype(dtype).device(memory_device()));
-      const auto s = current_stream();
-      const auto dst = span_of<T>(out);
-      if constexpr (cuda_build) {
-        if (keep.defined() && keep.is_pinned()) {
-          ferry::async_h2d(ferry::from_torch_pinned<const T>(keep), dst, s);
-          finish(s);
-          return out;
+// A new tensor on the backend's device holding `values` (a CPU tensor, pinned or not, a NumPy
+// array or a sequence), or `out` holding them (a contiguous tensor of that device, of `dtype`,
+// with as many elements), copied by ferry::async_h2d on the backend's stream. A pageable or Python
+// source is staged through ferry's pinned arena (consumed when this returns); a pinned tensor of
+// the dtype is DMA'd in place.
+at::Tensor h2d(py::handle values, at::ScalarType dtype, bool cuda, std::optional<at::Tensor> into) {
+  return dispatch_backend(cuda, "async_tensor_h2d", [&]<class B>() {
+    return dispatch(dtype, "async_tensor_h2d", [&]<class T>() {
+      const host_values<T> src(values, "async_tensor_h2d");
+      const auto n = static_cast<std::int64_t>(src.size());
+      if (into && (into->scalar_type() != dtype || into->numel() != n))
+        throw std::invalid_argument(std::string("ferry: async_tensor_h2d: out holds ") +
+                                    std::to_string(into->numel()) + " elements of " +
+                                    c10::toString(into->scalar_type()) + ", the data " + std::to_string(n) +
+                                    " of " + c10::toString(dtype));
+      at::Tensor out = into ? *into : at::empty({n}, at::TensorOptions().dtype(dtype).device(on<B>::device()));
+      const auto s = on<B>::stream();
+      const auto dst = span_of<T, B>(out);
+      if constexpr (!is_host<B>) {
+        if (THPVariable_Check(values.ptr())) {
+          const at::Tensor& t = THPVariable_Unpack(values.ptr());
+          if (t.is_pinned() && t.scalar_type() == dtype && t.is_contiguous()) {
+            ferry::async_h2d(ferry::from_torch_pinned<const T, B>(t), dst, s);
+            return out;
+          }
         }
       }
-      ferry::async_h2d(src, dst, s);
-      finish(s);
+      ferry::async_h2d(src.span(), dst, s);
+      on<B>::finish(s);
       return out;
     });
   });
 }
 
 // The UVA (device) view of a pinned CPU tensor's memory, same sizes and strides; the view keeps
-// the tensor alive. On the host backend, the tensor itself.
-at::Tensor uva_view(const at::Tensor& t) {
+// the tensor alive. On the host backend, a CPU tensor over the same memory (its own TensorImpl, as
+// the CUDA view is: an op that returns it does not return its input).
+at::Tensor uva_view(const at::Tensor& t, bool cuda) {
   if (!t.is_cpu()) throw std::invalid_argument("ferry: uva view: expected a CPU tensor, got " + t.device().str());
+  return dispatch_backend(cuda, "uva view", [&]<class B>() -> at::Tensor {
+    if (t.numel() == 0) return at::empty_strided(t.sizes(), t.strides(), t.options().device(on<B>::device()));
+    void* mapped = t.data_ptr();
+    if constexpr (!is_host<B>) {
 #if FERRY_HAS_CUDA
-  if (!t.is_pinned()) throw std::invalid_argument("ferry: uva view: the CPU tensor is not pinned");
-  void* mapped = nullptr;
-  if (cudaHostGetDevicePointer(&mapped, t.data_ptr(), 0) != cudaSuccess) {
-    (void)cudaGetLastError();
-    throw ferry::error("ferry: uva view: the pinned tensor's memory is not mapped for UVA");
-  }
-  auto keep = std::make_shared<at::Tensor>(t);
-  const at::Device device = memory_device();
-  return at::for_blob(mapped, t.sizes())
-      .strides(t.strides())
-      .deleter([keep](void*) mutable { keep.reset(); })
-      .options(t.options().device(device))
-      .target_device(device)
-      .make_tensor();
-#else
-  return t;
+      if (!t.is_pinned()) throw std::invalid_argument("ferry: uva view: the CPU tensor is not pinned");
+      if (cudaHostGetDevicePointer(&mapped, t.data_ptr(), 0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        throw ferry::error("ferry: uva view: the pinned tensor's memory is not mapped for UVA");
+      }
 #endif
+    }
+    auto keep = std::make_shared<at::Tensor>(t);
+    const at::Device device = on<B>::device();
+    return at::for_blob(mapped, t.sizes())
+        .strides(t.strides())
+        .deleter([keep](void*) mutable { keep.reset(); })
+        .options(t.options().device(device))
+        .target_device(device)
+        .make_tensor();
+  });
 }
 
 // ---- UvaBufferPool --------------------------------------------------------------------------------
@@ -268,11 +222,10 @@ struct UvaPool {
   virtual py::tuple slot(std::size_t i, const std::vector<std::int64_t>& tail) = 0;
 };
 
-template <class T>
-struct UvaPoolT final : UvaPool, std::enable_shared_from_this<UvaPoolT<T>> {
+template <class T, class B>
+struct UvaPoolT final : UvaPool, std::enable_shared_from_this<UvaPoolT<T, B>> {
   // vLLM's slots start as zeros (torch.zeros): each slot is zero-filled here, before any reader.
-  UvaPoolT(std::size_t rows, std::size_t width, std::size_t slots)
-      : pool(ferry::row_width{width}, rows, slots) {
+  UvaPoolT(std::size_t rows, std::size_t width, std::size_t slots) : pool(ferry::row_width{width}, rows, slots) {
     for (std::size_t i = 0; i < pool.slots(); ++i) {
       const auto m = pool.slot_memory(i);
       if (!m.empty()) std::memset(const_cast<T*>(m.data()), 0, m.size_bytes());
@@ -280,24 +233,22 @@ struct UvaPoolT final : UvaPool, std::enable_shared_from_this<UvaPoolT<T>> {
   }
 
   at::Tensor copy_to_uva(py::handle values, const std::vector<std::int64_t>& tail) override {
-    at::Tensor keep;
-    const auto s = current_stream();
-    const auto v =
-        with_host_values<T>(values, "copy_to_uva", keep, [&](auto&& src) { return pool.copy_to_uva(src, s); });
-    finish(s);
+    const host_values<T> src(values, "copy_to_uva");
+    const auto s = on<B>::stream();
+    const auto v = pool.copy_to_uva(src.span(), s);
+    on<B>::finish(s);
     const auto rows = static_cast<std::int64_t>(v.size() / pool.width());
-    return view_of(const_cast<T*>(v.data()), shape(rows, tail), scalar_of<T>(), memory_device(),
+    return view_of(const_cast<T*>(v.data()), shape(rows, tail), scalar_of<T>(), on<B>::device(),
                    this->shared_from_this());
   }
   at::Tensor copy_to_device(py::handle values, const at::Tensor& out) override {
-    at::Tensor keep;
-    const auto s = current_stream();
-    with_host_values<T>(values, "copy_to_gpu", keep,
-                        [&](auto&& src) { (void)pool.copy_to_device(src, span_of<T>(out), s); });
-    finish(s);
+    const host_values<T> src(values, "copy_to_gpu");
+    const auto s = on<B>::stream();
+    (void)pool.copy_to_device(src.span(), span_of<T, B>(out), s);
+    on<B>::finish(s);
     return out;
   }
-  void record_use() override { pool.record_use(current_stream()); }
+  void record_use() override { pool.record_use(on<B>::stream()); }
   std::size_t slots() const override { return pool.slots(); }
   std::size_t current_slot() const override { return pool.current_slot(); }
   std::size_t capacity(std::size_t i) const override { return pool.capacity(i); }
@@ -311,23 +262,24 @@ struct UvaPoolT final : UvaPool, std::enable_shared_from_this<UvaPoolT<T>> {
     const auto sizes = shape(static_cast<std::int64_t>(pool.capacity(i)), tail);
     auto* data = const_cast<T*>(m.data());
     at::Tensor cpu = view_of(data, sizes, scalar_of<T>(), at::Device(at::kCPU), this->shared_from_this());
-    at::Tensor uva =
-        cuda_build ? view_of(data, sizes, scalar_of<T>(), memory_device(), this->shared_from_this()) : cpu;
+    at::Tensor uva = is_host<B> ? cpu : view_of(data, sizes, scalar_of<T>(), on<B>::device(), this->shared_from_this());
     return py::make_tuple(cpu, uva);
   }
 
-  ferry::uva_pool<T> pool;
+  ferry::uva_pool<T, B> pool;
 };
 
-std::shared_ptr<UvaPool> make_uva_pool(std::int64_t rows, std::int64_t width, at::ScalarType dtype,
-                                       std::int64_t slots) {
+std::shared_ptr<UvaPool> make_uva_pool(std::int64_t rows, std::int64_t width, at::ScalarType dtype, std::int64_t slots,
+                                       bool cuda) {
   const auto r = checked_index(rows, "UvaBufferPool", "size");
   const auto w = checked_index(width, "UvaBufferPool", "row width");
   if (slots <= 0)
     throw std::invalid_argument("ferry: UvaBufferPool: max_concurrency must be at least 1, got " +
                                 std::to_string(slots));
-  return dispatch(dtype, "UvaBufferPool", [&]<class T>() -> std::shared_ptr<UvaPool> {
-    return std::make_shared<UvaPoolT<T>>(r, w, static_cast<std::size_t>(slots));
+  return dispatch_backend(cuda, "UvaBufferPool", [&]<class B>() {
+    return dispatch(dtype, "UvaBufferPool", [&]<class T>() -> std::shared_ptr<UvaPool> {
+      return std::make_shared<UvaPoolT<T, B>>(r, w, static_cast<std::size_t>(slots));
+    });
   });
 }
 
@@ -338,36 +290,37 @@ struct UvaBacked {
   virtual at::Tensor publish(std::int64_t rows, const std::vector<std::int64_t>& tail) = 0;
 };
 
-template <class T>
-struct UvaBackedT final : UvaBacked, std::enable_shared_from_this<UvaBackedT<T>> {
-  UvaBackedT(std::size_t rows, std::size_t width, std::size_t slots)
-      : state(ferry::row_width{width}, rows, slots) {}
+template <class T, class B>
+struct UvaBackedT final : UvaBacked, std::enable_shared_from_this<UvaBackedT<T, B>> {
+  UvaBackedT(std::size_t rows, std::size_t width, std::size_t slots) : state(ferry::row_width{width}, rows, slots) {}
   at::Tensor host(const std::vector<std::int64_t>& sizes) override {
     return view_of(state.host().data(), sizes, scalar_of<T>(), at::Device(at::kCPU), this->shared_from_this());
   }
   at::Tensor publish(std::int64_t rows, const std::vector<std::int64_t>& tail) override {
     const auto n = checked_index(rows, "UvaBackedTensor.copy_to_uva", "n");
     if (n > state.rows())
-      throw std::out_of_range("ferry: UvaBackedTensor.copy_to_uva: n = " + std::to_string(n) +
-                              " exceeds the " + std::to_string(state.rows()) + " rows");
-    const auto s = current_stream();
+      throw std::out_of_range("ferry: UvaBackedTensor.copy_to_uva: n = " + std::to_string(n) + " exceeds the " +
+                              std::to_string(state.rows()) + " rows");
+    const auto s = on<B>::stream();
     const auto v = state.publish(n * state.width(), s);
-    finish(s);
-    return view_of(const_cast<T*>(v.data()), shape(rows, tail), scalar_of<T>(), memory_device(),
+    on<B>::finish(s);
+    return view_of(const_cast<T*>(v.data()), shape(rows, tail), scalar_of<T>(), on<B>::device(),
                    this->shared_from_this());
   }
-  ferry::uva_backed<T> state;
+  ferry::uva_backed<T, B> state;
 };
 
 std::shared_ptr<UvaBacked> make_uva_backed(std::int64_t rows, std::int64_t width, at::ScalarType dtype,
-                                           std::int64_t slots) {
+                                           std::int64_t slots, bool cuda) {
   const auto r = checked_index(rows, "UvaBackedTensor", "size");
   const auto w = checked_index(width, "UvaBackedTensor", "row width");
   if (slots <= 0)
     throw std::invalid_argument("ferry: UvaBackedTensor: max_concurrency must be at least 1, got " +
                                 std::to_string(slots));
-  return dispatch(dtype, "UvaBackedTensor", [&]<class T>() -> std::shared_ptr<UvaBacked> {
-    return std::make_shared<UvaBackedT<T>>(r, w, static_cast<std::size_t>(slots));
+  return dispatch_backend(cuda, "UvaBackedTensor", [&]<class B>() {
+    return dispatch(dtype, "UvaBackedTensor", [&]<class T>() -> std::shared_ptr<UvaBacked> {
+      return std::make_shared<UvaBackedT<T, B>>(r, w, static_cast<std::size_t>(slots));
+    });
   });
 }
 
@@ -380,190 +333,198 @@ struct CpuGpu {
   virtual void copy_to_cpu(std::int64_t elements) = 0;
 };
 
-template <class T>
-struct CpuGpuT final : CpuGpu, std::enable_shared_from_this<CpuGpuT<T>> {
+template <class T, class B>
+struct CpuGpuT final : CpuGpu, std::enable_shared_from_this<CpuGpuT<T, B>> {
   explicit CpuGpuT(std::size_t n) : buffer(n) {}
   at::Tensor cpu(const std::vector<std::int64_t>& sizes) override {
     return view_of(buffer.host().data(), sizes, scalar_of<T>(), at::Device(at::kCPU), this->shared_from_this());
   }
   at::Tensor gpu(const std::vector<std::int64_t>& sizes) override {
-    return view_of(buffer.device().data(), sizes, scalar_of<T>(), memory_device(), this->shared_from_this());
+    return view_of(buffer.device().data(), sizes, scalar_of<T>(), on<B>::device(), this->shared_from_this());
   }
   void copy_to_gpu(std::int64_t elements) override {
-    const auto s = current_stream();
+    const auto s = on<B>::stream();
     (void)buffer.copy_to_device(checked_index(elements, "CpuGpuBuffer.copy_to_gpu", "n"), s);
-    finish(s);
+    on<B>::finish(s);
   }
   void copy_to_cpu(std::int64_t elements) override {
-    const auto s = current_stream();
+    const auto s = on<B>::stream();
     (void)buffer.copy_to_host(checked_index(elements, "CpuGpuBuffer.copy_to_cpu", "n"), s);
-    finish(s);
+    on<B>::finish(s);
   }
-  ferry::cpu_gpu_buffer<T> buffer;
+  ferry::cpu_gpu_buffer<T, B> buffer;
 };
 
-std::shared_ptr<CpuGpu> make_cpu_gpu(std::int64_t elements, at::ScalarType dtype) {
+std::shared_ptr<CpuGpu> make_cpu_gpu(std::int64_t elements, at::ScalarType dtype, bool cuda) {
   const auto n = checked_index(elements, "CpuGpuBuffer", "size");
-  return dispatch(dtype, "CpuGpuBuffer", [&]<class T>() -> std::shared_ptr<CpuGpu> {
-    return std::make_shared<CpuGpuT<T>>(n);
+  return dispatch_backend(cuda, "CpuGpuBuffer", [&]<class B>() {
+    return dispatch(dtype, "CpuGpuBuffer", [&]<class T>() -> std::shared_ptr<CpuGpu> {
+      return std::make_shared<CpuGpuT<T, B>>(n);
+    });
   });
 }
 
 // ---- StagedWriteTensor and FusedStagedWriter ------------------------------------------------------
 struct Staged {
   virtual ~Staged() = default;
-  virtual void stage_write(std::int64_t row, std::int64_t start, py::handle values) = 0;
-  virtual void stage_write_elem(std::int64_t row, py::handle value) = 0;
+  virtual void stage_write(py::handle row, py::handle start, py::handle values) = 0;
+  virtual void stage_write_elem(py::handle row, py::handle value) = 0;
   virtual void apply_write() = 0;
   virtual void clear() = 0;
   virtual std::size_t pending() const = 0;
   virtual std::size_t pending_elements() const = 0;
   virtual at::ScalarType dtype() const = 0;
   virtual bool uva() const = 0;
-  virtual bool cpu() const = 0;  // a CPU target of a CUDA build, on ferry's host backend
+  virtual bool cuda() const = 0;
 };
-
-#if FERRY_HAS_CUDA
-/// A CUDA build's staged-write tensor over a CPU torch tensor (vLLM's CPU worker): ferry's host
-/// backend, whose "device" memory is host memory.
-template <class T>
-using cpu_target = ferry::staged_write_tensor<T, ferry::target::device, host_backend>;
-#endif
 
 template <class X>
 struct StagedT final : Staged {
   using T = typename X::value_type;
+  using B = typename X::backend_type;
   StagedT(at::Tensor memory_, X target_) : memory(std::move(memory_)), target(std::move(target_)) {}
-  void stage_write(std::int64_t row, std::int64_t start, py::handle values) override {
-    const auto r = checked_index(row, "stage_write", "index");
-    const auto c = checked_index(start, "stage_write", "start");
-    at::Tensor keep;
-    with_host_values<T>(values, "stage_write", keep, [&](auto&& src) { target.stage_write(r, c, src); });
+  void stage_write(py::handle row, py::handle start, py::handle values) override {
+    const auto r = index_argument(row, "stage_write", "index");
+    const auto c = index_argument(start, "stage_write", "start");
+    const host_values<T> src(values, "stage_write");
+    target.stage_write(r, c, src.span());
   }
-  void stage_write_elem(std::int64_t row, py::handle value) override {
-    target.stage_write_elem(checked_index(row, "stage_write_elem", "index"), host_value<T>(value));
+  void stage_write_elem(py::handle row, py::handle value) override {
+    const auto r = index_argument(row, "stage_write_elem", "index");
+    target.stage_write_elem(r, host_scalar<T>(value, "stage_write_elem"));
   }
   void apply_write() override {
-    if constexpr (on_cpu) {
-      // A CPU tensor holds its writes when the call returns, as torch's CPU ops do.
-      auto& s = host_stream();
-      target.apply_write(s);
-      s.synchronize();
-    } else {
-      const auto s = current_stream();
-      apply<T>(target, s);
-      finish(s);
-    }
+    const auto s = on<B>::stream();
+    apply<T, B>(target, s);
+    on<B>::finish(s);  // a CPU tensor holds its writes when the call returns, as torch's CPU ops do
   }
   void clear() override { target.clear(); }
   std::size_t pending() const override { return target.pending(); }
   std::size_t pending_elements() const override { return target.pending_elements(); }
   at::ScalarType dtype() const override { return scalar_of<T>(); }
-  bool uva() const override { return std::is_same_v<X, uva_target<T>>; }
-  bool cpu() const override { return on_cpu; }
-  static constexpr bool on_cpu = cuda_build && std::is_same_v<typename X::backend_type, host_backend>;
+  bool uva() const override { return std::is_same_v<X, uva_target<T, B>>; }
+  bool cuda() const override { return !is_host<B>; }
 
   at::Tensor memory;  // the target's memory (a torch tensor); destroyed after `target`
   X target;
 };
 
-// A staged-write tensor over `memory`: a CUDA tensor (device target), a pinned CPU tensor (UVA
-// target) or, in a CUDA build, any other CPU tensor (a device target on ferry's host backend),
-// viewed as rows x cols.
-std::shared_ptr<Staged> make_staged(const at::Tensor& memory, std::int64_t rows, std::int64_t cols,
-                                    bool uva, std::int64_t slots) {
+// A staged-write tensor over `memory`, viewed as rows x cols, on the backend of `cuda`: a device
+// tensor of that backend (device target), or pinned CPU memory (UVA target; any CPU tensor on the
+// host backend).
+std::shared_ptr<Staged> make_staged(const at::Tensor& memory, std::int64_t rows, std::int64_t cols, bool uva,
+                                    std::int64_t slots, bool cuda) {
   const auto r = checked_index(rows, "StagedWriteTensor", "rows");
   const auto c = checked_index(cols, "StagedWriteTensor", "columns");
   if (slots <= 0)
     throw std::invalid_argument("ferry: StagedWriteTensor: max_concurrency must be at least 1, got " +
                                 std::to_string(slots));
   const auto n = static_cast<std::size_t>(slots);
-  return dispatch(memory.scalar_type(), "StagedWriteTensor", [&]<class T>() -> std::shared_ptr<Staged> {
-    if (uva) {
-      if constexpr (cuda_build)
-        if (!memory.is_pinned())
-          throw std::invalid_argument("ferry: StagedWriteTensor: a UVA target must be pinned CPU memory");
-      return std::make_shared<StagedT<uva_target<T>>>(
-          memory, make_uva_target<T>(ferry::from_torch_pinned<T>(memory), r, c, n));
-    }
-#if FERRY_HAS_CUDA
-    if (memory.is_cpu())
-      return std::make_shared<StagedT<cpu_target<T>>>(
-          memory, cpu_target<T>(ferry::from_torch<T, host_backend>(memory, 0), r, c, n));
-#endif
-    return std::make_shared<StagedT<device_target<T>>>(memory, make_device_target<T>(span_of<T>(memory), r, c, n));
+  return dispatch_backend(cuda, "StagedWriteTensor", [&]<class B>() {
+    return dispatch(memory.scalar_type(), "StagedWriteTensor", [&]<class T>() -> std::shared_ptr<Staged> {
+      if (uva) {
+        if constexpr (!is_host<B>)
+          if (!memory.is_pinned())
+            throw std::invalid_argument("ferry: StagedWriteTensor: a UVA target must be pinned CPU memory");
+        return std::make_shared<StagedT<uva_target<T, B>>>(
+            memory, make_uva_target<T, B>(ferry::from_torch_pinned<T, B>(memory), r, c, n));
+      }
+      return std::make_shared<StagedT<device_target<T, B>>>(
+          memory, make_device_target<T, B>(span_of<T, B>(memory), r, c, n));
+    });
   });
 }
 
-// One fused writer per element type; tensors are applied in groups of one kind (device or UVA
-// target), at most fused_group per launch.
+// Fused writers per element type and backend; tensors are applied in groups of one kind (device
+// or UVA target), at most fused_group per launch: those of the host backend first (done when the
+// call returns), then those of the CUDA backend on its current stream.
 struct Fused {
   explicit Fused(std::size_t slots) : slots(slots) {}
 
-  void apply(const std::vector<std::shared_ptr<Staged>>& tensors) {
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      if (!tensors[i]) throw std::invalid_argument("ferry: FusedStagedWriter.apply: tensor " + std::to_string(i) + " is None");
+  void apply(py::handle list) {
+    std::vector<std::shared_ptr<Staged>> tensors;
+    const py::object seq = py::reinterpret_steal<py::object>(
+        PySequence_Fast(list.ptr(), "ferry: FusedStagedWriter.apply: tensors must be a sequence of StagedWriteTensor"));
+    if (!seq) throw py::error_already_set();
+    for (Py_ssize_t i = 0, n = PySequence_Fast_GET_SIZE(seq.ptr()); i < n; ++i) {
+      py::handle item = PySequence_Fast_GET_ITEM(seq.ptr(), i);
+      if (!py::isinstance<Staged>(item))
+        throw py::type_error("ferry: FusedStagedWriter.apply: tensor " + std::to_string(i) + " is a " +
+                             std::string(py::str(py::type::of(item).attr("__name__"))) + ", not a StagedWriteTensor");
+      auto t = item.cast<std::shared_ptr<Staged>>();
+      if (!t)
+        throw std::runtime_error("ferry: FusedStagedWriter.apply: tensor " + std::to_string(i) +
+                                 " has no C++ object (made with StagedWriteTensor.__new__ alone)");
+      tensors.push_back(std::move(t));
+    }
+    for (std::size_t i = 0; i < tensors.size(); ++i)
       for (std::size_t j = 0; j < i; ++j)
         if (tensors[i] == tensors[j])
           throw std::invalid_argument("ferry: FusedStagedWriter.apply got the same tensor twice (positions " +
                                       std::to_string(j) + " and " + std::to_string(i) + ")");
-    }
-    // CPU targets (a CUDA build's, on ferry's host backend) apply one by one, each done when its
-    // apply returns, as vLLM's CPU worker applies them.
-    bool on_device = false;
-    for (const auto& t : tensors) {
-      if (t->pending() == 0) continue;
-      if (t->cpu()) t->apply_write();
-      else on_device = true;
-    }
-    if (!on_device) return;  // nothing for the device's stream
-    const auto s = current_stream();
-    run<std::int32_t>(tensors, s);
-    run<std::int64_t>(tensors, s);
-    run<float>(tensors, s);
-    finish(s);
+    run_backend<host_backend>(tensors);
+#if FERRY_HAS_CUDA
+    run_backend<cuda_backend>(tensors);
+#endif
   }
 
-  template <class T>
-  void run(const std::vector<std::shared_ptr<Staged>>& tensors, stream_t s) {
-    std::vector<device_target<T>*> dev;
-    std::vector<uva_target<T>*> uva;
+ private:
+  template <class B>
+  void run_backend(const std::vector<std::shared_ptr<Staged>>& tensors) {
+    const bool any = std::any_of(tensors.begin(), tensors.end(),
+                                 [](const auto& t) { return t->cuda() == !is_host<B> && t->pending() != 0; });
+    if (!any) return;
+    const auto s = on<B>::stream();
+    run<std::int32_t, B>(tensors, s);
+    run<std::int64_t, B>(tensors, s);
+    run<float, B>(tensors, s);
+    on<B>::finish(s);
+  }
+
+  template <class T, class B>
+  void run(const std::vector<std::shared_ptr<Staged>>& tensors, stream_t<B> s) {
+    std::vector<device_target<T, B>*> dev;
+    std::vector<uva_target<T, B>*> uva;
     for (const auto& t : tensors) {
-      if (t->dtype() != scalar_of<T>() || t->pending() == 0 || t->cpu()) continue;
-      if (t->uva()) uva.push_back(&static_cast<StagedT<uva_target<T>>&>(*t).target);
-      else dev.push_back(&static_cast<StagedT<device_target<T>>&>(*t).target);
+      if (t->dtype() != scalar_of<T>() || t->pending() == 0 || t->cuda() != !is_host<B>) continue;
+      if (t->uva()) uva.push_back(&static_cast<StagedT<uva_target<T, B>>&>(*t).target);
+      else dev.push_back(&static_cast<StagedT<device_target<T, B>>&>(*t).target);
     }
     if (dev.empty() && uva.empty()) return;
-    auto& w = writer<T>();
+    auto& w = writer<T, B>();
     for (std::size_t i = 0; i < dev.size(); i += fused_group)
-      apply_fused<T>(w, std::span<device_target<T>* const>(dev).subspan(i, std::min(fused_group, dev.size() - i)), s);
+      apply_fused<T, B>(w, std::span<device_target<T, B>* const>(dev).subspan(i, std::min(fused_group, dev.size() - i)), s);
     for (std::size_t i = 0; i < uva.size(); i += fused_group)
-      apply_fused<T>(w, std::span<uva_target<T>* const>(uva).subspan(i, std::min(fused_group, uva.size() - i)), s);
+      apply_fused<T, B>(w, std::span<uva_target<T, B>* const>(uva).subspan(i, std::min(fused_group, uva.size() - i)), s);
   }
 
-  template <class T>
-  fused_writer<T>& writer() {
-    auto& w = std::get<std::unique_ptr<fused_writer<T>>>(writers);
-    if (!w) w = make_fused_writer<T>(fused_group, slots);  // constructed where nvcc built the kernels
+  template <class T, class B>
+  fused_writer<T, B>& writer() {
+    auto& w = std::get<std::unique_ptr<fused_writer<T, B>>>(writers);
+    if (!w) w = make_fused_writer<T, B>(fused_group, slots);  // constructed where the kernels were built
     return *w;
   }
 
   std::size_t slots;
-  std::tuple<std::unique_ptr<fused_writer<std::int32_t>>, std::unique_ptr<fused_writer<std::int64_t>>,
-             std::unique_ptr<fused_writer<float>>>
+  std::tuple<std::unique_ptr<fused_writer<std::int32_t, host_backend>>,
+             std::unique_ptr<fused_writer<std::int64_t, host_backend>>,
+             std::unique_ptr<fused_writer<float, host_backend>>
+#if FERRY_HAS_CUDA
+             ,
+             std::unique_ptr<fused_writer<std::int32_t, cuda_backend>>,
+             std::unique_ptr<fused_writer<std::int64_t, cuda_backend>>,
+             std::unique_ptr<fused_writer<float, cuda_backend>>
+#endif
+             >
       writers;
 };
 
 // ---- StepBatch (ferry's addition) -----------------------------------------------------------------
-// A whole step's uploads and writes in one call and one launch (ferry::step_batch). The plan names
-// torch tensors on the memory device (held here, destroyed after the batch); each step() begins a
-// step, copies every upload's source into its span of the slot, stages every write there, and
-// submits on the current stream. Whatever throws cancels the step: nothing of it is enqueued, and
-// the next step() starts afresh.
-using upload_handle = std::variant<step_batch::upload<std::int32_t>, step_batch::upload<std::int64_t>,
-                                   step_batch::upload<float>>;
-using writes_handle = std::variant<step_batch::writes<std::int32_t>, step_batch::writes<std::int64_t>,
-                                   step_batch::writes<float>>;
+// A whole step in one call and one launch (ferry::step_batch): uploads, staged writes, gathers
+// (with host rows), publishes, fills and the shipped epilogue. The plan names torch tensors on the
+// batch's device (held here, destroyed after the batch); each step() begins a step, writes every
+// source, index and value into the step's slot, and submits on the backend's stream. Whatever
+// throws cancels the step: nothing of it is enqueued, and the next step() starts afresh.
 
 // `obj` as a list or tuple (PySequence_Fast: a list or tuple itself, anything else copied).
 py::object fast_sequence(py::handle obj, const char* message) {
@@ -572,89 +533,317 @@ py::object fast_sequence(py::handle obj, const char* message) {
   return py::reinterpret_steal<py::object>(seq);
 }
 
-std::int64_t int_of(PyObject* obj) {
-  const long long v = PyLong_AsLongLong(obj);
-  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
-  return v;
+// The items of an optional per-handle sequence: none (None), or exactly `count` of them.
+std::span<PyObject*> per_handle(py::handle obj, py::object& owner, std::size_t count, const char* what) {
+  if (obj.is_none()) return {};
+  owner = fast_sequence(obj, (std::string("ferry: StepBatch.step: ") + what + " must be a sequence").c_str());
+  const auto n = static_cast<std::size_t>(PySequence_Fast_GET_SIZE(owner.ptr()));
+  if (n != count)
+    throw std::invalid_argument("ferry: StepBatch.step: " + std::to_string(n) + " " + what + " for " +
+                                std::to_string(count) + " (one each, None for none)");
+  return {PySequence_Fast_ITEMS(owner.ptr()), n};
 }
 
 struct Step {
-  explicit Step(std::int64_t slots) : device(memory_device()) {
-    if (slots < 2)
-      throw std::invalid_argument("ferry: StepBatch: max_concurrency must be at least 2, got " + std::to_string(slots));
-    batch = make_step_batch(static_cast<std::size_t>(slots));
-  }
+  virtual ~Step() = default;
+  virtual std::size_t add_upload(py::handle dst) = 0;
+  virtual std::size_t add_writes(py::handle target, py::handle max_writes, py::handle max_elements) = 0;
+  virtual std::size_t add_gather(py::handle dst, py::handle src, py::handle max_n) = 0;
+  virtual std::size_t add_publish(py::handle dtype, py::handle max_n) = 0;
+  virtual void add_fill(py::handle dst, py::handle value, py::handle publish, py::handle index) = 0;
+  virtual void set_decode_epilogue(py::handle rows, py::handle base, py::handle drafts, py::handle block_table,
+                                   py::handle block_size, py::handle num_computed, py::handle positions,
+                                   py::handle seq_lens, py::handle slot_mapping) = 0;
+  virtual void step(py::handle uploads, py::handle writes, py::handle gathers, py::handle host_values,
+                    py::handle publishes) = 0;
+  virtual at::Tensor publish_view(py::handle i) = 0;
+  virtual void record_use() = 0;
+  virtual std::uint64_t steps() const = 0;
+};
 
-  std::size_t add_upload(const at::Tensor& dst) {
-    check_memory(dst, 1, "StepBatch.add_upload");
-    uploads.push_back(dispatch(dst.scalar_type(), "StepBatch.add_upload", [&]<class T>() -> upload_handle {
-      return batch->add_upload<T>(span_of<T>(dst), static_cast<std::size_t>(dst.numel()));
+template <class B>
+struct StepT final : Step, std::enable_shared_from_this<StepT<B>> {
+  using batch_type = step_batch<B>;
+  template <class T>
+  using upload = typename batch_type::template upload<T>;
+  template <class T>
+  using writes_of = typename batch_type::template writes<T>;
+  template <class T>
+  using gather = typename batch_type::template gather<T>;
+  template <class T>
+  using publish = typename batch_type::template publish<T>;
+  template <template <class> class H>
+  using any_of = std::variant<H<std::int32_t>, H<std::int64_t>, H<float>>;
+
+  explicit StepT(std::size_t slots) : device(on<B>::device()), batch(make_step_batch<B>(slots)) {}
+
+  std::size_t add_upload(py::handle dst_arg) override {
+    const at::Tensor dst = device_tensor(dst_arg, 1, "StepBatch.add_upload", "dst");
+    uploads.push_back(dispatch(dst.scalar_type(), "StepBatch.add_upload", [&]<class T>() -> any_of<upload> {
+      return batch->template add_upload<T>(span_of<T, B>(dst), static_cast<std::size_t>(dst.numel()));
     }));
-    memory.push_back(dst);
+    upload_dsts.push_back(dst);
     return uploads.size() - 1;
   }
 
-  std::size_t add_writes(const at::Tensor& target, std::int64_t max_writes, std::int64_t max_elements) {
-    check_memory(target, 2, "StepBatch.add_writes");
-    const auto w = checked_index(max_writes, "StepBatch.add_writes", "max_writes");
-    const auto e = checked_index(max_elements, "StepBatch.add_writes", "max_elements");
-    writes.push_back(dispatch(target.scalar_type(), "StepBatch.add_writes", [&]<class T>() -> writes_handle {
-      const ferry::staged_view<T> view(span_of<T>(target).data(), static_cast<std::size_t>(target.size(0)),
+  std::size_t add_writes(py::handle target_arg, py::handle max_writes, py::handle max_elements) override {
+    const at::Tensor target = device_tensor(target_arg, 2, "StepBatch.add_writes", "target");
+    const auto w = index_argument(max_writes, "StepBatch.add_writes", "max_writes");
+    const auto e = index_argument(max_elements, "StepBatch.add_writes", "max_elements");
+    writes.push_back(dispatch(target.scalar_type(), "StepBatch.add_writes", [&]<class T>() -> any_of<writes_of> {
+      const ferry::staged_view<T> view(span_of<T, B>(target).data(), static_cast<std::size_t>(target.size(0)),
                                        static_cast<std::size_t>(target.size(1)));
-      return batch->add_writes<T>(view, w, e);
+      return batch->template add_writes<T>(view, w, e);
     }));
     memory.push_back(target);
     return writes.size() - 1;
   }
 
-  // sources: one per upload (None: nothing this step); staged: (writes index, row, start, values)
-  void step(py::handle sources, py::handle staged) {
+  std::size_t add_gather(py::handle dst_arg, py::handle src_arg, py::handle max_n) override {
+    const char* api = "StepBatch.add_gather";
+    const at::Tensor dst = device_tensor(dst_arg, 1, api, "dst");
+    const at::Tensor src = device_tensor(src_arg, 1, api, "src");
+    if (src.scalar_type() != dst.scalar_type())
+      throw std::invalid_argument(std::string("ferry: ") + api + ": src is " + c10::toString(src.scalar_type()) +
+                                  ", dst " + c10::toString(dst.scalar_type()) + ": a gather copies elements as they are");
+    const std::size_t n = max_n.is_none() ? static_cast<std::size_t>(dst.numel()) : index_argument(max_n, api, "max_n");
+    gathers.push_back(dispatch(dst.scalar_type(), api, [&]<class T>() -> any_of<gather> {
+      return batch->template add_gather<T>(span_of<T, B>(dst), ferry::device_span<const T>(span_of<T, B>(src)), n);
+    }));
+    gather_dsts.push_back(dst);
+    memory.push_back(src);
+    return gathers.size() - 1;
+  }
+
+  std::size_t add_publish(py::handle dtype_arg, py::handle max_n) override {
+    const char* api = "StepBatch.add_publish";
+    if (!THPDtype_Check(dtype_arg.ptr()))
+      throw py::type_error(std::string("ferry: ") + api + ": dtype must be a torch.dtype, got " +
+                           Py_TYPE(dtype_arg.ptr())->tp_name);
+    const at::ScalarType dtype = reinterpret_cast<THPDtype*>(dtype_arg.ptr())->scalar_type;
+    const auto n = index_argument(max_n, api, "max_n");
+    publishes.push_back(dispatch(dtype, api, [&]<class T>() -> any_of<publish> {
+      return batch->template add_publish<T>(n);
+    }));
+    publish_dtypes.push_back(dtype);
+    return publishes.size() - 1;
+  }
+
+  void add_fill(py::handle dst_arg, py::handle value_arg, py::handle publish_arg, py::handle index_arg) override {
+    const char* api = "StepBatch.add_fill";
+    const at::Tensor dst = device_tensor(dst_arg, -1, api, "dst");
+    if (!dst.is_contiguous())
+      throw std::invalid_argument(std::string("ferry: ") + api + ": dst must be contiguous");
+    if (value_arg.is_none() == publish_arg.is_none())
+      throw std::invalid_argument(std::string("ferry: ") + api +
+                                  ": give either value (a one-element tensor on the batch's device) or publish and index");
+    dispatch(dst.scalar_type(), api, [&]<class T>() {
+      const ferry::device_span<T> d = span_of<T, B>(dst);
+      if (!value_arg.is_none()) {
+        const at::Tensor value = device_tensor(value_arg, -1, api, "value");
+        if (value.numel() != 1 || value.scalar_type() != dst.scalar_type())
+          throw std::invalid_argument(std::string("ferry: ") + api + ": value must be one element of dst's dtype " +
+                                      c10::toString(dst.scalar_type()) + ", got " + std::to_string(value.numel()) +
+                                      " of " + c10::toString(value.scalar_type()));
+        batch->template add_fill<T>(d, span_of<T, B>(value).data());
+        memory.push_back(value);
+      } else {
+        const auto p = index_argument(publish_arg, api, "publish");
+        if (p >= publishes.size())
+          throw std::out_of_range(std::string("ferry: ") + api + ": publish " + std::to_string(p) + " of " +
+                                  std::to_string(publishes.size()));
+        auto* h = std::get_if<publish<T>>(&publishes[p]);
+        if (h == nullptr)
+          throw std::invalid_argument(std::string("ferry: ") + api + ": publish " + std::to_string(p) + " is " +
+                                      c10::toString(publish_dtypes[p]) + ", dst " + c10::toString(dst.scalar_type()));
+        batch->template add_fill<T>(d, *h, index_argument(index_arg, api, "index"));
+      }
+    });
+    memory.push_back(dst);
+  }
+
+  void set_decode_epilogue(py::handle rows, py::handle base, py::handle drafts, py::handle block_table,
+                           py::handle block_size, py::handle num_computed, py::handle positions,
+                           py::handle seq_lens, py::handle slot_mapping) override {
+    const char* api = "StepBatch.set_decode_epilogue";
+    step_epilogue e;
+    e.which = step_epilogue::kind::decode;
+    decode_epilogue& d = e.decode;
+    std::int64_t n = 0;  // the most rows a step may have: the rows view's destination
+    d.rows = view_ref(rows, api, "rows", &n);
+    d.base = view_ref(base, api, "base", nullptr);
+    if (!drafts.is_none()) {
+      d.drafts = view_ref(drafts, api, "drafts", nullptr);
+      d.has_drafts = true;
+    }
+    if (!block_table.is_none()) {
+      const at::Tensor t = output(block_table, at::kInt, 2, 0, api, "block_table");
+      d.block_table = t.template data_ptr<std::int32_t>();
+      d.table_rows = t.size(0);
+      d.table_cols = t.size(1);
+    }
+    d.block_size = static_cast<std::int64_t>(index_argument(block_size, api, "block_size"));
+    if (d.block_size == 0) throw std::invalid_argument(std::string("ferry: ") + api + ": block_size must be at least 1");
+    if (!num_computed.is_none()) {
+      const at::Tensor t = output(num_computed, at::kInt, 1, 0, api, "num_computed");
+      d.num_computed = t.template data_ptr<std::int32_t>();
+      d.num_requests = t.numel();
+    }
+    if (!positions.is_none())
+      d.positions = output(positions, at::kLong, 1, n, api, "positions").template data_ptr<std::int64_t>();
+    if (!seq_lens.is_none())
+      d.seq_lens = output(seq_lens, at::kInt, 1, n, api, "seq_lens").template data_ptr<std::int32_t>();
+    if (!slot_mapping.is_none()) {
+      if (block_table.is_none())
+        throw std::invalid_argument(std::string("ferry: ") + api + ": slot_mapping needs block_table");
+      d.slot_mapping = output(slot_mapping, at::kLong, 1, n, api, "slot_mapping").template data_ptr<std::int64_t>();
+    }
+    batch->set_epilogue(e);
+  }
+
+  // uploads: one source per upload (None: nothing this step); staged: (writes index, row, start,
+  // values); gathers: None, or one index sequence per gather (None: nothing); host_values: None,
+  // or one per gather (the values of its ferry_vllm.FROM_HOST rows, n of them); publishes: None,
+  // or one source per publish.
+  void step(py::handle sources, py::handle staged, py::handle gather_rows, py::handle values,
+            py::handle published) override {
+    const char* api = "StepBatch.step";
     const py::object src = fast_sequence(sources, "ferry: StepBatch.step: uploads must be a sequence");
     const py::object ws = fast_sequence(staged, "ferry: StepBatch.step: writes must be a sequence");
     const auto n = static_cast<std::size_t>(PySequence_Fast_GET_SIZE(src.ptr()));
     if (n != uploads.size())
       throw std::invalid_argument("ferry: StepBatch.step: " + std::to_string(n) + " sources for " +
                                   std::to_string(uploads.size()) + " uploads (one per upload, None for none)");
+    py::object g_owner, v_owner, p_owner;
+    const auto g = per_handle(gather_rows, g_owner, gathers.size(), "gathers");
+    const auto v = per_handle(values, v_owner, gathers.size(), "host_values");
+    const auto p = per_handle(published, p_owner, publishes.size(), "publishes");
+    if (g.empty() && !v.empty())
+      throw std::invalid_argument("ferry: StepBatch.step: host_values without gathers");
     batch->begin();
     try {
       PyObject** items = PySequence_Fast_ITEMS(src.ptr());
       for (std::size_t i = 0; i < n; ++i)
-        if (items[i] != Py_None) std::visit([&](auto& u) { fill(u, i, items[i]); }, uploads[i]);
+        if (items[i] != Py_None) std::visit([&](auto& u) { fill_upload(u, i, items[i]); }, uploads[i]);
       PyObject** w = PySequence_Fast_ITEMS(ws.ptr());
       for (Py_ssize_t j = 0, m = PySequence_Fast_GET_SIZE(ws.ptr()); j < m; ++j) stage(j, w[j]);
-      const auto s = current_stream();
-      submit_step(*batch, s);
-      finish(s);
+      for (std::size_t i = 0; i < g.size(); ++i)
+        if (g[i] != Py_None)
+          std::visit([&](auto& h) { fill_gather(h, i, g[i], v.empty() ? Py_None : v[i]); }, gathers[i]);
+        else if (!v.empty() && v[i] != Py_None)
+          throw std::invalid_argument("ferry: StepBatch.step: host_values for gather " + std::to_string(i) +
+                                      ", which has no indices this step");
+      for (std::size_t i = 0; i < p.size(); ++i)
+        if (p[i] != Py_None)
+          std::visit(
+              [&]<class T>(publish<T>& h) {
+                const host_values<T> values_of(p[i], api);
+                std::ranges::copy(values_of.span(), h.span(values_of.size()).begin());
+              },
+              publishes[i]);
+      const auto s = on<B>::stream();
+      submit_step<B>(*batch, s);
+      on<B>::finish(s);
     } catch (...) {
       batch->cancel();
       throw;
     }
   }
 
-  std::uint64_t steps() const { return batch->steps(); }
+  // The last step's publish i as a tensor on the batch's device (a UVA view of the slot on CUDA):
+  // valid for work enqueued on the stream before the next step.
+  at::Tensor publish_view(py::handle i_arg) override {
+    const auto i = index_argument(i_arg, "StepBatch.publish_view", "publish");
+    if (i >= publishes.size())
+      throw std::out_of_range("ferry: StepBatch.publish_view: publish " + std::to_string(i) + " of " +
+                              std::to_string(publishes.size()));
+    return std::visit(
+        [&]<class T>(publish<T>& h) {
+          const ferry::device_span<const T> v = h.view();
+          return view_of(const_cast<T*>(v.data()), {static_cast<std::int64_t>(v.size())}, scalar_of<T>(),
+                         on<B>::device(), this->shared_from_this());
+        },
+        publishes[i]);
+  }
+
+  void record_use() override { batch->record_use(on<B>::stream()); }
+  std::uint64_t steps() const override { return batch->steps(); }
 
  private:
-  void check_memory(const at::Tensor& t, std::int64_t dims, const char* api) const {
-    if (t.dim() != dims)
+  // A contiguous tensor on the batch's device of `dims` dimensions (-1: any).
+  at::Tensor device_tensor(py::handle h, std::int64_t dims, const char* api, const char* what) const {
+    const at::Tensor t = tensor_argument(h, api, what);
+    if (dims >= 0 && t.dim() != dims)
       throw std::invalid_argument(std::string("ferry: ") + api + ": expected a " + std::to_string(dims) +
                                   "-D tensor, got " + std::to_string(t.dim()) + "-D");
     if (t.device() != device)
       throw std::invalid_argument(std::string("ferry: ") + api + ": the tensor is on " + t.device().str() +
                                   ", the batch's memory on " + device.str());
+    return t;
+  }
+
+  // An epilogue's output (or table): a contiguous tensor on the batch's device, of `dtype` and
+  // `dims` dimensions, with at least `least` elements; held by the batch.
+  at::Tensor output(py::handle h, at::ScalarType dtype, std::int64_t dims, std::int64_t least, const char* api,
+                    const char* what) {
+    const at::Tensor t = device_tensor(h, dims, api, what);
+    if (t.scalar_type() != dtype || !t.is_contiguous() || t.numel() < least)
+      throw std::invalid_argument(std::string("ferry: ") + api + ": " + what + " must be a contiguous " +
+                                  c10::toString(dtype) + " tensor of at least " + std::to_string(least) +
+                                  " elements, got " + std::to_string(t.numel()) + " of " +
+                                  c10::toString(t.scalar_type()) + (t.is_contiguous() ? "" : ", not contiguous"));
+    memory.push_back(t);
+    return t;
+  }
+
+  // The epilogue's reference to the int32 upload or gather whose destination is the tensor `h`
+  // (the same tensor given to add_upload or add_gather); `rows`: its destination's size.
+  ferry::step_ref<std::int32_t> view_ref(py::handle h, const char* api, const char* what, std::int64_t* rows) {
+    const at::Tensor t = tensor_argument(h, api, what);
+    for (std::size_t i = 0; i < uploads.size(); ++i)
+      if (upload_dsts[i].is_same(t))
+        if (auto* u = std::get_if<upload<std::int32_t>>(&uploads[i])) {
+          if (rows != nullptr) *rows = t.numel();
+          return u->ref();
+        }
+    for (std::size_t i = 0; i < gathers.size(); ++i)
+      if (gather_dsts[i].is_same(t))
+        if (auto* g = std::get_if<gather<std::int32_t>>(&gathers[i])) {
+          if (rows != nullptr) *rows = t.numel();
+          return g->ref();
+        }
+    throw std::invalid_argument(std::string("ferry: ") + api + ": " + what +
+                                " must be the destination of an int32 upload or gather of this batch (the tensor "
+                                "given to add_upload or add_gather)");
   }
 
   template <class T>
-  void fill(step_batch::upload<T>& u, std::size_t i, py::handle obj) {
-    at::Tensor keep;
-    with_host_values<T>(obj, "StepBatch.step", keep, [&](auto&& v) {
-      const std::size_t n = std::ranges::size(v);
-      const std::size_t max_n = u.destination().size();
-      if (n > max_n)
-        throw std::out_of_range("ferry: StepBatch.step: the source of upload " + std::to_string(i) + " has " +
-                                std::to_string(n) + " elements, more than its destination's " +
-                                std::to_string(max_n));
-      std::ranges::copy(v, u.span(n).begin());
-    });
+  void fill_upload(upload<T>& u, std::size_t i, py::handle obj) {
+    const host_values<T> v(obj, "StepBatch.step");
+    const std::size_t n = v.size();
+    const std::size_t max_n = u.destination().size();
+    if (n > max_n)
+      throw std::out_of_range("ferry: StepBatch.step: the source of upload " + std::to_string(i) + " has " +
+                              std::to_string(n) + " elements, more than its destination's " + std::to_string(max_n));
+    std::ranges::copy(v.span(), u.span(n).begin());
+  }
+
+  template <class T>
+  void fill_gather(gather<T>& h, std::size_t i, py::handle rows, py::handle values) {
+    const host_values<std::int32_t> idx(rows, "StepBatch.step");
+    const std::size_t n = idx.size();
+    const std::size_t max_n = h.destination().size();
+    if (n > max_n)
+      throw std::out_of_range("ferry: StepBatch.step: gather " + std::to_string(i) + " has " + std::to_string(n) +
+                              " indices, more than its destination's " + std::to_string(max_n));
+    std::ranges::copy(idx.span(), h.indices(n).begin());
+    if (values.is_none()) return;
+    const host_values<T> v(values, "StepBatch.step");
+    if (v.size() != n)
+      throw std::invalid_argument("ferry: StepBatch.step: host_values of gather " + std::to_string(i) + " has " +
+                                  std::to_string(v.size()) + " values for its " + std::to_string(n) +
+                                  " indices (one per row; rows not FROM_HOST are not read)");
+    std::ranges::copy(v.span(), h.host_values().begin());
   }
 
   void stage(Py_ssize_t j, PyObject* write) {
@@ -664,39 +853,57 @@ struct Step {
                                   " must be (writes_index, row, start, values), got " +
                                   std::to_string(PySequence_Fast_GET_SIZE(f.ptr())) + " items");
     PyObject** it = PySequence_Fast_ITEMS(f.ptr());
-    const auto k = checked_index(int_of(it[0]), "StepBatch.step", "writes index");
+    const auto k = index_argument(it[0], "StepBatch.step", "writes index");
     if (k >= writes.size())
       throw std::out_of_range("ferry: StepBatch.step: write " + std::to_string(j) + " names writes index " +
                               std::to_string(k) + " of " + std::to_string(writes.size()));
-    const auto row = checked_index(int_of(it[1]), "StepBatch.step", "row");
-    const auto start = checked_index(int_of(it[2]), "StepBatch.step", "start");
+    const auto row = index_argument(it[1], "StepBatch.step", "row");
+    const auto start = index_argument(it[2], "StepBatch.step", "start");
     std::visit(
-        [&]<class T>(step_batch::writes<T>& h) {
-          at::Tensor keep;
-          with_host_values<T>(it[3], "StepBatch.step", keep, [&](auto&& v) { h.stage_write(row, start, v); });
+        [&]<class T>(writes_of<T>& h) {
+          const host_values<T> v(it[3], "StepBatch.step");
+          h.stage_write(row, start, v.span());
         },
         writes[k]);
   }
 
-  at::Device device;                // the memory device of every tensor of the plan
-  std::vector<at::Tensor> memory;   // the plan's tensors, kept alive; destroyed after `batch`
-  std::unique_ptr<step_batch> batch;
-  std::vector<upload_handle> uploads;
-  std::vector<writes_handle> writes;
+  at::Device device;                                         // the device of every tensor of the plan
+  std::vector<at::Tensor> memory, upload_dsts, gather_dsts;  // the plan's tensors, destroyed after `batch`
+  std::unique_ptr<batch_type> batch;
+  std::vector<any_of<upload>> uploads;
+  std::vector<any_of<writes_of>> writes;
+  std::vector<any_of<gather>> gathers;
+  std::vector<any_of<publish>> publishes;
+  std::vector<at::ScalarType> publish_dtypes;
 };
+
+std::shared_ptr<Step> make_step(std::int64_t slots, bool cuda) {
+  if (slots < 2)
+    throw std::invalid_argument("ferry: StepBatch: max_concurrency must be at least 2, got " + std::to_string(slots));
+  return dispatch_backend(cuda, "StepBatch", [&]<class B>() -> std::shared_ptr<Step> {
+    return std::make_shared<StepT<B>>(static_cast<std::size_t>(slots));
+  });
+}
 
 }  // namespace
 }  // namespace ferry_vllm
+
+#define FERRY_VLLM_STR2(x) #x
+#define FERRY_VLLM_STR(x) FERRY_VLLM_STR2(x)
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace ferry_vllm;
   m.doc() = "ferry's components over torch tensors (the core of ferry_vllm)";
   m.attr("cuda") = py::bool_(cuda_build);
-  m.def("h2d", &h2d, py::arg("values"), py::arg("dtype"));
-  m.def("uva_view", &uva_view, py::arg("cpu"));
+  // setup.py's version (its local label names the backends) and the torch it was built against.
+  m.attr("version") = FERRY_VLLM_STR(FERRY_VLLM_VERSION);
+  m.attr("torch_version") = FERRY_VLLM_STR(FERRY_VLLM_TORCH);
+  m.def("h2d", &h2d, py::arg("values"), py::arg("dtype"), py::arg("cuda"), py::arg("out") = py::none());
+  m.def("uva_view", &uva_view, py::arg("cpu"), py::arg("cuda"));
 
   py::class_<UvaPool, std::shared_ptr<UvaPool>>(m, "UvaPool")
-      .def(py::init(&make_uva_pool), py::arg("rows"), py::arg("width"), py::arg("dtype"), py::arg("slots"))
+      .def(py::init(&make_uva_pool), py::arg("rows"), py::arg("width"), py::arg("dtype"), py::arg("slots"),
+           py::arg("cuda"))
       .def("copy_to_uva", &UvaPool::copy_to_uva)
       .def("copy_to_device", &UvaPool::copy_to_device)
       .def("record_use", &UvaPool::record_use)
@@ -707,12 +914,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("slot", &UvaPool::slot);
 
   py::class_<UvaBacked, std::shared_ptr<UvaBacked>>(m, "UvaBacked")
-      .def(py::init(&make_uva_backed), py::arg("rows"), py::arg("width"), py::arg("dtype"), py::arg("slots"))
+      .def(py::init(&make_uva_backed), py::arg("rows"), py::arg("width"), py::arg("dtype"), py::arg("slots"),
+           py::arg("cuda"))
       .def("host", &UvaBacked::host)
       .def("publish", &UvaBacked::publish);
 
   py::class_<CpuGpu, std::shared_ptr<CpuGpu>>(m, "CpuGpu")
-      .def(py::init(&make_cpu_gpu), py::arg("elements"), py::arg("dtype"))
+      .def(py::init(&make_cpu_gpu), py::arg("elements"), py::arg("dtype"), py::arg("cuda"))
       .def("cpu", &CpuGpu::cpu)
       .def("gpu", &CpuGpu::gpu)
       .def("copy_to_gpu", &CpuGpu::copy_to_gpu)
@@ -720,16 +928,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   // The members take `self` as its holder: an instance made by StagedWriteTensor.__new__ alone
   // (vLLM's tests make one) has no C++ object, and pybind11 then raises RuntimeError ("non-held
-  // instance") instead of handing the member a pointer to nothing.
+  // instance") instead of handing the member a pointer to nothing. Arguments are read as Python
+  // objects (values.hpp), so that a wrong type is a `ferry:` TypeError naming it.
   using held = const std::shared_ptr<Staged>&;
   py::class_<Staged, std::shared_ptr<Staged>>(m, "Staged")
       .def(py::init(&make_staged), py::arg("memory"), py::arg("rows"), py::arg("cols"), py::arg("uva"),
-           py::arg("slots"))
-      .def("stage_write", [](held t, std::int64_t row, std::int64_t start, py::handle values) {
-        t->stage_write(row, start, values);
-      })
-      .def("stage_write_elem",
-           [](held t, std::int64_t row, py::handle value) { t->stage_write_elem(row, value); })
+           py::arg("slots"), py::arg("cuda"))
+      .def(
+          "stage_write",
+          [](held t, py::handle index, py::handle start, py::handle x) { t->stage_write(index, start, x); },
+          py::arg("index"), py::arg("start"), py::arg("x"))
+      .def(
+          "stage_write_elem", [](held t, py::handle index, py::handle x) { t->stage_write_elem(index, x); },
+          py::arg("index"), py::arg("x"))
       .def("apply_write", [](held t) { t->apply_write(); })
       .def("clear", [](held t) { t->clear(); })
       .def_property_readonly("pending", [](held t) { return t->pending(); })
@@ -737,12 +948,23 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   py::class_<Fused>(m, "Fused")
       .def(py::init<std::size_t>(), py::arg("slots"))
-      .def("apply", &Fused::apply);
+      .def("apply", &Fused::apply, py::arg("tensors"));
 
-  py::class_<Step>(m, "Step")
-      .def(py::init<std::int64_t>(), py::arg("max_concurrency"))
+  py::class_<Step, std::shared_ptr<Step>>(m, "Step")
+      .def(py::init(&make_step), py::arg("max_concurrency"), py::arg("cuda"))
       .def("add_upload", &Step::add_upload, py::arg("dst"))
       .def("add_writes", &Step::add_writes, py::arg("target"), py::arg("max_writes"), py::arg("max_elements"))
-      .def("step", &Step::step, py::arg("uploads"), py::arg("writes"))
+      .def("add_gather", &Step::add_gather, py::arg("dst"), py::arg("src"), py::arg("max_n") = py::none())
+      .def("add_publish", &Step::add_publish, py::arg("dtype"), py::arg("max_n"))
+      .def("add_fill", &Step::add_fill, py::arg("dst"), py::arg("value") = py::none(), py::kw_only(),
+           py::arg("publish") = py::none(), py::arg("index") = 0)
+      .def("set_decode_epilogue", &Step::set_decode_epilogue, py::arg("rows"), py::arg("base"),
+           py::arg("drafts") = py::none(), py::kw_only(), py::arg("block_table") = py::none(),
+           py::arg("block_size") = 16, py::arg("num_computed") = py::none(), py::arg("positions") = py::none(),
+           py::arg("seq_lens") = py::none(), py::arg("slot_mapping") = py::none())
+      .def("step", &Step::step, py::arg("uploads"), py::arg("writes"), py::arg("gathers") = py::none(),
+           py::arg("host_values") = py::none(), py::arg("publishes") = py::none())
+      .def("publish_view", &Step::publish_view, py::arg("publish"))
+      .def("record_use", &Step::record_use)
       .def_property_readonly("steps", &Step::steps);
 }

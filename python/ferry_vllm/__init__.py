@@ -10,11 +10,18 @@ current stream. Change the import and keep the code:
 
     from ferry_vllm import CpuGpuBuffer, StagedWriteTensor, UvaBufferPool, async_tensor_h2d
 
-ferry's errors arrive as ValueError (bad argument), IndexError (out of bounds) and RuntimeError
-(capacity, stream or state), each naming the mismatch. docs/python.md lists what differs.
+One build serves both devices, chosen per object from its device argument as vLLM's utilities
+are: device="cpu" runs on ferry's host backend (vLLM's CPU worker), device="cuda" on its CUDA
+backend (a CUDA build; `backends` says which the build holds). Classes without a device argument
+take the platform's: "cuda" where the build holds CUDA and torch sees a GPU, else "cpu".
 
-Beyond vLLM's interface, ferry's own StepBatch does a whole step's uploads and staged writes in
-one Python call and one kernel launch (ferry::step_batch).
+Values are converted only when exact, whatever the source; every error from bad input starts with
+"ferry: " and arrives as ValueError (bad argument or value), TypeError (not a number, wrong
+type), IndexError (out of bounds) or RuntimeError (capacity, stream or state). docs/python.md
+lists what differs from vLLM.
+
+Beyond vLLM's interface, ferry's own StepBatch does a whole step's uploads, gathers and staged
+writes, and the derived inputs, in one Python call and one kernel launch (ferry::step_batch).
 """
 
 from __future__ import annotations
@@ -30,12 +37,20 @@ try:
     from . import _C
 except ImportError as e:  # pragma: no cover - depends on the build
     raise ImportError(
-        "ferry_vllm: its compiled core (ferry_vllm._C) did not load: rebuild it against the "
+        "ferry: ferry_vllm's compiled core (ferry_vllm._C) did not load: rebuild it against the "
         f"torch installed now (pip install --no-build-isolation ./python): {e}"
     ) from e
 
+if torch.__version__.split("+")[0] != _C.torch_version:  # pragma: no cover - depends on the install
+    raise ImportError(
+        f"ferry: ferry_vllm {_C.version} was built against torch {_C.torch_version}, and torch "
+        f"{torch.__version__} is installed: rebuild it against this torch "
+        "(pip install --no-build-isolation ./python)"
+    )
+
 __all__ = [
     "CpuGpuBuffer",
+    "FROM_HOST",
     "FusedStagedWriter",
     "StagedWriteTensor",
     "StepBatch",
@@ -44,15 +59,25 @@ __all__ = [
     "UvaBufferPool",
     "async_copy_to_gpu",
     "async_tensor_h2d",
+    "backends",
     "current_platform",
     "get_accelerator_view_from_cpu_tensor",
     "is_uva_available",
     "set_default_max_concurrency",
 ]
 
-#: True when the core was built for ferry's CUDA backend; False on ferry's host backend, where
-#: "device" memory is host memory and every tensor handed out is a CPU tensor.
-CUDA = bool(_C.cuda)
+#: The version; its local label names the backends the build holds ("0.1.0+cpu": ferry's host
+#: backend only; "0.1.0+cpu.cu132": both, the CUDA one for torch's CUDA 13.2).
+__version__: str = _C.version
+
+#: True when the build holds ferry's CUDA backend (device="cuda"); every build holds the host one.
+CUDA: bool = bool(_C.cuda)
+
+#: The device types this build serves, each on its own ferry backend.
+backends: tuple[str, ...] = ("cpu", "cuda") if CUDA else ("cpu",)
+
+#: The gather index of a row that takes its value from the host (StepBatch.step's host_values).
+FROM_HOST = -1
 
 # Default depth of the rotating slots (vLLM's; at least the number of steps in flight). ferry
 # never rewrites a slot the GPU may still read: it adds a slot instead of waiting.
@@ -64,58 +89,130 @@ _SUPPORTED = (torch.int32, torch.int64, torch.float32)
 
 def set_default_max_concurrency(n: int) -> None:
     global _DEFAULT_MAX_CONCURRENCY
-    _DEFAULT_MAX_CONCURRENCY = max(2, n)
+    _DEFAULT_MAX_CONCURRENCY = max(2, _int(n, "set_default_max_concurrency", "n"))
+
+
+@functools.lru_cache(maxsize=1)
+def _gpu() -> bool:
+    """The build holds CUDA and torch sees a GPU."""
+    return CUDA and torch.cuda.is_available()
 
 
 def is_uva_available() -> bool:
-    """Kernels can read pinned host memory in place (always on ferry's host backend)."""
-    return torch.cuda.is_available() if CUDA else True
+    """Kernels can read pinned host memory in place: on a GPU, and always on ferry's host backend
+    (where "device" memory is host memory), as vLLM's CPU platform answers."""
+    return True
 
 
 class _Platform:
-    """The few members of vLLM's `current_platform` that its buffer tests read."""
+    """The few members of vLLM's `current_platform` that its buffer tests read: the platform's
+    device type is "cuda" where this build holds CUDA and torch sees a GPU, else "cpu"."""
 
-    device_type = "cuda" if CUDA else "cpu"
+    @property
+    def device_type(self) -> str:
+        return "cuda" if _gpu() else "cpu"
 
     def is_cuda(self) -> bool:
-        return CUDA
+        return _gpu()
 
     def is_xpu(self) -> bool:
         return False
 
     def is_cpu(self) -> bool:
-        return not CUDA
+        return not _gpu()
 
 
 current_platform = _Platform()
 
 
-def _sizes(size: int | Sequence[int]) -> tuple[int, ...]:
-    return (int(size),) if isinstance(size, int) else tuple(int(s) for s in size)
+# ---- arguments ---------------------------------------------------------------------------------
+
+
+def _int(v, api: str, what: str, minimum: int = 0) -> int:
+    """An int argument of at least `minimum` (anything with __index__; not a bool, not a float)."""
+    if isinstance(v, bool) or not hasattr(type(v), "__index__"):
+        raise TypeError(f"ferry: {api}: {what} must be an int, got {v!r} ({type(v).__name__})")
+    v = v.__index__()
+    if v < minimum:
+        raise ValueError(f"ferry: {api}: {what} must be at least {minimum}, got {v}")
+    return v
+
+
+def _dtype(dtype, api: str) -> torch.dtype:
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"ferry: {api}: dtype must be a torch.dtype, got {dtype!r} ({type(dtype).__name__})")
+    return dtype
+
+
+def _supported(dtype, api: str) -> torch.dtype:
+    if _dtype(dtype, api) not in _SUPPORTED:
+        raise ValueError(f"ferry: {api}: unsupported dtype {dtype}: should be one of {list(_SUPPORTED)}")
+    return dtype
+
+
+def _sizes(size, api: str) -> tuple[int, ...]:
+    """vLLM's `size`: an int or a sequence of ints, each at least 0."""
+    if isinstance(size, (Sequence, torch.Size)) and not isinstance(size, str):
+        if len(size) == 0:
+            raise ValueError(f"ferry: {api}: size must have at least one dimension, got {size!r}")
+        return tuple(_int(s, api, "size", 0) for s in size)
+    return (_int(size, api, "size", 0),)
 
 
 def _width(sizes: tuple[int, ...]) -> int:
     return math.prod(sizes[1:]) if len(sizes) > 1 else 1
 
 
+def _max_concurrency(n, api: str, minimum: int = 1) -> int:
+    return _DEFAULT_MAX_CONCURRENCY if n is None else _int(n, api, "max_concurrency", minimum)
+
+
+def _tensor(t, api: str, what: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"ferry: {api}: {what} must be a torch.Tensor, got {type(t).__name__}")
+    return t
+
+
 @functools.lru_cache(maxsize=64)
-def _device_index(device) -> int | None:
-    """The CUDA device index `device` names (None: the current one); ValueError for another type."""
+def _resolve(device) -> tuple[bool, int | None] | str:
+    """(cuda, index) for a device argument, or the message of why it is refused."""
+    try:
+        d = device if isinstance(device, torch.device) else torch.device(device)
+    except (TypeError, RuntimeError, ValueError) as e:
+        return f"device must be a torch.device, a str such as 'cpu' or 'cuda:0', or a CUDA index; got {device!r} ({e})"
+    if d.type == "cpu":
+        return False, None
+    if d.type == "cuda":
+        if not CUDA:
+            return (
+                f"device={str(d)!r} needs ferry_vllm's CUDA build; this build ({__version__}) holds ferry's host "
+                "backend only (device='cpu'): rebuild where torch has CUDA and nvcc is found (docs/python.md)"
+            )
+        return True, d.index
+    return f"device type {d.type!r} is not one ferry_vllm serves ({', '.join(backends)})"
+
+
+def _device(device, api: str) -> tuple[bool, int | None]:
+    """The backend of a device argument (None: the platform's): (cuda, CUDA index or None)."""
     if device is None:
-        return None
-    d = torch.device(device) if not isinstance(device, torch.device) else device
-    if d.type != current_platform.device_type:
-        raise ValueError(
-            f"ferry: device type mismatch: this ferry_vllm build places tensors on "
-            f"{current_platform.device_type}, got {d}"
+        return (True, None) if _gpu() else (False, None)
+    try:
+        got = _resolve(device)
+    except TypeError:  # unhashable
+        got = f"device must be a torch.device, a str or an int, got {type(device).__name__}"
+    if isinstance(got, str):
+        raise (TypeError if got.startswith("device must") else ValueError)(f"ferry: {api}: {got}")
+    if got[0] and not _gpu():
+        raise RuntimeError(
+            f"ferry: {api}: device={str(device)!r} but torch sees no CUDA device (torch.cuda.is_available() is "
+            "False): use device='cpu' (ferry's host backend) on this machine"
         )
-    return d.index if CUDA else None
+    return got
 
 
-def _on_device(device):
-    """A context that makes `device` current (torch.cuda.device), or nothing to do."""
-    index = _device_index(device)
-    if index is None or not CUDA or index == torch.cuda.current_device():
+def _on(cuda: bool, index: int | None):
+    """A context that makes CUDA device `index` current, or nothing to do."""
+    if not cuda or index is None or index == torch.cuda.current_device():
         return _NoContext
     return torch.cuda.device(index)
 
@@ -131,16 +228,56 @@ class _NoContextType:
 _NoContext = _NoContextType()
 
 
+def _torch_device(cuda: bool, index: int | None) -> torch.device:
+    return torch.device("cuda", index if index is not None else torch.cuda.current_device()) if cuda else torch.device("cpu")
+
+
+def _flatten_rows(rows, tail: list[int], api: str) -> list:
+    """Nested lists of rows of shape `tail`, flattened in C order (the numbers are converted by the
+    C++ side, exactly); ValueError naming the first row of another shape."""
+    flat: list = []
+
+    def walk(v, dims: list[int], where: tuple[int, ...]) -> None:
+        if not dims:
+            flat.append(v)
+            return
+        if isinstance(v, (torch.Tensor, np.ndarray)):
+            if list(v.shape) != dims:
+                raise ValueError(f"ferry: {api}: row {list(where)} has shape {list(v.shape)}, not the pool's rows {dims}")
+            flat.extend(v.reshape(-1).tolist())  # Python numbers: the values as they are
+            return
+        if not isinstance(v, Sequence) or isinstance(v, str) or len(v) != dims[0]:
+            got = len(v) if isinstance(v, Sequence) and not isinstance(v, str) else type(v).__name__
+            raise ValueError(f"ferry: {api}: row {list(where)} has {got} elements where the pool's rows have {dims[0]}")
+        for i, e in enumerate(v):
+            walk(e, dims[1:], (*where, i))
+
+    for i, row in enumerate(rows):
+        walk(row, tail, (i,))
+    return flat
+
+
+def _infer_dtype(data) -> torch.dtype:
+    """torch.tensor's dtype for a sequence of Python numbers: bool, int64, or the default float."""
+    kinds = {type(v) for v in data}
+    if kinds and kinds <= {bool, np.bool_}:
+        return torch.bool
+    if any(issubclass(k, (float, np.floating)) for k in kinds):
+        return torch.get_default_dtype()
+    return torch.int64
+
+
 # ---- vllm.utils.torch_utils ---------------------------------------------------------------------
 
 
-def async_tensor_h2d(data, *args, dtype=None, device=None, target_device=None, pin_memory=None):
-    """A new device tensor holding `data` (a list, NumPy array or CPU tensor), copied by
-    ferry::async_h2d on torch's current stream without blocking the host.
+def async_tensor_h2d(data, *args, dtype=None, device=None, target_device=None, pin_memory=None, out=None):
+    """A device tensor holding `data` (a list, NumPy array or CPU tensor), copied by
+    ferry::async_h2d on torch's current stream without blocking the host; into `out` when given.
 
-    Takes both of vLLM's signatures: `(data, dtype, target_device, pin_memory)` and
-    `(data, device, dtype=None)`. A list or pageable source is staged through ferry's pinned arena
-    (it may be modified as soon as this returns); `pin_memory` is accepted and not needed."""
+    Takes both of vLLM's signatures: `(data, device=None, dtype=None, out=None)` and the older
+    `(data, dtype, target_device, pin_memory)`. A list or pageable source is staged through
+    ferry's pinned arena (it may be modified as soon as this returns); `pin_memory` is accepted and
+    not needed."""
     if args:
         if isinstance(args[0], torch.dtype) or args[0] is None:
             dtype = args[0]
@@ -148,31 +285,62 @@ def async_tensor_h2d(data, *args, dtype=None, device=None, target_device=None, p
                 target_device = args[1]
             if len(args) > 2:
                 pin_memory = args[2]
+            if len(args) > 3:
+                raise TypeError(f"ferry: async_tensor_h2d: at most 4 positional arguments, got {len(args) + 1}")
         else:
             device = args[0]
             if len(args) > 1:
                 dtype = args[1]
+            if len(args) > 2:
+                out = args[2]
+            if len(args) > 3:
+                raise TypeError(f"ferry: async_tensor_h2d: at most 4 positional arguments, got {len(args) + 1}")
     del pin_memory  # accepted for vLLM's signature: ferry stages a pageable source either way
     if device is None:
         device = target_device
-    if isinstance(data, np.ndarray):
-        data = torch.from_numpy(data)
+    if out is not None:
+        _tensor(out, "async_tensor_h2d", "out")
+        if dtype is None:
+            dtype = out.dtype
+        if device is None:
+            device = out.device
     if dtype is None:
-        dtype = data.dtype if isinstance(data, torch.Tensor) else torch.tensor(data[:1], device="cpu").dtype
+        if isinstance(data, np.ndarray):
+            dtype = torch.from_numpy(data[:0]).dtype if data.dtype.kind in "biuf" else None
+        elif isinstance(data, torch.Tensor):
+            dtype = data.dtype
+        else:
+            dtype = _infer_dtype(data)
+    _dtype(dtype, "async_tensor_h2d")
+    if device is None:
+        raise ValueError("ferry: async_tensor_h2d: must provide destination tensor or device")
+    if torch.compiler.is_compiling() and dtype in _SUPPORTED:
+        # torch.compile traces the op (torch.ops.ferry_vllm.async_tensor_h2d, with a fake kernel);
+        # the op checks the device when it runs.
+        src = data if isinstance(data, torch.Tensor) else torch.as_tensor(data)
+        t = torch.ops.ferry_vllm.async_tensor_h2d(src, dtype, torch.device(device))
+        return t if out is None else out.copy_(t)
+    cuda, index = _device(device, "async_tensor_h2d")
     if dtype not in _SUPPORTED:
         # Element types ferry_vllm does not instantiate take torch's own path.
         t = data if isinstance(data, torch.Tensor) else torch.tensor(data, dtype=dtype, device="cpu")
-        return t.pin_memory().to(device=device, dtype=dtype, non_blocking=True) if CUDA else t.to(dtype)
-    with _on_device(device):
-        return _C.h2d(data, dtype)
+        t = t.pin_memory().to(device=device, dtype=dtype, non_blocking=True) if cuda else t.to(dtype)
+        return t if out is None else out.copy_(t, non_blocking=True)
+    with _on(cuda, index):
+        return _C.h2d(data, dtype, cuda, out)
 
 
 def get_accelerator_view_from_cpu_tensor(cpu_tensor: torch.Tensor) -> torch.Tensor:
-    """The device (UVA) view of a CPU tensor's memory, same sizes and strides. A tensor that is
-    not pinned is first copied into pinned memory (the view then shows that copy)."""
-    if CUDA and not cpu_tensor.is_pinned():
+    """The device (UVA) view of a CPU tensor's memory, same sizes and strides, on the platform's
+    device (current_platform.device_type). A tensor that is not pinned is first copied into pinned
+    memory (the view then shows that copy). On the CPU platform, the tensor itself."""
+    _tensor(cpu_tensor, "get_accelerator_view_from_cpu_tensor", "cpu_tensor")
+    if torch.compiler.is_compiling():
+        return torch.ops.ferry_vllm.uva_view(cpu_tensor)  # traced as an op, as vLLM's view is
+    cuda = _gpu()
+    if cuda and not cpu_tensor.is_pinned():
         cpu_tensor = cpu_tensor.pin_memory()
-    return _C.uva_view(cpu_tensor)
+    return _C.uva_view(cpu_tensor, cuda)
 
 
 # ---- vllm.v1.utils ------------------------------------------------------------------------------
@@ -191,19 +359,22 @@ class CpuGpuBuffer:
         pin_memory: bool = True,
         with_numpy: bool = True,
     ) -> None:
-        sizes = _sizes(size[0]) if len(size) == 1 and not isinstance(size[0], int) else _sizes(size)
+        api = "CpuGpuBuffer"
+        sizes = _sizes(size[0] if len(size) == 1 and not isinstance(size[0], int) else size, api)
+        dtype = _dtype(dtype, api)
+        cuda, index = _device(device, api)
         self._row = _width(sizes)
         if dtype in _SUPPORTED:
-            with _on_device(device):
-                self._buf = _C.CpuGpu(math.prod(sizes), dtype)
+            with _on(cuda, index):
+                self._buf = _C.CpuGpu(math.prod(sizes), dtype, cuda)
                 self.cpu = self._buf.cpu(list(sizes))
                 self.gpu = self._buf.gpu(list(sizes))
                 self.gpu.zero_()
         else:
             # Element types ferry_vllm does not instantiate keep torch's own copies.
             self._buf = None
-            self.cpu = torch.zeros(sizes, dtype=dtype, device="cpu", pin_memory=pin_memory and CUDA)
-            self.gpu = torch.zeros_like(self.cpu, device=device if CUDA else "cpu")
+            self.cpu = torch.zeros(sizes, dtype=dtype, device="cpu", pin_memory=bool(pin_memory) and cuda)
+            self.gpu = torch.zeros_like(self.cpu, device=_torch_device(cuda, index))
         if with_numpy:
             if dtype == torch.bfloat16:
                 raise ValueError(
@@ -211,7 +382,11 @@ class CpuGpuBuffer:
                 )
             self.np = self.cpu.numpy()
 
+    def _rows(self, n, api: str) -> int | None:
+        return None if n is None else _int(n, api, "n")
+
     def copy_to_gpu(self, n: int | None = None) -> torch.Tensor:
+        n = self._rows(n, "CpuGpuBuffer.copy_to_gpu")
         if self._buf is None:
             src, dst = (self.cpu, self.gpu) if n is None else (self.cpu[:n], self.gpu[:n])
             return dst.copy_(src, non_blocking=True)
@@ -221,6 +396,7 @@ class CpuGpuBuffer:
 
     def copy_to_cpu(self, n: int | None = None) -> torch.Tensor:
         """Enqueues the copy of gpu[:n] into cpu[:n]; read cpu once the stream has passed it."""
+        n = self._rows(n, "CpuGpuBuffer.copy_to_cpu")
         if self._buf is None:
             src, dst = (self.gpu, self.cpu) if n is None else (self.gpu[:n], self.cpu[:n])
             return dst.copy_(src, non_blocking=True)
@@ -236,20 +412,27 @@ def async_copy_to_gpu(x, out: torch.Tensor | None = None, device=None) -> torch.
     """Copies the CPU tensor or NumPy array `x` to the device (into `out` when given)."""
     if isinstance(x, np.ndarray):
         x = torch.from_numpy(x)
+    _tensor(x, "async_copy_to_gpu", "x")
     if out is None:
+        if device is None:
+            raise ValueError("ferry: async_copy_to_gpu: must provide out or device")
         return async_tensor_h2d(x, device=device, dtype=x.dtype).view(x.shape)
-    return out.copy_(x.pin_memory() if CUDA else x, non_blocking=True)
+    _tensor(out, "async_copy_to_gpu", "out")
+    return out.copy_(x.pin_memory() if out.is_cuda else x, non_blocking=True)
 
 
 class UvaBuffer:
-    """Pinned host memory (`cpu`, `np`) and its UVA view (`uva`) that kernels read in place."""
+    """Pinned host memory (`cpu`, `np`) and its UVA view (`uva`) that kernels read in place. On the
+    CPU platform (or device="cpu", ferry's addition) `uva` is `cpu` itself, as vLLM's CPU worker's."""
 
-    def __init__(self, size: int | Sequence[int], dtype: torch.dtype):
-        if not is_uva_available():
-            raise RuntimeError("UVA is not available")
-        self.cpu = torch.zeros(_sizes(size), dtype=dtype, device="cpu", pin_memory=CUDA)
-        self.np = self.cpu.numpy()
-        self.uva = _C.uva_view(self.cpu)
+    def __init__(self, size: int | Sequence[int], dtype: torch.dtype, *, device=None):
+        api = "UvaBuffer"
+        sizes, dtype = _sizes(size, api), _dtype(dtype, api)
+        cuda, index = _device(device, api)
+        with _on(cuda, index):
+            self.cpu = torch.zeros(sizes, dtype=dtype, device="cpu", pin_memory=cuda)
+            self.np = self.cpu.numpy()
+            self.uva = _C.uva_view(self.cpu, cuda)
 
     @classmethod
     def _over(cls, cpu: torch.Tensor, uva: torch.Tensor) -> UvaBuffer:
@@ -262,23 +445,26 @@ class UvaBuffer:
 class UvaBufferPool:
     """A ring of `max_concurrency` pinned, mapped slots (ferry::uva_pool): copy_to_uva writes the
     source into the next slot and returns its UVA view. A source longer than the slot grows it to
-    the next power of two of rows; a slot the GPU may still read is never rewritten (ferry inserts
-    a fresh slot instead of waiting)."""
+    the next power of two of rows (as vLLM's pool does); a slot the GPU may still read is never
+    rewritten (ferry inserts a fresh slot instead of waiting)."""
 
     def __init__(
         self,
         size: int | Sequence[int],
         dtype: torch.dtype,
         max_concurrency: int | None = None,
+        *,
+        device=None,
     ):
-        if max_concurrency is None:
-            max_concurrency = _DEFAULT_MAX_CONCURRENCY
+        api = "UvaBufferPool"
+        sizes = _sizes(size, api)
         self.size = size
-        self.dtype = dtype
-        self.max_concurrency = max_concurrency
-        sizes = _sizes(size)
+        self.dtype = _supported(dtype, api)
+        self.max_concurrency = _max_concurrency(max_concurrency, api)
+        self._cuda, index = _device(device, api)
         self._tail = list(sizes[1:])
-        self._pool = _C.UvaPool(sizes[0], _width(sizes), dtype, max_concurrency)
+        with _on(self._cuda, index):
+            self._pool = _C.UvaPool(sizes[0], _width(sizes), dtype, self.max_concurrency, self._cuda)
         self._slot_bufs: dict[tuple[int, int], UvaBuffer] = {}
 
     @property
@@ -310,37 +496,44 @@ class UvaBufferPool:
         return bufs
 
     def _source(self, x):
+        """x as copy_to_uva reads it: a tensor or NumPy array whose rows match the pool's (its
+        elements converted exactly by the C++ side), or nested lists flattened row by row."""
         if not self._tail:
             return x  # lists, NumPy arrays and tensors are read by the C++ side as they are
-        if isinstance(x, np.ndarray):
-            x = torch.from_numpy(x)
-        if self._tail:
-            if isinstance(x, torch.Tensor):
-                if x.dim() < 1 or list(x.shape[1:]) != self._tail:
-                    raise ValueError(
-                        f"ferry: copy_to_uva: rows of shape {list(x.shape[1:])} do not match the "
-                        f"pool's rows {self._tail}"
-                    )
-            elif not x:
+        if isinstance(x, (torch.Tensor, np.ndarray)):
+            if x.ndim < 1 or list(x.shape[1:]) != self._tail:
                 raise ValueError(
-                    f"ferry: copy_to_uva: could not broadcast an empty list into rows of shape {self._tail}"
+                    f"ferry: copy_to_uva: rows of shape {list(x.shape[1:])} do not match the "
+                    f"pool's rows {self._tail}"
                 )
-            else:
-                x = torch.tensor(x, dtype=self.dtype, device="cpu")
-                if list(x.shape[1:]) != self._tail:
-                    raise ValueError(
-                        f"ferry: copy_to_uva: rows of shape {list(x.shape[1:])} do not match the "
-                        f"pool's rows {self._tail}"
-                    )
-        return x
+            return x
+        if not x:
+            raise ValueError(
+                f"ferry: copy_to_uva: could not broadcast an empty list into rows of shape {self._tail}"
+            )
+        return _flatten_rows(x, self._tail, "copy_to_uva")
 
     def copy_to_uva(self, x: torch.Tensor | np.ndarray | list) -> torch.Tensor:
         return self._pool.copy_to_uva(self._source(x), self._tail)
 
+    def copy_chunks_to_uva(self, chunks: Sequence, n: int) -> torch.Tensor:
+        """vLLM's copy of several 1-D chunks (NumPy arrays, array.array, lists) of `n` elements in
+        all, one after the other, into the next slot; each element converted exactly."""
+        api = "copy_chunks_to_uva"
+        n = _int(n, api, "n")
+        if self._tail:
+            raise ValueError(f"ferry: {api}: a pool of rows {self._tail} takes copy_to_uva (chunks are 1-D)")
+        flat: list = []
+        for c in chunks:
+            flat.extend(c.tolist() if hasattr(c, "tolist") else c)  # Python numbers: the values as they are
+        if len(flat) != n:
+            raise ValueError(f"ferry: {api}: the chunks hold {len(flat)} elements, n is {n}")
+        return self.copy_to_uva(flat)
+
     def copy_to_gpu(self, x: torch.Tensor | np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
         if out is None:
             return self.copy_to_uva(x).clone()
-        return self._pool.copy_to_device(self._source(x), out)
+        return self._pool.copy_to_device(self._source(x), _tensor(out, "UvaBufferPool.copy_to_gpu", "out"))
 
     def record_use(self) -> None:
         """Declares that work enqueued on torch's current stream reads the last view (needed only
@@ -357,20 +550,24 @@ class UvaBackedTensor:
         size: int | Sequence[int],
         dtype: torch.dtype,
         max_concurrency: int | None = None,
+        *,
+        device=None,
     ):
-        if max_concurrency is None:
-            max_concurrency = _DEFAULT_MAX_CONCURRENCY
-        self.dtype = dtype
-        sizes = _sizes(size)
+        api = "UvaBackedTensor"
+        sizes = _sizes(size, api)
+        self.dtype = _supported(dtype, api)
+        cuda, index = _device(device, api)
         self._rows = sizes[0]
         self._tail = list(sizes[1:])
-        self._state = _C.UvaBacked(sizes[0], _width(sizes), dtype, max_concurrency)
+        with _on(cuda, index):
+            self._state = _C.UvaBacked(sizes[0], _width(sizes), dtype, _max_concurrency(max_concurrency, api), cuda)
         self.cpu = self._state.host(list(sizes))
         self.np = self.cpu.numpy()
         self.gpu = self._state.publish(self._rows, self._tail)
 
     def copy_to_uva(self, n: int | None = None) -> torch.Tensor:
-        self.gpu = self._state.publish(self._rows if n is None else n, self._tail)
+        rows = self._rows if n is None else _int(n, "UvaBackedTensor.copy_to_uva", "n")
+        self.gpu = self._state.publish(rows, self._tail)
         return self.gpu
 
 
@@ -381,8 +578,8 @@ class StagedWriteTensor(_C.Staged):
 
     stage_write(index, start, x), stage_write_elem(index, x) and apply_write() are ferry's own
     (the C++ members, called without a Python frame); x is a list, tuple, range, generator, NumPy
-    array or CPU tensor. device="cpu" (vLLM's CPU worker) makes `gpu` a CPU tensor, written on
-    ferry's host backend; apply_write is then done when it returns."""
+    array or CPU tensor, converted exactly. device="cpu" (vLLM's CPU worker) makes `gpu` a CPU
+    tensor, written on ferry's host backend; apply_write is then done when it returns."""
 
     def __init__(
         self,
@@ -392,31 +589,26 @@ class StagedWriteTensor(_C.Staged):
         max_concurrency: int | None = None,
         uva_instead_of_gpu: bool = False,
     ):
-        if max_concurrency is None:
-            max_concurrency = _DEFAULT_MAX_CONCURRENCY
-        if dtype not in _SUPPORTED:
-            raise ValueError(f"Unsupported dtype {dtype}: should be one of {list(_SUPPORTED)}")
-        sizes = _sizes(size)
+        api = "StagedWriteTensor"
+        sizes = _sizes(size, api)
+        if _dtype(dtype, api) not in _SUPPORTED:
+            raise ValueError(f"ferry: Unsupported dtype {dtype}: should be one of {list(_SUPPORTED)}")
+        max_concurrency = _max_concurrency(max_concurrency, api)
+        cuda, index = _device(device, api)
         self.num_rows = sizes[0]
         self.dtype = dtype
         self.device = device
         self.max_concurrency = max_concurrency
-        if CUDA and not uva_instead_of_gpu and device is not None and torch.device(device).type == "cpu":
-            # vLLM's CPU worker: a CPU tensor, written on ferry's host backend (each apply done
-            # when it returns, as torch's CPU ops are).
-            self.gpu = torch.zeros(sizes, dtype=dtype, device="cpu")
-            _C.Staged.__init__(self, self.gpu, sizes[0], _width(sizes), False, max_concurrency)
-            self.write_contents = None
-            return
-        with _on_device(device):
+        with _on(cuda, index):
             if not uva_instead_of_gpu:
-                self.gpu = torch.zeros(sizes, dtype=dtype, device=device if CUDA else "cpu")
-                _C.Staged.__init__(self, self.gpu, sizes[0], _width(sizes), False, max_concurrency)
+                self.gpu = torch.zeros(sizes, dtype=dtype, device=_torch_device(cuda, index))
+                memory = self.gpu
             else:
                 # A large, rarely read tensor in pinned host memory that kernels write in place.
-                self._uva_buf = UvaBuffer(sizes, dtype)
+                self._uva_buf = UvaBuffer(sizes, dtype, device=_torch_device(cuda, index))
                 self.gpu = self._uva_buf.uva
-                _C.Staged.__init__(self, self._uva_buf.cpu, sizes[0], _width(sizes), True, max_concurrency)
+                memory = self._uva_buf.cpu
+            _C.Staged.__init__(self, memory, sizes[0], _width(sizes), bool(uva_instead_of_gpu), max_concurrency, cuda)
         # vLLM keeps a UVA pool for the contents of UVA targets (read in place, never copied to
         # the device); ferry does the same for a UVA target (its staging slots are read in place).
         self.write_contents = self if uva_instead_of_gpu else None
@@ -431,15 +623,16 @@ class StagedWriteTensor(_C.Staged):
 
 class FusedStagedWriter:
     """Applies the staged writes of several StagedWriteTensors with one launch per element type
-    and target kind (ferry::fused_staged_writer); tensors on device="cpu" are applied one by one,
-    each done when the call returns (vLLM's CPU worker applies them so)."""
+    and target kind (ferry::fused_staged_writer): those on device="cpu" on ferry's host backend
+    (done when the call returns), those on a GPU on the current stream. `max_writes` is where
+    vLLM's pools start; they grow past it, as ferry's staging does: any number of writes applies."""
 
     def __init__(self, device: torch.device | str, max_writes: int, max_concurrency: int | None = None):
-        if max_concurrency is None:
-            max_concurrency = _DEFAULT_MAX_CONCURRENCY
+        api = "FusedStagedWriter"
+        _device(device, api)
         self.device = device
-        self.max_writes = max_writes
-        self._w = _C.Fused(max_concurrency)
+        self.max_writes = _int(max_writes, api, "max_writes")
+        self._w = _C.Fused(_max_concurrency(max_concurrency, api))
 
     def apply(
         self,
@@ -449,39 +642,91 @@ class FusedStagedWriter:
     ) -> None:
         """Applies and clears the staged writes of `tensors` (output_ptrs and output_strides, vLLM's
         scratch for its kernel's table, are accepted and not needed)."""
-        self._w.apply(list(tensors))
+        self._w.apply(tensors)
 
 
 # ---- ferry's own addition -----------------------------------------------------------------------
 
 
 class StepBatch(_C.Step):
-    """A whole engine step's uploads and staged writes in ONE call and ONE kernel launch
-    (ferry::step_batch: growth::pow2, reuse::event_fenced, launch::kernel), on torch's current
-    stream of the device current when it is made. Not a vLLM name: ferry's own addition.
+    """A whole engine step in ONE call and ONE kernel launch (ferry::step_batch: growth::pow2,
+    reuse::event_fenced, launch::kernel, and the epilogue the package ships), on the device given
+    (default: the platform's; a CUDA device: torch's current stream of the device current when it
+    is made). Not a vLLM name: ferry's own addition (docs/python.md, docs/step_batch.md).
 
-    Plan, once (the tensors are held by the batch; each must be contiguous, on the batch's
-    memory device, of dtype int32, int64 or float32):
+    Plan, once (every tensor contiguous, on the batch's device, int32, int64 or float32; held by
+    the batch):
 
         sb = StepBatch(max_concurrency=2)
-        ids = sb.add_upload(input_ids)        # 1-D: each step writes input_ids[:n]
-        table = sb.add_writes(block_table, max_writes=64, max_elements=1024)   # 2-D target
+        sb.add_upload(rows)                          # -> upload 0: each step writes rows[:n]
+        sb.add_gather(input_ids, sampled)            # -> gather 0: input_ids[i] = sampled[idx[i]]
+        sb.add_writes(block_table, 64, 1024)         # -> writes 0: staged writes into a 2-D target
+        p = sb.add_publish(torch.int32, 256)         # -> publish 0: read in place (UVA)
+        sb.add_fill(logits_idx[255:], publish=p, index=255)   # filled from the step's publish
+        sb.set_decode_epilogue(rows, base, drafts, block_table=block_table, block_size=16,
+                               num_computed=..., positions=..., seq_lens=..., slot_mapping=...)
 
     Every step, one call:
 
-        sb.step([token_ids, None],            # one source per upload, in order (None: none)
-                [(table, row, start, values), ...])
+        sb.step([slots],                             # one source per upload (None: none)
+                [(0, row, start, ids), ...],         # (writes index, row, start, values)
+                gathers=[idx],                       # one index list per gather; FROM_HOST: ...
+                host_values=[first_tokens],          # ... the row's value from here
+                publishes=[lens])                    # one source per publish
 
-    A source or a write's values is a list, tuple, NumPy array or CPU tensor, read as
-    StagedWriteTensor.stage_write reads its values, and consumed when step() returns. The maxima
-    of add_writes are starting sizes (the slots grow to the largest step); an upload takes at most
-    its destination's numel() elements. Any error (a source longer than its destination:
-    IndexError naming the upload and both sizes; a write out of bounds: IndexError; a wrong number
-    of sources: ValueError) drops the whole step: nothing of it lands, and the batch is ready for
-    the next step(). On the host backend a step has landed when step() returns. `steps` counts
-    the steps submitted."""
+    Sources, indices and values are lists, tuples, NumPy arrays or CPU tensors, converted exactly
+    (as StagedWriteTensor.stage_write reads its values) and consumed when step() returns. The
+    maxima are starting sizes (the slots grow to the largest step); an upload or gather takes at
+    most its destination's numel() elements. Any error drops the whole step: nothing of it lands,
+    and the batch is ready for the next step(). On the host backend a step has landed when step()
+    returns; on CUDA in stream order. `publish_view(i)` is the last step's publish i as a tensor
+    on the device, valid for work enqueued before the next step; `steps` counts the steps
+    submitted."""
 
-    def __init__(self, max_concurrency: int | None = None):
-        if max_concurrency is None:
-            max_concurrency = _DEFAULT_MAX_CONCURRENCY
-        _C.Step.__init__(self, max_concurrency)
+    def __init__(self, max_concurrency: int | None = None, *, device=None):
+        api = "StepBatch"
+        cuda, index = _device(device, api)
+        self.device = _torch_device(cuda, index)
+        with _on(cuda, index):
+            _C.Step.__init__(self, _max_concurrency(max_concurrency, api, 0), cuda)
+        self._outputs: list[torch.Tensor] = []  # what a step writes: submit's op returns them
+        self._key = id(self)
+        _ops._batches[self._key] = self
+
+    def add_upload(self, dst):
+        i = _C.Step.add_upload(self, dst)
+        self._outputs.append(dst)
+        return i
+
+    def add_writes(self, target, max_writes, max_elements):
+        i = _C.Step.add_writes(self, target, max_writes, max_elements)
+        self._outputs.append(target)
+        return i
+
+    def add_gather(self, dst, src, max_n=None):
+        i = _C.Step.add_gather(self, dst, src, max_n)
+        self._outputs.append(dst)
+        return i
+
+    def add_fill(self, dst, value=None, *, publish=None, index=0):
+        _C.Step.add_fill(self, dst, value, publish=publish, index=index)
+        self._outputs.append(dst)
+
+    def set_decode_epilogue(self, rows, base, drafts=None, *, block_table=None, block_size=16, num_computed=None,
+                            positions=None, seq_lens=None, slot_mapping=None):
+        _C.Step.set_decode_epilogue(self, rows, base, drafts, block_table=block_table, block_size=block_size,
+                                    num_computed=num_computed, positions=positions, seq_lens=seq_lens,
+                                    slot_mapping=slot_mapping)
+        self._outputs += [t for t in (num_computed, positions, seq_lens, slot_mapping) if t is not None]
+
+    def submit(self, uploads, gathers=None, host_values=None, publishes=None) -> list[torch.Tensor]:
+        """step() as the torch.library op ferry_vllm::step, which torch.compile traces: the sources,
+        indices and values are CPU tensors (None: none); staged writes are not taken (use step()).
+        Returns the batch's destinations in the order the plan declared them (each upload's,
+        gather's, writes target's and fill's tensor, then the epilogue's outputs): compiled code
+        reads the step's results from these, which orders its reads after the step."""
+        return torch.ops.ferry_vllm.step(self._key, list(uploads), list(gathers or []), list(host_values or []),
+                                         list(publishes or []))
+
+
+from . import _ops  # noqa: E402  (registers the torch.library ops, which call back into this module)

@@ -6,8 +6,10 @@ changing what a target decodes; files named regression-* are crash inputs and ar
 
     tests/fuzz/make_corpus.py            # rewrites every corpus/<target>/seed-*
 """
+import math
 import os
 import pathlib
+import struct
 
 MAX64 = (1 << 64) - 1
 INT64_MAX = (1 << 63) - 1
@@ -679,10 +681,126 @@ def growth_seeds():
     return s
 
 
+# ---- values (ferry_vllm's conversion core) ------------------------------------------------------
+VALUE_TARGETS = {"int32": 0, "int64": 1, "float32": 2}
+EDGE_DOUBLES = [2.0**31, 2.0**63, 2.0**24, 2.0**53, 2.0**64, 2.0**127, 2.0**128, 3.4028234663852886e38, 2.0**-149,
+                0.5, 2.7, 1.0, 0.0, "inf", "nan", 2.0**128 - 2.0**103, 2.0**128 - 2.0**104, "max"]
+VALUE_FORMATS = ["?", "b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "n", "N", "e", "f", "d", "g", "Zf", "Zd",
+                 "O", "s", "3s", "w", "x", "c", "P", "<i", ">q", "=l", "!H", "@d", "T{i:a:}"]
+# (kind, size, swapped) as values_fuzz.cpp's encodings, in its order.
+VALUE_ENCODINGS = [("bool", 1, False), ("int", 1, False), ("uint", 1, False), ("int", 2, False), ("uint", 2, True),
+                   ("int", 4, False), ("uint", 4, False), ("int", 8, True), ("uint", 8, False), ("float", 2, False),
+                   ("float", 4, False), ("float", 8, False), ("float", 8, True), ("bfloat16", 2, False)]
+
+
+def values_seeds():
+    """Values seeds: one case each (values_fuzz.cpp reads up to 64 cases from an input)."""
+    s = {}
+
+    def case(target, what):
+        e = Enc()
+        e.below(VALUE_TARGETS[target], 3)
+        e.below({"value": 0, "format": 1, "array": 2}[what], 3)
+        return e
+
+    def value(target, tag, v, negative=False, edge_step=0):
+        e = case(target, "value")
+        if tag == "bool":
+            e.below(0, 4)
+            e.flag(v)
+        elif tag in ("int", "uint"):
+            e.below(1 if tag == "int" else 2, 4)
+            e.flag(False)  # any 64-bit value
+            e.raw(v)
+            if tag == "int":
+                e.flag(negative)
+        else:
+            e.below(3, 4)
+            if v in EDGE_DOUBLES:
+                i = EDGE_DOUBLES.index(v)
+                e.byte(i + len(EDGE_DOUBLES) * edge_step)
+                e.flag(negative)
+            else:  # any bit pattern: no sign read after it
+                e.byte(128)
+                e.raw(int.from_bytes(struct.pack("<d", -v if negative else v), "little"))
+        return bytes(e.b)
+
+    def fmt(target, f, itemsize):
+        e = case(target, "format")
+        e.below(VALUE_FORMATS.index(f), len(VALUE_FORMATS))
+        e.below(1, 8)  # no trailing junk
+        e.below(1, 8)  # the format as listed
+        if itemsize in (1, 2, 4, 8):
+            e.below(1, 8)
+            e.below(itemsize.bit_length() - 1, 4)
+        else:
+            e.below(0, 8)
+            e.below(itemsize, 20)
+        return bytes(e.b)
+
+    def array(target, encoding, shape, data, strides=None, swap=False):
+        e = case(target, "array")
+        i = VALUE_ENCODINGS.index(encoding)
+        e.below(i, len(VALUE_ENCODINGS))
+        if encoding[1] > 1:
+            e.below(0 if swap else 1, 4)
+        e.below(len(shape), 4)
+        for extent in shape:
+            e.below(extent, 6)
+        e.flag(strides is None)
+        if strides is not None:
+            for st in reversed(strides):  # read innermost first
+                e.below(st + 3, 7)
+        # The bytes the target reads: from the lowest to the highest element, strides in items.
+        steps = strides if strides is not None else [0] * len(shape)
+        low = sum(min(0, (x - 1) * st) for x, st in zip(shape, steps) if x)
+        high = sum(max(0, (x - 1) * st) for x, st in zip(shape, steps) if x)
+        if strides is None:
+            high = max(1, math.prod(shape)) - 1
+        need = (high - low + 1) * encoding[1]
+        assert len(data) == need, (len(data), need)
+        e.b += data
+        return bytes(e.b)
+
+    s["int32-from-int-2pow40-plus-5"] = value("int32", "int", 2**40 + 5)
+    s["int32-from-int-min"] = value("int32", "int", 2**31, negative=True)
+    s["int32-from-2.7"] = value("int32", "float", 2.7)
+    s["int32-from-just-below-2pow31-double"] = value("int32", "float", 2.0**31, edge_step=2)
+    s["int32-from-nan"] = value("int32", "float", "nan")
+    s["int64-from-uint64-max"] = value("int64", "uint", 2**64 - 1)
+    s["int64-from-2pow63-double"] = value("int64", "float", 2.0**63)
+    s["int64-from-minus-2pow63-double"] = value("int64", "float", 2.0**63, negative=True)
+    s["float32-from-2pow24-plus-1"] = value("float32", "int", 2**24 + 1)
+    s["float32-from-int64-max"] = value("float32", "int", 2**63 - 1)
+    s["float32-from-uint64-max"] = value("float32", "uint", 2**64 - 1)
+    s["float32-from-1e39"] = value("float32", "float", 1e39)
+    s["float32-from-rounding-threshold"] = value("float32", "float", 2.0**128 - 2.0**103)
+    s["float32-from-below-threshold"] = value("float32", "float", 2.0**128 - 2.0**103, edge_step=2)
+    s["float32-from-inf"] = value("float32", "float", "inf", negative=True)
+    s["float32-from-bool"] = value("float32", "bool", True)
+    s["format-little-int32"] = fmt("int32", "<i", 4)
+    s["format-big-int64"] = fmt("int64", ">q", 8)
+    s["format-native-long"] = fmt("int64", "l", 8)
+    s["format-standard-long"] = fmt("int64", "=l", 4)
+    s["format-half"] = fmt("float32", "e", 2)
+    s["format-complex-refused"] = fmt("float32", "Zf", 8)
+    s["format-wrong-itemsize"] = fmt("int32", "i", 3)
+    s["array-int64-into-int32-2d"] = array("int32", ("int", 8, True), (2, 3),
+                                            b"".join(struct.pack(">q", v) for v in [1, -2, 3, 4, 2**40 + 5, 6]))
+    s["array-half-into-int32"] = array("int32", ("float", 2, False), (4,),
+                                        b"".join(struct.pack("<e", v) for v in [1.0, -3.0, 65504.0, 2.5]))
+    s["array-bfloat16-into-float32"] = array("float32", ("bfloat16", 2, False), (3,), bytes([0x80, 0x3f, 0, 0xc0, 0x80, 0x7f]))
+    s["array-negative-strides"] = array("int64", ("int", 4, False), (3, 2),
+                                         b"".join(struct.pack("<i", v) for v in range(-4, 2)), strides=(-2, 1))
+    s["array-zero-stride"] = array("float32", ("float", 8, False), (2, 4), struct.pack("<d", 1e300), strides=(0, 0))
+    s["array-bool-3d"] = array("int32", ("bool", 1, False), (2, 2, 2), bytes([0, 1, 2, 255, 0, 0, 1, 1]))
+    return s
+
+
 def main():
     root = pathlib.Path(__file__).resolve().parent / "corpus"
     for target, seeds in (("dlpack", dlpack_seeds()), ("staged", staged_seeds()), ("step", step_seeds()),
-                          ("growth", growth_seeds())):
+                          ("growth", growth_seeds()), ("values", values_seeds())):
         d = root / target
         d.mkdir(parents=True, exist_ok=True)
         for old in d.glob("seed-*"):
