@@ -16,15 +16,14 @@
 //  - compute_slot_mappings, per group: table[req * width + pos // 16] * 16 + pos % 16;
 //  - post_update (num_computed): num_computed[idx_mapping] = pos + accepted (index_copy_).
 // 19 ATen ops at one group (7 more per group). Eager, those ops are dispatched every step; with
-// `graphs`, each pinned slot's copy and ops are captured once (at::cuda::CUDAGraph, one private pool
-// shared by the slots' graphs, which replay one at a time on one stream) and a step is the host's
-// writes plus one cudaGraphLaunch of that slot's executable: static buffers, fixed sizes (the padded
-// writes). Care taken: c10::InferenceMode and the stream guard for the engine's lifetime, tensors and
-// views made once, one pool stream, slots fenced by events queried as ferry queries them.
+// `graphs`, each pinned slot's copy and ops are captured once and a step is the host's writes plus
+// one cudaGraphLaunch of that slot's executable (support/libtorch_slots.hpp): static buffers, fixed
+// sizes (the padded writes). Care taken: c10::InferenceMode and the stream guard for the engine's
+// lifetime, tensors and views made once, one pool stream, slots fenced by events queried as ferry
+// queries them.
 #include <engine_step/engine_step_torch.hpp>
-#include <support/fence.hpp>
+#include <support/libtorch_slots.hpp>
 
-#include <ATen/cuda/CUDAGraph.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -61,12 +60,11 @@ struct layout {
 class Engine {
  public:
   Engine(const shape& sh, cudaStream_t stream, int slots, bool graphs)
-      : sh_(sh), L_(sh), stream_(stream), fence_(static_cast<std::size_t>(slots)), graphs_(graphs) {
+      : sh_(sh), L_(sh), stream_(stream), slots_(slots, L_.bytes) {
     const int64_t B = static_cast<int64_t>(sh.batch), A = static_cast<int64_t>(sh.admitted()), R = static_cast<int64_t>(sh.requests());
     const int64_t W = static_cast<int64_t>(sh.width), w = static_cast<int64_t>(sh.max_write_elements());
     const auto cuda = torch::TensorOptions().device(torch::kCUDA);
     const auto i32 = cuda.dtype(torch::kInt32), i64 = cuda.dtype(torch::kInt64);
-    pinned_ = torch::zeros({slots * L_.bytes}, torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
     dev_ = torch::zeros({L_.bytes}, cuda.dtype(torch::kUInt8));
     idx_.push_back(std::optional<at::Tensor>(sub(dev_, L_.idx, w, torch::kInt64)));
     req_ = sub(dev_, L_.req, B, torch::kInt32);
@@ -98,11 +96,10 @@ class Engine {
     one_ = torch::ones({1}, i32);
     cols_ = torch::full({1}, W, i32);
     block_ = torch::full({1}, static_cast<int64_t>(block_size), i32);
-    for (int64_t k = 0; k < slots; ++k) copied_.push_back(pinned_.narrow(0, k * L_.bytes, L_.bytes));
     // One eager run first (lazy initializations outside any capture), from a slot whose writes all
     // go to the spare element; then the initial state; then each slot's graph.
-    for (int64_t i = 0; i < w; ++i) reinterpret_cast<int64_t*>(pinned_.data_ptr<uint8_t>() + L_.idx)[i] = R_W;
-    enqueue(copied_[0]);
+    for (int64_t i = 0; i < w; ++i) reinterpret_cast<int64_t*>(slots_.host(0) + L_.idx)[i] = R_W;
+    enqueue(slots_.tensor(0));
     std::vector<int32_t> nc(static_cast<std::size_t>(R)), tab(sh.groups * static_cast<std::size_t>(R_W)), smp(static_cast<std::size_t>(R));
     scheduler::initial_state(sh, nc.data(), tab.data(), smp.data());
     const auto cpu32 = torch::TensorOptions().dtype(torch::kInt32);
@@ -111,27 +108,15 @@ class Engine {
     num_computed_.copy_(torch::from_blob(nc.data(), {R}, cpu32));
     sampled_.copy_(torch::from_blob(smp.data(), {R}, cpu32));
     check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    if (graphs_) {
-      const auto pool = at::cuda::graph_pool_handle();
-      for (auto& c : copied_) {
-        graph_.push_back(std::make_unique<at::cuda::CUDAGraph>());
-        graph_.back()->capture_begin(pool);
-        enqueue(c);
-        graph_.back()->capture_end();
-      }
-    }
+    if (graphs) slots_.capture([&](const at::Tensor& t) { enqueue(t); });
   }
   ~Engine() { cudaStreamSynchronize(stream_); }
 
   void step(const step_data& d) {
-    const std::size_t k = fence_.acquire();  // a slot whose last copy has run
-    write(pinned_.data_ptr<uint8_t>() + static_cast<int64_t>(k) * L_.bytes, d);
-    if (graphs_) check_cuda(cudaGraphLaunch(graph_[k]->raw_cuda_graph_exec(), stream_), "cudaGraphLaunch");
-    else enqueue(copied_[k]);
-    fence_.release(stream_);
+    slots_.step(stream_, [&](uint8_t* p) { write(p, d); }, [&](const at::Tensor& t) { enqueue(t); });
   }
   cudaStream_t stream() const { return stream_; }
-  std::size_t slots() const { return fence_.size(); }
+  std::size_t slots() const { return slots_.used(); }
 
   device_arrays arrays() const {
     device_arrays a;
@@ -207,11 +192,9 @@ class Engine {
   shape sh_;
   layout L_;
   cudaStream_t stream_;
-  ferry_bench::event_ring fence_;
-  bool graphs_;
-  at::Tensor pinned_, dev_;
-  std::vector<at::Tensor> copied_, flat_table_, vals_, slot_mapping_;
-  std::vector<std::unique_ptr<at::cuda::CUDAGraph>> graph_;
+  ferry_bench::libtorch_slots slots_;
+  at::Tensor dev_;
+  std::vector<at::Tensor> flat_table_, vals_, slot_mapping_;
   c10::List<std::optional<at::Tensor>> idx_;
   at::Tensor req_, req_decode_, accepted_, tokens_prefill_, prefill_, num_computed_, sampled_;
   at::Tensor input_ids_, ids_prefill_, ids_decode_, pos32_, pos_prefill_, positions_, seq_lens_;

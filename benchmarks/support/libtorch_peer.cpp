@@ -17,19 +17,15 @@
 //     and the other rows hold -1).
 //  5. logits_indices[255] = seq_lens_gpu[255]: a device-to-device slice copy, no .item().
 // The slot is one contiguous region: ONE non-blocking copy_ moves all of it into a device buffer
-// viewed as the step's tensors, then index_put_ and the slice copy: 3 ops. Eager, or each slot's 3
-// ops captured once as a CUDA graph (at::cuda::CUDAGraph, one private pool shared by the slots'
-// graphs, which replay one at a time on one stream) and replayed with cudaGraphLaunch.
-// Care taken: c10::InferenceMode and the stream guard held for an engine's lifetime; tensors,
-// views and index lists made once; one pool stream; a ring of pinned slots fenced by events,
-// queried as ferry queries them (support/fence.hpp), so the host never rewrites bytes a pending
-// copy still reads. Overheads the libtorch API leaves no way around (eager): the dispatcher on every
+// viewed as the step's tensors, then index_put_ and the slice copy: 3 ops, eager, or captured once
+// per slot as a CUDA graph and replayed (support/libtorch_slots.hpp). Care taken: c10::InferenceMode
+// and the stream guard held for an engine's lifetime; tensors, views and index lists made once; one
+// pool stream; a ring of pinned slots fenced by events, queried as ferry queries them, so the host
+// never rewrites bytes a pending copy still reads. Overheads the libtorch API leaves no way around (eager): the dispatcher on every
 // op; per host-to-device copy_ a TensorIterator, a stream capture-status query and a pinned-allocator
 // lookup (mutex + hash map); per index_put_ an AdvancedIndex and a TensorIterator.
-#include <support/fence.hpp>
 #include <support/libtorch_peer.hpp>
-
-#include <ATen/cuda/CUDAGraph.h>
+#include <support/libtorch_slots.hpp>
 
 #include <torch/torch.h>
 #include <torch/cuda.h>
@@ -139,16 +135,10 @@ std::string diff(const char* what, const T* got, const T* want, int64_t n) {
 
 class Engine {
  public:
-  Engine(cudaStream_t stream, int slots, bool graphs) : stream_(stream), fence_(static_cast<size_t>(slots)), graphs_(graphs) {
-    const auto u8 = torch::TensorOptions().dtype(torch::kUInt8);
+  Engine(cudaStream_t stream, int slots, bool graphs) : stream_(stream), slots_(slots, kSlotBytes) {
     const auto i32 = torch::TensorOptions().dtype(torch::kInt32).device(torch::kCUDA);
-    pinned_ = torch::empty({int64_t{slots} * kSlotBytes}, u8.pinned_memory(true));
-    std::memset(pinned_.data_ptr(), 0, pinned_.nbytes());
-    for (int64_t k = 0; k < slots; ++k) {
-      init_slot(pinned_.data_ptr<uint8_t>() + k * kSlotBytes);
-      copied_.push_back(pinned_.narrow(0, k * kSlotBytes, kSlotBytes));
-    }
-    dev_ = torch::zeros({kSlotBytes}, u8.device(torch::kCUDA));
+    for (int k = 0; k < slots; ++k) init_slot(slots_.host(static_cast<size_t>(k)));
+    dev_ = torch::zeros({kSlotBytes}, torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCUDA));
     idx_.push_back(std::optional<at::Tensor>(sub(dev_, kOffIdx, kWrites, torch::kInt64)));
     vals_ = sub(dev_, kOffVal, kWrites, torch::kInt32);
     flat_ = torch::zeros({kPad + 1}, i32);  // the table, then the spare element
@@ -160,27 +150,15 @@ class Engine {
     // Each slot's graph, after one eager run (lazy initializations outside any capture) from slot 0,
     // which writes no table entry (its indices all point to the spare element) and whose other
     // bytes every step rewrites.
-    for (int i = 0; i < kWrites; ++i) ptr<int64_t>(pinned_.data_ptr<uint8_t>(), kOffIdx)[i] = kPad;
-    enqueue(copied_[0]);
+    for (int i = 0; i < kWrites; ++i) ptr<int64_t>(slots_.host(0), kOffIdx)[i] = kPad;
+    enqueue(slots_.tensor(0));
     sync();
-    if (graphs_) {
-      const auto pool = at::cuda::graph_pool_handle();
-      for (auto& c : copied_) {
-        graph_.push_back(std::make_unique<at::cuda::CUDAGraph>());
-        graph_.back()->capture_begin(pool);
-        enqueue(c);
-        graph_.back()->capture_end();
-      }
-    }
+    if (graphs) slots_.capture([&](const at::Tensor& t) { enqueue(t); });
   }
   ~Engine() { cudaStreamSynchronize(stream_); }
 
   void step() {
-    const size_t k = fence_.acquire();  // a slot whose last copy has run
-    fill_step(sched_, pinned_.data_ptr<uint8_t>() + static_cast<int64_t>(k) * kSlotBytes);
-    if (graphs_) CK(cudaGraphLaunch(graph_[k]->raw_cuda_graph_exec(), stream_));
-    else enqueue(copied_[k]);
-    fence_.release(stream_);
+    slots_.step(stream_, [&](uint8_t* p) { fill_step(sched_, p); }, [&](const at::Tensor& t) { enqueue(t); });
   }
 
   void sync() const { CK(cudaStreamSynchronize(stream_)); }
@@ -225,12 +203,9 @@ class Engine {
   }
 
   cudaStream_t stream_;
-  ferry_bench::event_ring fence_;
-  bool graphs_;
+  ferry_bench::libtorch_slots slots_;
   Sched sched_, ref_;  // ref_: the host replay that check() compares with
-  at::Tensor pinned_, dev_, vals_, flat_, table_, logits_, logits_last_, lens_last_;
-  std::vector<at::Tensor> copied_;
-  std::vector<std::unique_ptr<at::cuda::CUDAGraph>> graph_;
+  at::Tensor dev_, vals_, flat_, table_, logits_, logits_last_, lens_last_;
   c10::List<std::optional<at::Tensor>> idx_;
   std::vector<int32_t> ref_table_ = std::vector<int32_t>(size_t{kRows} * kCols, 0);
   std::vector<uint8_t> ref_slot_ = std::vector<uint8_t>(static_cast<size_t>(kSlotBytes), 0);
