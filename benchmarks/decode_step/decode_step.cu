@@ -286,7 +286,7 @@ class floor_step {
     const std::int64_t step = sched_.begin_step();
     const unsigned k = next_slot(step);
     write_step(step, k);
-    submit(step, k);
+    submit(k);
   }
 
   // ---- ablations (floor B′ with a part left out; not steps) ----
@@ -303,7 +303,7 @@ class floor_step {
     const unsigned k = next_slot(step);
     std::memcpy(at<std::byte>(k, 0), image_.data(), slot::seq);
     *at<std::uint64_t>(k, slot::seq) = static_cast<std::uint64_t>(step) + 1;
-    submit(step, k);
+    submit(k);
   }
   /// Runs one real step, waits for it, and keeps its slot image for prepared().
   void prepare() {
@@ -338,9 +338,8 @@ class floor_step {
   }
 
  private:
-  // The step into slot k, written: record its number, submit it.
-  void submit(std::int64_t step, unsigned k) {
-    (void)step;
+  // The step written into slot k: submit it.
+  void submit(unsigned k) {
     switch (kind_) {
       case kind::copy_kernel:
         BENCH_CUDA(cudaMemcpyAsync(dev_bytes_, at<std::byte>(k, 0), slot::copied, cudaMemcpyHostToDevice, s_));
@@ -549,8 +548,8 @@ void drain(const variant& v) { BENCH_CUDA(cudaStreamSynchronize(v.stream)); }
 constexpr double warm_model_ms = 0.05;
 
 /// Host time of every row in the three regimes and, with `device_time`, its device time (see the
-/// file comment), each regime in interleaved rounds; `between(round)` runs before each round of
-/// the bursts regime.
+/// file comment), each regime in interleaved rounds; a PyTorch-in-Python row runs in the bursts
+/// regime's rounds and has a device time, no idle or warm figure.
 void measure(std::vector<variant>& vs, const ferry_bench::options& o, bool device_time) {
   using clk = std::chrono::steady_clock;
   std::vector<ferry_bench::timed_burst> bursts, idle, warm, device;
