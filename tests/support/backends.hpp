@@ -257,6 +257,21 @@ class gate {
   std::shared_ptr<state> state_;
 };
 
+/// While alive, the process-wide wait bound (ferry::set_wait_timeout) is `bound`; the one before
+/// it is restored at the end.
+class wait_bound {
+ public:
+  explicit wait_bound(std::chrono::nanoseconds bound) : before_(ferry::wait_timeout()) {
+    ferry::set_wait_timeout(bound);
+  }
+  ~wait_bound() { ferry::set_wait_timeout(before_); }
+  wait_bound(const wait_bound&) = delete;
+  wait_bound& operator=(const wait_bound&) = delete;
+
+ private:
+  std::chrono::nanoseconds before_;
+};
+
 /// Runs `call`, which must wait for work held behind `g` (a full ring's back-pressure), while a
 /// helper thread opens the gate after `after`: true when `call` returned only once the gate was
 /// open, that is, when it waited for the held work.

@@ -485,11 +485,15 @@ class uva_pool {
   // Destruction is a use of every slot. The last view's readers carry no fence yet (the next
   // call would record it, on its own stream): when there is such a view, the device is
   // synchronized first, as freeing memory does, which needs no stream that may be gone by now.
-  // Then the ring gives every block back once its fences have passed.
+  // Then the ring gives every block back once its fences have passed. All these waits end at one
+  // bound (the ReusePolicy's, else ferry::wait_timeout()): past it, what may still be read is
+  // leaked (the last view's slot, unless the device was synchronized), never given back.
   void release_all() noexcept {
-    if (unfenced_ != none && !ring_.empty())
-      detail::destructor_guard([&] { ops::synchronize_device(device_); });
-    ring_.release([&](slot& s) { arena_->release(s.block); });
+    detail::wait_deadline d = detail::destructor_deadline([] { return ring_type::wait_bound(); });
+    if (unfenced_ != none && !ring_.empty() &&
+        !detail::destructor_guard([&] { ops::synchronize_device(device_, d); }))
+      (void)ring_.abandon(unfenced_);
+    ring_.release([&](slot& s) { arena_->release(s.block); }, d);
     view_ = none;
     unfenced_ = none;
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/backend/event.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
@@ -65,6 +66,8 @@ namespace ferry {
 /// Destruction waits for every apply that reads its staging or writes its target: for their
 /// fences, or under reuse::caller_fenced, which records none, for the whole device once a staging
 /// slot has been handed to a stream (synchronize_device; never for a tensor that has not applied).
+/// Those waits end at the wait bound (ferry::wait_timeout, or the ReusePolicy's): past it the
+/// destructor returns, leaking the staging an apply may still read.
 ///
 /// Move-only (owned or adopted, the target stays where it is: spans and views stay valid); a
 /// moved-from tensor is empty. Not thread-safe.
@@ -102,14 +105,16 @@ class staged_write_tensor {
 
  public:
   /// A zero-filled rows x cols target; the fill is complete when the constructor returns (it
-  /// synchronizes a private stream: construction is not a hot path). `slots` staging slots rotate
-  /// (more slots amortize fence queries when the host runs ahead of the GPU).
+  /// waits for a private stream, within the wait bound: construction is not a hot path). `slots`
+  /// staging slots rotate (more slots amortize fence queries when the host runs ahead of the GPU).
   staged_write_tensor(std::size_t rows, std::size_t cols, std::size_t slots = 2)
       : staged_write_tensor(storage_type(checked_size(rows, cols)), rows, cols, slots, {}) {
     if constexpr (!uva_target) {
       stream<B> s;
       ops::fill_zero_async(target_, bytes(), s);
-      s.synchronize();
+      event<B> filled;
+      filled.record(s);
+      filled.synchronize();
     }
   }
   /// A zero-filled rows x cols target, the fill enqueued on `s` (work on `s` after the
