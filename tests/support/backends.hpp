@@ -272,6 +272,24 @@ class wait_bound {
   std::chrono::nanoseconds before_;
 };
 
+/// While alive, ferry's mapping probe finds every device's mapping of pinned memory dead (its test
+/// hook: the probe still runs), as on a machine under Confidential Computing or WSL2; the verdicts
+/// are forgotten on the way in and out, so that the next component probes again.
+template <class B>
+class dead_mapping {
+ public:
+  dead_mapping() { set(true); }
+  ~dead_mapping() { set(false); }
+  dead_mapping(const dead_mapping&) = delete;
+  dead_mapping& operator=(const dead_mapping&) = delete;
+
+ private:
+  static void set(bool dead) {
+    ferry::detail::mapping_probe_fails().store(dead);
+    ferry::detail::mapping_verdicts<B>::instance().forget();
+  }
+};
+
 /// Runs `call`, which must wait for work held behind `g` (a full ring's back-pressure), while a
 /// helper thread opens the gate after `after`: true when `call` returned only once the gate was
 /// open, that is, when it waited for the held work.

@@ -39,6 +39,13 @@ inline constexpr std::chrono::nanoseconds wait_sleep_min = std::chrono::microsec
 /// ...up to this long: a long wait wakes at most this late, and costs a few polls a millisecond.
 inline constexpr std::chrono::nanoseconds wait_sleep_max = std::chrono::microseconds(500);
 
+// ---- the mapping probe (backend/detail/mapping.hpp; docs/backends.md, "A live mapping, proven
+//      once") ------------------------------------------------------------------------------------
+
+/// Words (8 bytes each) the mapping probe writes, has a kernel read through the mapping and write
+/// back, and compares (backend/detail/mapping.hpp): a few cache lines, read once per device.
+inline constexpr std::size_t mapping_probe_words = 64;
+
 // ---- warm reuse (memory/detail/warm_reuse.hpp, memory/pinned_arena.hpp; docs/memory.md, "The
 //      pinned staging arena") ------------------------------------------------------------------
 

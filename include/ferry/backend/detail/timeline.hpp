@@ -3,6 +3,7 @@
 // "The reuse core").
 #pragma once
 
+#include <ferry/backend/detail/mapping.hpp>
 #include <ferry/backend/detail/wait_bound.hpp>
 #include <ferry/backend/stats.hpp>
 #include <ferry/backend/stream.hpp>
@@ -462,9 +463,11 @@ class timeline<backend::cuda> {
   }
 
   // The mapped counters and, per device, the blocks-done counts (allocated on the first kernel
-  // mark of the process and of each device; the kernels that use them are cold then anyway).
+  // mark of the process and of each device; the kernels that use them are cold then anyway). None
+  // on a device whose mapping the probe found dead: its kernels' stores would never show.
   bool counters_ready(int device) {
     if (device < 0 || device >= max_devices) return false;
+    if (mapping_verdicts<backend::cuda>::instance().known(device) == mapping_state::dead) return false;
     if (!counters_) {
       void* p = nullptr;
       FERRY_CUDA_CHECK_ALLOC(
