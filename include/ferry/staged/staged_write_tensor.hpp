@@ -161,7 +161,8 @@ class staged_write_tensor {
   /// slots and the H2D scratch come from (ferry::staging_memory).
   staged_write_tensor(device_span<T> target, std::size_t rows, std::size_t cols, std::size_t slots = 2,
                       const staging_memory<B>& memory = {})
-      : staged_write_tensor(target_memory_of{place(memory_kind::device), {}, adopted(target.data(), target.size(), rows, cols)},
+      : staged_write_tensor(target_memory_of{place(memory_kind::device), {},
+                                             adopted(target.data(), target.size(), rows, cols)},
                             rows, cols, slots, memory) {
     static_assert(!uva_target,
                   "ferry: a staged_write_tensor with target::uva adopts pinned, mapped host memory "

@@ -68,7 +68,8 @@ class wait_deadline {
       if (bound_.count() <= 0) bound_ = process_wait_bound();
       start_ = wait_clock::now();
       const auto room = wait_clock::time_point::max() - start_;
-      until_ = bound_ >= room ? wait_clock::time_point::max() : start_ + std::chrono::duration_cast<wait_clock::duration>(bound_);
+      until_ = bound_ >= room ? wait_clock::time_point::max()
+                              : start_ + std::chrono::duration_cast<wait_clock::duration>(bound_);
       started_ = true;
     }
     return until_;
