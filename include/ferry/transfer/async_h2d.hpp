@@ -62,6 +62,9 @@ void send_block(pinned_block block, std::size_t n, device_span<T> out, stream_re
       ops::copy_blocking(out.data(), block.data, bytes, s);
     else
       ops::copy_async(out.data(), block.data, bytes, s);
+  } catch (const timeout_error&) {
+    arena.release(block, s);  // the blocking copy was enqueued and may still read the block
+    throw;
   } catch (...) {
     arena.release(block);
     throw;
