@@ -121,6 +121,7 @@ class fused_staged_writer {
                   "tensor's element type must be T.");
     static_assert((std::is_same_v<typename Tensors::backend_type, B> && ...),
                   "ferry: fused_staged_writer applies tensors of its own backend only.");
+    [[maybe_unused]] const detail::nvtx_scope<detail::nvtx_names::apply> range;
     [[maybe_unused]] const auto on_device = ops::enter(s, device_);
     constexpr std::size_t n = sizeof...(Tensors);
     if (n > max_tensors_)

@@ -6,6 +6,7 @@
 #include <ferry/backend/detail/mapping.hpp>
 #include <ferry/backend/event.hpp>
 #include <ferry/backend/stream.hpp>
+#include <ferry/detail/nvtx.hpp>
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/device_buffer.hpp>
@@ -264,6 +265,7 @@ class staged_write_tensor {
   /// of another device or one that is capturing a graph; whatever throws before the launch is
   /// enqueued leaves the staged writes and the target as they were.
   FERRY_KERNEL_VISIBILITY void apply_write(stream_ref<B> s) {
+    [[maybe_unused]] const detail::nvtx_scope<detail::nvtx_names::apply> range;
     [[maybe_unused]] const auto on_device = ops::enter(s, device_);
     core_type& c = core();
     if (c.empty()) return;

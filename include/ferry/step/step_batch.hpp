@@ -7,6 +7,7 @@
 #include <ferry/backend/detail/mapping.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/config.hpp>
+#include <ferry/detail/nvtx.hpp>
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/device_span.hpp>
@@ -282,6 +283,7 @@ class step_batch {
   /// more than a pinned block holds). Whatever throws has enqueued nothing and leaves the step open
   /// and its data as they were: fix it and submit again, or cancel().
   FERRY_KERNEL_VISIBILITY void submit(stream_ref<B> s) {
+    [[maybe_unused]] const detail::nvtx_scope<detail::nvtx_names::step_submit> range;
     core& k = c();
     submitter::submit(k, s, [&](typename core::slot& sl, const void* table, std::size_t blocks) {
       if constexpr (graphs)
@@ -310,6 +312,7 @@ class step_batch {
   template <class Launch>
     requires(graphs && std::invocable<Launch&, cudaGraph_t>)
   FERRY_KERNEL_VISIBILITY void submit_with(stream_ref<B> s, Launch&& launch) {
+    [[maybe_unused]] const detail::nvtx_scope<detail::nvtx_names::step_submit> range;
     core& k = c();
     submitter::submit(k, s, [&](typename core::slot&, const void*, std::size_t) {
       launch(static_cast<cudaGraph_t>(k.graph_.graph));
