@@ -117,6 +117,7 @@ void enqueue_sampler(const sampler_args& a, ferry::stream_ref<B> s) {
 /// Runs after the step's uploads, gathers and writes have landed (on CUDA by the threads of one
 /// block; on the host backend once): derives the step's positions, sequence lengths and slot
 /// mappings from the gathered per-request state, and advances that state.
+// [epilogue]
 struct derive_positions {
   ferry::step_ref<std::int32_t> rows, base, drafts;  // the upload and two gathers
   const std::int32_t* block_table = nullptr;        // [max_requests x max_blocks]
@@ -138,6 +139,7 @@ struct derive_positions {
     }
   }
 };
+// [/epilogue]
 
 // ---- the host's scheduler -----------------------------------------------------------------------
 
@@ -251,9 +253,11 @@ class engine {
     ferry::async_h2d(initial_state(1), sampled_.span(), s);
     ferry::async_h2d(initial_state(2), accepted_.span(), s);
     rows_ = batch_.add_upload(rows_dev_.span(), batch);
+    // [gather_plan]
     tokens_ = batch_.add_gather(input_ids_.span(), const_span(sampled_), batch);
     base_ = batch_.add_gather(base_dev_.span(), const_span(num_computed_), batch);
     drafts_ = batch_.add_gather(drafts_dev_.span(), const_span(accepted_), batch);
+    // [/gather_plan]
     writes_ = batch_.add_writes(ferry::staged_view<std::int32_t>(table_.data(), max_requests, max_blocks), max_writes,
                                 max_write_elements);
     batch_.set_epilogue(derive_positions{rows_.ref(), base_.ref(), drafts_.ref(), table_.data(), num_computed_.data(),
@@ -270,6 +274,7 @@ class engine {
     });
     const std::vector<request>& rows = sched_.rows();
     const std::size_t n = rows.size();
+    // [gather_step]
     std::span<std::int32_t> slots = rows_.span(n), tok = tokens_.indices(n), base = base_.indices(n),
                             drafts = drafts_.indices(n);
     for (std::size_t i = 0; i < n; ++i) {
@@ -285,7 +290,8 @@ class engine {
         dv[i] = 0;
       }
     }
-    batch_.submit(s);
+    batch_.submit(s);  // input_ids[i] = sampled[slot] or the joining request's first token, in the launch
+    // [/gather_step]
     enqueue_sampler<B>(sampler_args{t, n, rows_dev_.data(), input_ids_.data(), positions_.data(), sampled_.data(),
                                     accepted_.data()},
                        s);

@@ -112,6 +112,7 @@ struct communicators {
 /// Enqueues one step on every rank; returns without waiting for the GPUs.
 void enqueue_step(std::vector<std::unique_ptr<rank_device>>& ranks, std::vector<rank_host>& hosts,
                   communicators& nccl) {
+  // [step]
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     rank_device& d = *ranks[r];
     // Free functions (async_h2d, async_d2h) check the stream against the CURRENT device.
@@ -127,6 +128,7 @@ void enqueue_step(std::vector<std::unique_ptr<rank_device>>& ranks, std::vector<
                              nccl.comm[r], ranks[r]->stream.get()),
                "ncclAllReduce");
   nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+  // [/step]
 }
 
 /// Counts the elements of `got` that differ from `want`; prints the first one.

@@ -23,6 +23,7 @@
 namespace ferry_torch {
 namespace {
 
+// [upload]
 template <class T>
 void h2d(const at::Tensor& src, const at::Tensor& dst) {
   TORCH_CHECK(src.is_cpu(), "ferry: async_h2d: the source must be a CPU tensor, got ", src.device());
@@ -39,6 +40,7 @@ void h2d(const at::Tensor& src, const at::Tensor& dst) {
     ferry::async_h2d(ferry::from_torch_host<const T>(src), out, stream);
   }
 }
+// [/upload]
 
 void async_h2d(const at::Tensor& src, const at::Tensor& dst) {
   switch (dst.scalar_type()) {

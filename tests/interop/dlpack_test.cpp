@@ -259,6 +259,27 @@ TEST_CASE("to_dlpack describes a ferry span; shape storage is owned and stable",
                     ContainsSubstring("device id mismatch: expected 0"));
 }
 
+TEMPLATE_TEST_CASE("to_dlpack: docs/interop.md's example, a DLPack-taking consumer of a device buffer",
+                   "[interop][dlpack]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  const std::int64_t batch = 3, vocab = 5;
+  const void* seen = nullptr;
+  std::int64_t seen_elements = 0;
+  auto consume = [&](const DLTensor& t) {
+    seen = t.data;
+    seen_elements = t.shape[0] * t.shape[1];
+  };
+  // [to_dlpack]
+  ferry::device_buffer<float, B> logits(batch * vocab);
+  const std::array<std::int64_t, 2> shape{batch, vocab};
+  const auto dl = ferry::to_dlpack(logits.span(), shape);
+  consume(dl.get());  // e.g. a DLPack-taking sampler; dl and logits outlive the call's GPU work
+  // [/to_dlpack]
+  CHECK(seen == logits.data());
+  CHECK(seen_elements == batch * vocab);
+}
+
 TEMPLATE_TEST_CASE("DLPack round trip: ferry writes and reads through the imported span", "[interop][dlpack]",
                    FERRY_TEST_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);

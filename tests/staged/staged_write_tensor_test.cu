@@ -858,6 +858,32 @@ TEMPLATE_TEST_CASE("adopting memory of the wrong size or a null address throws a
   SECTION("uva target") { run(ferry::staged_write_tensor<T, B, ferry::target::uva>(1, 1)); }
 }
 
+TEMPLATE_TEST_CASE("staging_memory: docs/staged_writes.md's example, one arena and one device resource for a "
+                   "tensor and a fused writer", "[staged][resource]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  constexpr std::size_t rows = 4, cols = 8;
+  ferry::stream<B> stream;
+  ferry_test::counting_device_resource<B> engine_device_pool;
+  {
+    // [staging_memory]
+    ferry::pinned_arena<B> arena;  // or arena(engine_pinned_pool): an engine's pinned_resource_ref
+    ferry::staged_write_tensor<std::int32_t, B, ferry::staging::h2d_copy> table(rows, cols, stream, 2,
+        {.arena = &arena, .device = engine_device_pool});  // a device_memory_resource
+    ferry::fused_staged_writer<std::int32_t, B> writer(4, 2,
+        {.arena = &arena, .device = engine_device_pool});
+    // [/staging_memory]
+    table.stage_write(1, 2, std::vector<std::int32_t>{5, 6});
+    writer.apply(stream, table);
+    std::vector<std::int32_t> expect(rows * cols, 0);
+    expect[1 * cols + 2] = 5;
+    expect[1 * cols + 3] = 6;
+    CHECK(ferry::to_host(table.span(), stream) == expect);
+    CHECK(engine_device_pool.allocations >= 1);  // the target, and the scratch of the apply
+    CHECK(arena.stats().allocations >= 1);
+  }
+}
+
 TEMPLATE_TEST_CASE("staging_memory: an engine's arena and device resource back a tensor's memory",
                    "[staged][resource]", STAGED_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);

@@ -275,9 +275,13 @@ TEST_CASE("step_batch: submit_with replays the step graph as a child of an engin
     const auto more = random_bits<std::int64_t>(h.n64, h.rng);
     std::copy(more.begin(), more.end(), v.begin());
     std::copy(more.begin(), more.end(), h.r64.begin());
-    h.batch.submit_with(h.s, [&](cudaGraph_t step) {
+    // [submit_with]
+    h.batch.submit_with(h.s, [&](cudaGraph_t step) {  // the same step graph at every step
+      // exec_for: the engine's executable, built once on first sight of `step` (a child node,
+      // cudaGraphAddChildGraphNode, then the engine's nodes that depend on it)
       REQUIRE(cudaGraphLaunch(exec_for(step), h.s.get()) == cudaSuccess);
     });
+    // [/submit_with]
     h.check(k);
     INFO("step " << k);
     // the engine's node ran after the step, and read what it uploaded

@@ -25,6 +25,7 @@
 #include <ferry/step/detail/step_submit.hpp>
 #include <ferry/step/step_context.hpp>
 #include <ferry/step/step_handles.hpp>
+#include <ferry/step/step_stats.hpp>
 
 #if defined(__CUDACC__)
 #include <ferry/backend/detail/mapping_probe.cuh>
@@ -331,6 +332,13 @@ class step_batch {
   [[nodiscard]] bool in_step() const noexcept { return core_ && core_->open_; }
   /// Slots now (0 before reserve() or the first begin()).
   [[nodiscard]] std::size_t slots() const noexcept { return core_ ? core_->slots_.size() : 0; }
+  /// Counters (see ferry::step_stats); all zero on a moved-from batch.
+  [[nodiscard]] step_stats stats() const noexcept {
+    if (!core_) return {};
+    const core& k = *core_;
+    return {.steps = k.steps_, .slots = k.slots_.size(), .max_slots = k.slots_.max_slots(),
+            .full_waits = k.full_waits_, .inserted = k.inserted_, .grows = k.grows_};
+  }
 
  private:
   core& c() const {

@@ -290,6 +290,7 @@ class step_core {
         const std::size_t need = checked_add<capacity_error>(bytes, write_vector_bytes, "step contents");
         const pinned_block b = arena_->acquire(std::max(need, room_));  // a power of two
         slots_[cur_].extra.push_back(b);
+        ++grows_;
         base_ = b.data;
         room_ = b.capacity;
         used_ = 0;
@@ -638,6 +639,7 @@ class step_core {
   std::size_t prev_ = none;  // the slot of the last submitted step
   bool prev_published_ = false;  // its publishes may have readers no stamp covers yet
   std::uint64_t steps_ = 0;
+  std::uint64_t full_waits_ = 0, inserted_ = 0, grows_ = 0;  // step_batch::stats()
   std::size_t last_descs_ = 0;  // the last submitted step's descriptors (detail::step_batch_access)
   // capacities wanted for every slot (fixed: the plan's bounds)
   std::size_t want_table_ = 0, want_content_ = 0;

@@ -105,7 +105,7 @@ struct step_slots {
       // Waiting for the slot coming into use (event_fenced, back-pressure: the host runs at most
       // max_slots - 1 steps ahead) or throwing (throw_when_full). Nothing has changed yet.
       next = ring.next();
-      ring.when_full(next, [&] {
+      if (ring.when_full(next, [&] {
         const stamp held = ring.stamps(next).template held<B>();
         return "ferry: step_batch: the next slot (slot " + std::to_string(next) +
                ") is still in use (its step or the readers of its publishes)" +
@@ -114,11 +114,13 @@ struct step_slots {
                                    std::to_string(held.seq) + ")") +
                " and the batch holds max_slots (" + std::to_string(ring.max_slots()) +
                ") slots; use more slots, or let the stream catch up";
-      });
+          }))
+        ++k.full_waits_;
     }
     if (next == none) {
       ring.reserve_for_one();
       next = ring.insert(make(k));
+      ++k.inserted_;
       if (k.prev_ != none && k.prev_ >= next) ++k.prev_;
     } else if constexpr (!fixed) {
       fit(k, ring[next]);
@@ -195,8 +197,12 @@ struct step_slots {
   /// growth::pow2: a slot coming into use takes the sizes of the largest step so far, in one block
   /// (its blocks have all passed: released at once).
   static void fit(core& k, slot& s) {
-    if (s.table_cap < k.want_table_) regrow_table(k, s, k.want_table_);
+    if (s.table_cap < k.want_table_) {
+      regrow_table(k, s, k.want_table_);
+      ++k.grows_;
+    }
     if (s.content.capacity < k.want_content_ || !s.extra.empty()) {
+      if (s.content.capacity < k.want_content_) ++k.grows_;
       const pinned_block b = k.arena_->acquire(std::max(k.want_content_, s.content.capacity));
       k.arena_->release(s.content);
       for (const auto& e : s.extra) k.arena_->release(e);
