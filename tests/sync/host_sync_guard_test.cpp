@@ -10,10 +10,15 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 using Catch::Matchers::ContainsSubstring;
 using Catch::Matchers::MessageMatches;
 using host = ferry::backend::host;
+
+TEST_CASE("sync_scope<backend::host> is host_sync_guard, from this header alone (no CUPTI)", "[sync][host]") {
+  STATIC_REQUIRE(std::is_same_v<ferry::sync_scope<ferry::backend::host>, ferry::host_sync_guard>);
+}
 
 TEST_CASE("host_sync_guard counts host backend synchronizations", "[host_sync_guard]") {
   ferry::stream<host> s;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ferry/backend/stats.hpp>
+#include <ferry/config.hpp>
 #include <ferry/policies/backend.hpp>
 #include <ferry/sync/detail/sync_verdict.hpp>
 #include <ferry/sync/sync_mode.hpp>
@@ -107,5 +108,28 @@ class host_sync_guard {
   detail::sync_verdict verdict_;
   backend_stats start_;
 };
+
+namespace detail {
+template <class B>
+struct sync_scope_of {
+  static_assert(dependent_false<B>, "ferry::sync_scope<B>: B is ferry::backend::host, or ferry::backend::cuda with "
+                                    "<ferry/sync/sync_guard.hpp> included (it needs CUPTI).");
+};
+template <>
+struct sync_scope_of<backend::host> {
+  using type = host_sync_guard;
+};
+}  // namespace detail
+
+/// The sync scope of backend B, so that a zero-sync proof is written once for both backends:
+/// ferry::sync_guard for backend::cuda (CUPTI, this thread's calls; <ferry/sync/sync_guard.hpp>),
+/// ferry::host_sync_guard for backend::host (ferry's host backend counters, every thread; here, so
+/// that <ferry/ferry.hpp> has it). Both have `mode`, syncs(), allocations(), report() and check(),
+/// and throw ferry::sync_error the same way in raise mode:
+///   ferry::sync_scope<B> guard(ferry::sync_mode::raise);
+///   for (int i = 0; i < 1000; ++i) step(stream);
+///   guard.check();
+template <class B>
+using sync_scope = typename detail::sync_scope_of<B>::type;
 
 }  // namespace ferry

@@ -181,31 +181,13 @@ class sync_guard {
 };
 #endif  // FERRY_HAS_CUDA
 
-namespace detail {
-template <class B>
-struct sync_scope_of {
-  static_assert(dependent_false<B>, "ferry::sync_scope<B> needs B to be ferry::backend::cuda or ferry::backend::host.");
-};
-template <>
-struct sync_scope_of<backend::host> {
-  using type = host_sync_guard;
-};
 #if FERRY_HAS_CUDA
+namespace detail {
 template <>
 struct sync_scope_of<backend::cuda> {
   using type = sync_guard;
 };
-#endif
 }  // namespace detail
-
-/// The sync scope of backend B, so that a zero-sync proof is written once for both backends:
-/// ferry::sync_guard for backend::cuda (CUPTI, this thread's calls), ferry::host_sync_guard for
-/// backend::host (ferry's host backend counters, every thread). Both have `mode`, syncs(),
-/// allocations(), report() and check(), and throw ferry::sync_error the same way in raise mode:
-///   ferry::sync_scope<B> guard(ferry::sync_mode::raise);
-///   for (int i = 0; i < 1000; ++i) step(stream);
-///   guard.check();
-template <class B>
-using sync_scope = typename detail::sync_scope_of<B>::type;
+#endif
 
 }  // namespace ferry
