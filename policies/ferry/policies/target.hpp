@@ -79,9 +79,9 @@ namespace ferry::detail {
 /// Where a target of TargetKind P lives on a device whose mapping is not live: P's
 /// `without_live_mapping`, else P::memory.
 template <class P>
-constexpr memory_kind target_without_live_mapping() noexcept {
+constexpr ferry::memory_kind target_without_live_mapping() noexcept {  // not detail::memory_kind<B>
   if constexpr (requires { P::without_live_mapping; }) {
-    static_assert(std::is_same_v<std::remove_cv_t<decltype(P::without_live_mapping)>, memory_kind>,
+    static_assert(std::is_same_v<std::remove_cv_t<decltype(P::without_live_mapping)>, ferry::memory_kind>,
                   "ferry: a TargetKind's without_live_mapping is a `static constexpr ferry::memory_kind`.");
     return P::without_live_mapping;
   } else {
