@@ -199,33 +199,52 @@ class prep_host {
     return p;
   }
 
-  /// Writes the checked step into the slot's spans: idx, qsl (n + 1), cu (n + 1), aux, prefill.
+  /// Writes the checked step into the slot's spans: idx, qsl (n + 1), cu (n + 1), aux (its
+  /// prep_layout), prefill.
   void encode(const plan& p, std::span<const std::int32_t> idx, std::span<const std::int32_t> q,
               const std::int32_t* drafts, std::span<std::int32_t> idx_out, std::span<std::int32_t> qsl,
               std::span<std::int32_t> cu, std::span<std::int32_t> aux, std::span<std::int32_t> prefill) const {
+    const prep_layout at{p.n, p.reqs_padded};
     std::ranges::copy(idx, idx_out.begin());
     aux[meta_reqs_padded] = static_cast<std::int32_t>(p.reqs_padded);
     aux[meta_slot_pad_end] = static_cast<std::int32_t>(std::max(slot_high, p.tokens));
-    std::int32_t* row_info = aux.data() + meta_size;
+    std::int32_t* const row_info = aux.data() + at.row_info();
+    std::int32_t* const has_next = aux.data() + at.has_next();
+    std::int32_t* const next = aux.data() + at.next();
     std::int64_t tok = 0, lg = 0, packed = 0;
     qsl[0] = cu[0] = 0;
     for (std::int64_t i = 0; i < p.n; ++i) {
-      const std::int64_t r = idx[i];
-      const request_state& s = reqs[r];
+      const request_state& s = reqs[idx[i]];
       const std::int64_t left = static_cast<std::int64_t>(s.prefill.size()) - s.computed;
+      has_next[i] = next[i] = 0;
+      row_info[i] = -1;
       if (left > 0) {
         std::copy_n(s.prefill.data() + s.computed, q[i], prefill.data() + packed);
         row_info[i] = static_cast<std::int32_t>(packed);
         packed += q[i];
-      } else {
-        row_info[i] = -1;
+        if (q[i] < left) {
+          has_next[i] = 1;
+          next[i] = s.prefill[static_cast<std::size_t>(s.computed + q[i])];
+        }
       }
       tok += q[i];
       lg += 1 + (drafts != nullptr ? drafts[i] : 0);
       qsl[i + 1] = static_cast<std::int32_t>(tok);
       cu[i + 1] = static_cast<std::int32_t>(lg);
-      for (std::size_t g = 0; g < cfg.groups; ++g)
-        row_info[p.n * (1 + static_cast<std::int64_t>(g)) + i] = static_cast<std::int32_t>(step_count(g, r));
+    }
+    // each group's rows: their blocks, and the chunks of the gathered table to copy (rows < n) or
+    // zero (rows [n, reqs_padded))
+    for (std::size_t g = 0; g < cfg.groups; ++g) {
+      std::int32_t* const blocks = aux.data() + at.group_at(static_cast<std::int64_t>(g));
+      std::int32_t* const chunk_start = blocks + p.n;
+      std::int64_t chunks = 0;
+      for (std::int64_t i = 0; i < p.reqs_padded; ++i) {
+        chunk_start[i] = static_cast<std::int32_t>(chunks);
+        const std::int64_t count = i < p.n ? step_count(g, idx[i]) : cfg.cols[g];
+        if (i < p.n) blocks[i] = static_cast<std::int32_t>(count);
+        chunks += (count + table_chunk - 1) / table_chunk;
+      }
+      chunk_start[p.reqs_padded] = static_cast<std::int32_t>(chunks);
     }
   }
 
@@ -320,7 +339,7 @@ struct Prep {
 /// The tensors of a VllmStepPrep, from Python: the device state it reads and its outputs.
 struct prep_tensors {
   at::Tensor num_computed, last_sampled, draft_tokens;
-  at::Tensor input_ids, positions, seq_lens, query_start_loc, idx_mapping, cu_num_logits, logits_indices,
+  at::Tensor next_prefill_tokens, input_ids, positions, seq_lens, query_start_loc, idx_mapping, cu_num_logits, logits_indices,
       expanded_idx_mapping, expanded_local_pos, slot_mappings, aux, prefill;
   std::vector<at::Tensor> block_tables, input_block_tables;
 };
@@ -358,6 +377,7 @@ class PrepT final : public Prep {
     p.last_sampled = data<std::int64_t>(tensors.last_sampled);
     p.draft_tokens = c.draft_cols > 0 ? data<std::int64_t>(tensors.draft_tokens) : nullptr;
     p.draft_cols = c.draft_cols;
+    p.next_prefill_tokens = data<std::int32_t>(tensors.next_prefill_tokens);
     p.input_ids = data<std::int32_t>(tensors.input_ids);
     p.positions = data<std::int64_t>(tensors.positions);
     p.seq_lens = data<std::int32_t>(tensors.seq_lens);
@@ -369,7 +389,10 @@ class PrepT final : public Prep {
     p.groups = static_cast<std::uint32_t>(c.groups);
     for (std::size_t g = 0; g < c.groups; ++g) {
       std::int32_t* const table = data<std::int32_t>(tensors.block_tables[g]);
-      p.group[g] = {table, data<std::int32_t>(tensors.input_block_tables[g]), c.cols[g], c.kernel_block_size[g]};
+      std::int32_t* const gathered = data<std::int32_t>(tensors.input_block_tables[g]);
+      const bool vector = c.cols[g] % table_chunk == 0 && reinterpret_cast<std::uintptr_t>(table) % 16 == 0 &&
+                          reinterpret_cast<std::uintptr_t>(gathered) % 16 == 0;
+      p.group[g] = {table, gathered, c.cols[g], c.kernel_block_size[g], vector};
       tables[g] = batch->template add_writes<std::int32_t>(
           ferry::staged_view<std::int32_t>(table, static_cast<std::size_t>(c.max_reqs), static_cast<std::size_t>(c.cols[g])),
           static_cast<std::size_t>(c.max_reqs), static_cast<std::size_t>(c.max_reqs));
@@ -424,9 +447,9 @@ class PrepT final : public Prep {
     batch->begin();
     try {
       const auto n = static_cast<std::size_t>(p.n);
+      const auto aux_size = prep_layout{p.n, p.reqs_padded}.size(static_cast<std::int64_t>(state.cfg.groups));
       state.encode(p, rows, q, drafts, idx.span(n), qsl.span(n + 1), cu.span(n + 1),
-                   aux.span(meta_size + n * (1 + state.cfg.groups)),
-                   prefill.span(static_cast<std::size_t>(p.prefill_tokens)));
+                   aux.span(static_cast<std::size_t>(aux_size)), prefill.span(static_cast<std::size_t>(p.prefill_tokens)));
       auto stage = [&](const std::vector<block_write>& ws, const std::vector<std::int32_t>& ids) {
         for (const block_write& w : ws)
           tables[w.group].stage_write(static_cast<std::size_t>(w.row), static_cast<std::size_t>(w.start),
@@ -518,6 +541,8 @@ std::shared_ptr<Prep> make_prep(const py::dict& a, bool cuda, std::int64_t slots
       c.draft_cols = t.draft_tokens.size(1);
     }
     const std::int64_t tokens = c.max_tokens, reqs = c.max_reqs;
+    if (!item(a, "next_prefill_tokens").is_none())
+      t.next_prefill_tokens = checked_tensor(item(a, "next_prefill_tokens"), dev, at::kInt, 1, reqs, "next_prefill_tokens");
     t.input_ids = checked_tensor(item(a, "input_ids"), dev, at::kInt, 1, tokens, "input_ids");
     t.positions = checked_tensor(item(a, "positions"), dev, at::kLong, 1, tokens, "positions");
     t.seq_lens = checked_tensor(item(a, "seq_lens"), dev, at::kInt, 1, reqs, "seq_lens");
@@ -530,9 +555,10 @@ std::shared_ptr<Prep> make_prep(const py::dict& a, bool cuda, std::int64_t slots
     t.slot_mappings = checked_tensor(item(a, "slot_mappings"), dev, at::kLong, 2, 0, "slot_mappings");
     if (t.slot_mappings.size(0) != static_cast<std::int64_t>(c.groups) || t.slot_mappings.size(1) < tokens)
       throw std::invalid_argument(prefix(api) + "slot_mappings must be [groups, at least max_num_tokens]");
-    t.aux = checked_tensor(item(a, "aux"), dev, at::kInt, 1,
-                           static_cast<std::int64_t>(meta_size) + reqs * (1 + static_cast<std::int64_t>(c.groups)), "aux");
-    t.prefill = checked_tensor(item(a, "prefill"), dev, at::kInt, 1, tokens, "prefill");
+    // the step's uploads that are not outputs: its sizes and rows (prep_layout), its prefill tokens
+    const auto int32 = at::TensorOptions().dtype(at::kInt).device(dev);
+    t.aux = at::zeros({prep_layout{reqs, reqs}.size(static_cast<std::int64_t>(c.groups))}, int32);
+    t.prefill = at::zeros({tokens}, int32);
     const py::list tables = item(a, "block_tables"), inputs = item(a, "input_block_tables");
     if (tables.size() != c.groups || inputs.size() != c.groups)
       throw std::invalid_argument(prefix(api) + "one block table and one input block table per KV-cache group");

@@ -766,7 +766,8 @@ class VllmStepPrep(_C.Prep):
     buffers at fixed addresses (given, or made here): input_ids, positions, seq_lens,
     query_start_loc, input_block_tables, slot_mappings (vLLM's InputBuffers and BlockTables
     tensors); idx_mapping, cu_num_logits, logits_indices, expanded_idx_mapping and
-    expanded_local_pos are made here.
+    expanded_local_pos are made here; next_prefill_tokens (int32 [max_num_reqs], vLLM's
+    RequestState.next_prefill_tokens) is written where given.
 
         prep.add_request(req_index, prefill_token_ids, block_ids, num_computed_tokens)  # a new request
         prep.remove_request(req_index)                                                  # a finished one
@@ -800,6 +801,7 @@ class VllmStepPrep(_C.Prep):
         query_start_loc: torch.Tensor | None = None,
         input_block_tables: Sequence[torch.Tensor] | None = None,
         slot_mappings: torch.Tensor | None = None,
+        next_prefill_tokens: torch.Tensor | None = None,
     ):
         api = "VllmStepPrep"
         reqs = _int(max_num_reqs, api, "max_num_reqs", 1)
@@ -834,20 +836,19 @@ class VllmStepPrep(_C.Prep):
         padded = slot_mappings is None
         self.slot_mappings = torch.full((groups, tokens), -1, dtype=torch.int64, device=self.device) if padded else slot_mappings
         self.num_computed_tokens, self.last_sampled_tokens, self.draft_tokens = state, last_sampled_tokens, draft_tokens
-        # The step's uploads that are not outputs: its sizes and row kinds, its prefill tokens.
-        scratch = {"aux": zeros(8 + reqs * (1 + groups)), "prefill": zeros(tokens)}
+        self.next_prefill_tokens = next_prefill_tokens
         with _on(cuda, index):
             _C.Prep.__init__(
                 self,
                 dict(
                     max_num_reqs=reqs, max_num_tokens=tokens, block_sizes=block_sizes, kernel_block_sizes=kernel,
                     max_num_blocks=blocks, num_computed_tokens=state, last_sampled_tokens=last_sampled_tokens,
-                    draft_tokens=draft_tokens, input_ids=self.input_ids, positions=self.positions,
+                    draft_tokens=draft_tokens, next_prefill_tokens=next_prefill_tokens, input_ids=self.input_ids, positions=self.positions,
                     seq_lens=self.seq_lens, query_start_loc=self.query_start_loc, idx_mapping=self.idx_mapping,
                     cu_num_logits=self.cu_num_logits, logits_indices=self.logits_indices,
                     expanded_idx_mapping=self.expanded_idx_mapping, expanded_local_pos=self.expanded_local_pos,
                     block_tables=list(self.block_tables), input_block_tables=list(self.input_block_tables),
-                    slot_mappings=self.slot_mappings, slot_mappings_padded=padded, **scratch,
+                    slot_mappings=self.slot_mappings, slot_mappings_padded=padded,
                 ),
                 cuda,
                 _max_concurrency(max_concurrency, api, 0),

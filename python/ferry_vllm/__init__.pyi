@@ -185,6 +185,7 @@ class VllmStepPrep:
     num_computed_tokens: torch.Tensor
     last_sampled_tokens: torch.Tensor
     draft_tokens: torch.Tensor | None
+    next_prefill_tokens: torch.Tensor | None
     input_ids: torch.Tensor
     positions: torch.Tensor
     seq_lens: torch.Tensor
@@ -215,6 +216,7 @@ class VllmStepPrep:
         query_start_loc: torch.Tensor | None = ...,
         input_block_tables: Sequence[torch.Tensor] | None = ...,
         slot_mappings: torch.Tensor | None = ...,
+        next_prefill_tokens: torch.Tensor | None = ...,
     ) -> None: ...
     def add_request(
         self,

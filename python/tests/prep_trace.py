@@ -21,6 +21,9 @@ import dataclasses
 import numpy as np
 
 PAD_SLOT_ID = -1
+# The buffers VllmStepPrep writes (besides each group's block tables), as the reference names them.
+OUTPUTS = ("input_ids", "positions", "seq_lens", "query_start_loc", "idx_mapping", "cu_num_logits", "logits_indices",
+           "expanded_idx_mapping", "expanded_local_pos", "slot_mappings", "next_prefill_tokens")
 
 
 @dataclasses.dataclass
@@ -35,6 +38,7 @@ class Step:
     new_block_ids: list[tuple[int, tuple[list[int], ...]]]  # (slot, ids per group): appends
     num_reqs_padded: int
     num_tokens_padded: int
+    num_computed: np.ndarray  # int32 [n]: each row's computed tokens before the step (the scheduler's)
 
     @property
     def num_reqs(self) -> int:
@@ -161,7 +165,8 @@ class Trace:
         if self.pad and rng.random() < 0.7:
             n_pad = int(rng.integers(n, self.max_num_reqs + 1))
             t_pad = int(rng.integers(tokens, self.max_num_tokens + 1))
-        return Step(removed, added, idx, q, d if d.any() else None, new_block_ids, n_pad, t_pad)
+        computed = np.array([self.reqs[s].computed for s, _, _ in rows], dtype=np.int32)
+        return Step(removed, added, idx, q, d if d.any() else None, new_block_ids, n_pad, t_pad, computed)
 
     def sample(self, step: Step, num_computed, last_sampled, draft_tokens) -> None:
         """The device after the step (vLLM's sampler, rejection sampler, post_update and the
@@ -209,6 +214,7 @@ class Reference:
         self.num_blocks = np.zeros((self.G, self.R), np.int64)
         self.prefill: dict[int, np.ndarray] = {}
         self.done: dict[int, int] = {}
+        self.next_prefill_tokens = np.zeros(self.R, np.int32)
         self.input_ids = np.zeros(self.T, np.int32)
         self.positions = np.zeros(self.T, np.int64)
         self.seq_lens = np.zeros(self.R, np.int32)
@@ -256,6 +262,8 @@ class Reference:
             if self.done[r] < len(tokens):
                 self.input_ids[lo:hi] = tokens[self.done[r]:self.done[r] + hi - lo]
                 self.done[r] += hi - lo
+                if self.done[r] < len(tokens):
+                    self.next_prefill_tokens[r] = tokens[self.done[r]]
             else:
                 logits = int(d[i]) + 1
                 start = hi - logits
@@ -286,9 +294,7 @@ class Reference:
 
     def outputs(self) -> dict[str, np.ndarray]:
         """Every buffer, whole."""
-        out = {k: getattr(self, k) for k in ("input_ids", "positions", "seq_lens", "query_start_loc", "idx_mapping",
-                                             "cu_num_logits", "logits_indices", "expanded_idx_mapping",
-                                             "expanded_local_pos", "slot_mappings")}
+        out = {k: getattr(self, k) for k in OUTPUTS}
         for g in range(self.G):
             out[f"block_tables[{g}]"] = self.tables[g]
             out[f"input_block_tables[{g}]"] = self.input_block_tables[g]
@@ -297,9 +303,7 @@ class Reference:
 
 def ferry_outputs(prep) -> dict[str, np.ndarray]:
     """A VllmStepPrep's buffers, whole, as the reference names them."""
-    names = ("input_ids", "positions", "seq_lens", "query_start_loc", "idx_mapping", "cu_num_logits",
-             "logits_indices", "expanded_idx_mapping", "expanded_local_pos", "slot_mappings")
-    out = {k: getattr(prep, k).cpu().numpy() for k in names}
+    out = {k: getattr(prep, k).cpu().numpy() for k in OUTPUTS}
     for g in range(prep.num_kv_cache_groups):
         out[f"block_tables[{g}]"] = prep.block_tables[g].cpu().numpy()
         out[f"input_block_tables[{g}]"] = prep.input_block_tables[g].cpu().numpy()

@@ -25,7 +25,8 @@ class Rig:
                      max_num_blocks=max_num_blocks)
         self.prep = fv.VllmStepPrep(**sizes, kernel_block_sizes=kernel_block_sizes,
                                     num_computed_tokens=self.num_computed, last_sampled_tokens=self.last_sampled,
-                                    draft_tokens=self.draft_tokens)
+                                    draft_tokens=self.draft_tokens,
+                                    next_prefill_tokens=torch.zeros(max_num_reqs, dtype=torch.int32, device=device))
         self.ref = Reference(**sizes, kernel_block_sizes=kernel_block_sizes)
         self.trace = Trace(self.rng, **sizes, num_spec=num_spec, **trace)
         # the device state on the host, written to the device before each step
@@ -253,3 +254,78 @@ def test_bad_state_tensors(device):
             fv.VllmStepPrep(**{**ok, key: value})
     with pytest.raises(TypeError, match="^ferry: "):
         fv.VllmStepPrep(**{**ok, "num_computed_tokens": np.zeros(R, np.int32)})
+
+
+# ---- CUDA: the step beside a graph's replay, and capture -------------------------------------------
+
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available() or not fv.CUDA,
+                               reason="no CUDA device here, or a host-only build: the CUDA half runs on a GPU")
+
+
+@cuda_only
+def test_graph_replays_read_each_step():
+    """1,000 steps, each followed by the replay of a graph captured once over the object's
+    buffers (fixed addresses), with the batch size changing and the slots growing mid-run: each
+    replay computes from that step's inputs."""
+    rig = Rig("cuda", 31, max_num_reqs=256, max_num_tokens=1024, block_sizes=(16, 32), num_spec=3, join=(0, 2))
+    p = rig.prep
+    out = torch.zeros(5, dtype=torch.int64, device="cuda")
+
+    def model():  # a few kernels over whole buffers: a digest of the step's inputs
+        out[0] = (p.input_ids.long() * torch.arange(1, p.max_num_tokens + 1, device="cuda")).sum()
+        out[1] = (p.positions * 3 + 1).sum()
+        out[2] = p.slot_mappings.sum()
+        out[3] = p.seq_lens.long().sum() + p.query_start_loc.long().sum()
+        out[4] = p.input_block_tables[1].long().sum()
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        model()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        model()
+    weights = np.arange(1, p.max_num_tokens + 1, dtype=np.int64)
+    for k in range(1000):
+        if k == 500:
+            rig.trace.join = (20, 60)  # the batch grows: the slots grow with it
+        s = rig.next()
+        rig.run(s)
+        g.replay()
+        want = rig.ref.outputs()
+        digest = [int((want["input_ids"].astype(np.int64) * weights).sum()), int((want["positions"] * 3 + 1).sum()),
+                  int(want["slot_mappings"].sum()),
+                  int(want["seq_lens"].astype(np.int64).sum() + want["query_start_loc"].astype(np.int64).sum()),
+                  int(want["input_block_tables[1]"].astype(np.int64).sum())]
+        assert out.tolist() == digest, f"step {k}: the replay read other inputs than the step's"
+    assert len(rig.trace.reqs) > 100
+
+
+@cuda_only
+def test_prepare_while_capturing_raises_and_changes_nothing():
+    """prepare() on a capturing stream raises (a captured launch would replay a slot the ring has
+    moved past): nothing captured, nothing changed, the next step right."""
+    rig = Rig("cuda", 41, num_spec=2)
+    for _ in range(10):
+        s = rig.next()
+        rig.run(s)
+    s = rig.next()
+    for slot in s.removed:
+        rig.prep.remove_request(slot)
+    for slot, tokens, ids, computed in s.added:
+        rig.prep.add_request(slot, tokens, ids, computed)
+    torch.cuda.synchronize()
+    before = ferry_outputs(rig.prep)
+    g = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="^ferry: .*captur"):
+        with torch.cuda.graph(g):
+            rig.prep.prepare(s.idx_mapping, s.num_scheduled_tokens, s.num_draft_tokens, new_block_ids=s.new_block_ids,
+                             num_reqs_padded=s.num_reqs_padded, num_tokens_padded=s.num_tokens_padded)
+    torch.cuda.synchronize()
+    after = ferry_outputs(rig.prep)
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+    rig.prep.prepare(s.idx_mapping, s.num_scheduled_tokens, s.num_draft_tokens, new_block_ids=s.new_block_ids,
+                     num_reqs_padded=s.num_reqs_padded, num_tokens_padded=s.num_tokens_padded)
+    rig.ref.step(s, rig.nc, rig.last, rig.drafts)
+    rig.check(s, "after the capture: ")
