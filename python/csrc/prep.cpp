@@ -4,11 +4,13 @@
 // host keeps what vLLM's model runner keeps on the host (each request's prefill tokens and how
 // many are computed, the block counts of its block table rows); the device state (computed-token
 // counts, the last sampled token, the draft tokens) is read by the epilogue (prep_epilogue.hpp)
-// and never reaches the host. Every check comes before the step begins, and an error inside the
-// step cancels it: a call that throws changes nothing, host or device.
+// and never reaches the host.
 //
-// prepare() = fill() + submit(): fill() begins a step and writes it into its slot; the submit
-// is the one part that a capture mode of step_batch (SPEC §12.4) would change (commit() = fill()
+// A step is checked as it is written into its slot, in one pass over the scheduler's arrays:
+// whatever throws cancels the step (step_batch::cancel: nothing enqueued, the slot taken again by
+// the next begin) before the host state changes, so a call that throws changes nothing.
+// prepare() = fill() + submit: fill() begins the step and writes it (no stream touched); the
+// submit is the one part a capture mode of step_batch (SPEC §12.4) changes (commit() = fill()
 // with no CUDA call, the launch recorded once into the engine's graph).
 #include "torch_glue.hpp"
 
@@ -36,26 +38,40 @@ struct prep_config {
   std::array<std::int64_t, max_kv_groups> cols{}, kernel_block_size{}, blocks_per_kv_block{};
 };
 
-/// What the host knows of one request slot (vLLM: RequestState's host arrays and BlockTables'
-/// num_blocks).
-struct request_state {
-  bool active = false;
-  std::vector<std::int32_t> prefill;  ///< its prefill tokens (vLLM's prefill_token_ids)
-  std::int64_t computed = 0;          ///< of them computed (vLLM's num_computed_prefill_tokens)
-};
+/// Block ids from Python (a sequence of ints, a NumPy array, ...), expanded to kernel blocks (a
+/// KV-cache block b of bpk kernel blocks becomes b*bpk, ..., b*bpk+bpk-1, as vLLM's
+/// append_block_ids) and appended to `out`; returns their count. A list or tuple of Python ints
+/// is read directly; anything else by values.hpp's rule.
+std::int64_t read_ids(py::handle src, std::int64_t bpk, const char* api, std::size_t group,
+                      std::vector<std::int32_t>& out) {
+  const std::size_t before = out.size();
+  const std::int64_t most = (INT32_MAX - (bpk - 1)) / bpk;  // its last kernel block still an int32
+  auto put = [&](std::int64_t b) {
+    if (b < 0 || b > most)
+      throw std::invalid_argument(prefix(api) + "block id " + str(b) + " of group " + str(static_cast<std::int64_t>(group)) +
+                                  " is outside [0, " + str(most) + "]");
+    for (std::int64_t k = 0; k < bpk; ++k) out.push_back(static_cast<std::int32_t>(b * bpk + k));
+  };
+  if (PyList_Check(src.ptr()) || PyTuple_Check(src.ptr())) {
+    PyObject* const* items = PySequence_Fast_ITEMS(src.ptr());
+    const Py_ssize_t m = PySequence_Fast_GET_SIZE(src.ptr());
+    Py_ssize_t k = 0;
+    for (int overflow = 0; k < m && PyLong_CheckExact(items[k]); ++k) {
+      const long long v = PyLong_AsLongLongAndOverflow(items[k], &overflow);
+      if (overflow != 0) break;
+      put(v);
+    }
+    if (k == m) return static_cast<std::int64_t>(out.size() - before);
+    out.resize(before);  // not all plain ints: read by the package's rule below
+  }
+  const host_values<std::int32_t> v(src, api);
+  for (const std::int32_t b : v.span()) put(b);
+  return static_cast<std::int64_t>(out.size() - before);
+}
 
-/// One staged block-table write: group, row, start, and its ids [at, at + n) of a flat list.
-struct block_write {
-  std::uint32_t group;
-  std::int32_t row;
-  std::int64_t start, at, n;
-};
-
-/// The scheduler's block ids for one request, one sequence per group, expanded to kernel blocks
-/// and appended to `ids` (a KV-cache block of bpk kernel blocks b becomes b*bpk, ..., b*bpk+bpk-1,
-/// as vLLM's append_block_ids). Returns each group's count.
+/// The block ids of one request, one sequence per KV-cache group, into `out`; each group's count.
 std::array<std::int64_t, max_kv_groups> read_block_ids(const prep_config& c, py::handle per_group, const char* api,
-                                                       std::vector<std::int32_t>& ids) {
+                                                       std::vector<std::int32_t>& out) {
   const py::object seq = py::reinterpret_steal<py::object>(
       PySequence_Fast(per_group.ptr(), "ferry: block ids must be a sequence with one sequence of ids per KV-cache group"));
   if (!seq) throw py::error_already_set();
@@ -64,265 +80,114 @@ std::array<std::int64_t, max_kv_groups> read_block_ids(const prep_config& c, py:
     throw std::invalid_argument(prefix(api) + "block ids for " + str(static_cast<std::int64_t>(groups)) +
                                 " KV-cache groups, the object has " + str(static_cast<std::int64_t>(c.groups)));
   std::array<std::int64_t, max_kv_groups> count{};
-  for (std::size_t g = 0; g < groups; ++g) {
-    const host_values<std::int32_t> v(PySequence_Fast_GET_ITEM(seq.ptr(), g), api);
-    const std::int64_t bpk = c.blocks_per_kv_block[g];
-    for (const std::int32_t b : v.span()) {
-      if (b < 0) throw std::invalid_argument(prefix(api) + "negative block id " + str(b) + " in group " + str(g));
-      for (std::int64_t k = 0; k < bpk; ++k) ids.push_back(static_cast<std::int32_t>(b * bpk + k));
-    }
-    count[g] = static_cast<std::int64_t>(v.size()) * bpk;
-  }
+  for (std::size_t g = 0; g < groups; ++g)
+    count[g] = read_ids(PySequence_Fast_GET_ITEM(seq.ptr(), g), c.blocks_per_kv_block[g], api, g, out);
   return count;
 }
 
-/// The host half: requests, their pending block-table writes, and a step's validation and
-/// encoding into the slot's spans. Backend independent.
-class prep_host {
- public:
-  explicit prep_host(prep_config c)
+/// One staged block-table write: group, row, start, and its ids [at, at + n) of a flat list.
+struct block_write {
+  std::uint32_t group;
+  std::int32_t row;
+  std::int64_t start, at, n;
+};
+
+/// What the host knows of the requests (vLLM: RequestState's host arrays and BlockTables'
+/// num_blocks), and the last step's sizes. Backend independent.
+struct prep_state {
+  explicit prep_state(const prep_config& c)
       : cfg(c),
-        reqs(static_cast<std::size_t>(c.max_reqs)),
+        active(static_cast<std::size_t>(c.max_reqs), 0),
+        left(static_cast<std::size_t>(c.max_reqs), 0),
+        prefill(static_cast<std::size_t>(c.max_reqs)),
         num_blocks(c.groups * static_cast<std::size_t>(c.max_reqs), 0),
         seen(static_cast<std::size_t>(c.max_reqs), 0),
-        step_blocks(c.groups * static_cast<std::size_t>(c.max_reqs), 0),
-        step_blocks_seen(c.groups * static_cast<std::size_t>(c.max_reqs), 0) {}
+        step_blocks(num_blocks.size(), 0),
+        step_blocks_seen(num_blocks.size(), 0) {}
 
-  // vLLM: RequestState.add_request + BlockTables.append_block_ids(overwrite=True).
-  void add_request(py::handle req_arg, py::handle tokens_arg, py::handle blocks_arg, py::handle computed_arg) {
-    const char* api = "VllmStepPrep.add_request";
-    const std::int64_t r = request_index(int_argument(req_arg, api, "req_index"), api);
-    if (reqs[r].active)
-      throw std::invalid_argument(prefix(api) + "request " + str(r) +
-                                  " is active: remove_request it first (vLLM gives a new request a free index)");
-    const host_values<std::int32_t> tokens(tokens_arg, api);
-    const std::int64_t computed = int_argument(computed_arg, api, "num_computed_tokens");
-    if (computed < 0 || computed > static_cast<std::int64_t>(tokens.size()))
-      throw std::invalid_argument(prefix(api) + "num_computed_tokens " + str(computed) + " outside [0, " +
-                                  str(static_cast<std::int64_t>(tokens.size())) + "] (its prefill tokens)");
-    std::vector<std::int32_t> ids;
-    const auto count = read_block_ids(cfg, blocks_arg, api, ids);
-    for (std::size_t g = 0; g < cfg.groups; ++g)
-      if (count[g] > cfg.cols[g])
-        throw ferry::capacity_error(prefix(api) + "request " + str(r) + ": " + str(count[g]) +
-                                    " blocks of group " + str(g) + " exceed its block table row of " + str(cfg.cols[g]));
-    // Checked: now change. The writes land with the next step.
-    std::int64_t at = static_cast<std::int64_t>(pending_ids.size());
-    pending_ids.insert(pending_ids.end(), ids.begin(), ids.end());
-    for (std::size_t g = 0; g < cfg.groups; ++g) {
-      if (count[g] > 0) pending.push_back({static_cast<std::uint32_t>(g), static_cast<std::int32_t>(r), 0, at, count[g]});
-      at += count[g];
-      blocks(g, r) = count[g];
-    }
-    reqs[r].active = true;
-    reqs[r].prefill.assign(tokens.span().begin(), tokens.span().end());
-    reqs[r].computed = computed;
-  }
-
-  // vLLM: RequestState.remove_request (the slot's table row stays as it is, as vLLM's does).
-  void remove_request(py::handle req_arg) {
-    const char* api = "VllmStepPrep.remove_request";
-    const std::int64_t r = request_index(int_argument(req_arg, api, "req_index"), api);
-    if (!reqs[r].active) throw std::invalid_argument(prefix(api) + "request " + str(r) + " is not active");
-    reqs[r] = request_state{};
-  }
-
-  /// A step's sizes.
-  struct sizes {
-    std::int64_t n = 0, tokens = 0, logits = 0, prefill_tokens = 0, reqs_padded = 0, tokens_padded = 0;
-  };
-  /// A step's checked scheduler data, ready to be written into a slot.
-  struct plan : sizes {
-    std::vector<block_write> writes;  ///< this call's appends (after the pending ones)
-    std::vector<std::int32_t> ids;    ///< their ids
-  };
-
-  /// Checks the step and returns its plan; changes nothing.
-  plan check(std::span<const std::int32_t> idx, std::span<const std::int32_t> q, const std::int32_t* drafts,
-             py::handle new_blocks, py::handle reqs_padded, py::handle tokens_padded) {
-    const char* api = "VllmStepPrep.prepare";
-    plan p;
-    p.n = static_cast<std::int64_t>(idx.size());
-    if (p.n == 0) throw std::invalid_argument(prefix(api) + "a step of no requests (vLLM asserts num_tokens > 0)");
-    if (p.n > cfg.max_reqs)
-      throw std::invalid_argument(prefix(api) + "a batch of " + str(p.n) + " requests, more than max_num_reqs " +
-                                  str(cfg.max_reqs));
-    if (static_cast<std::int64_t>(q.size()) != p.n)
-      throw std::invalid_argument(prefix(api) + "num_scheduled_tokens has " + str(static_cast<std::int64_t>(q.size())) +
-                                  " entries for " + str(p.n) + " requests");
-    ++stamp;
-    for (std::int64_t i = 0; i < p.n; ++i) {
-      const std::int64_t r = idx[i];
-      if (r < 0 || r >= cfg.max_reqs)
-        throw std::out_of_range(prefix(api) + "idx_mapping[" + str(i) + "] = " + str(r) + " is past the state's " +
-                                str(cfg.max_reqs) + " request slots");
-      const request_state& s = reqs[r];
-      if (!s.active)
-        throw std::invalid_argument(prefix(api) + "idx_mapping[" + str(i) + "] = " + str(r) +
-                                    " is not an active request (add_request it first)");
-      if (seen[r] == stamp)
-        throw std::invalid_argument(prefix(api) + "request " + str(r) + " appears twice in idx_mapping");
-      seen[r] = stamp;
-      const std::int64_t qi = q[i], d = drafts != nullptr ? drafts[i] : 0;
-      if (qi < 1) throw std::invalid_argument(prefix(api) + "num_scheduled_tokens[" + str(i) + "] = " + str(qi));
-      if (d < 0 || d > cfg.draft_cols)
-        throw std::invalid_argument(prefix(api) + "num_draft_tokens[" + str(i) + "] = " + str(d) + " is outside [0, " +
-                                    str(cfg.draft_cols) + "] (the draft_tokens tensor's columns)");
-      const std::int64_t left = static_cast<std::int64_t>(s.prefill.size()) - s.computed;
-      if (left > 0) {
-        if (d != 0)
-          throw std::invalid_argument(prefix(api) + "row " + str(i) + " (request " + str(r) + ") is prefilling (" +
-                                      str(left) + " prefill tokens left) and has " + str(d) + " draft tokens");
-        if (qi > left)
-          throw std::invalid_argument(prefix(api) + "row " + str(i) + " (request " + str(r) + ") schedules " + str(qi) +
-                                      " tokens, and only " + str(left) + " of its prefill tokens are left");
-        p.prefill_tokens += qi;
-      } else if (qi < 1 + d) {
-        throw std::invalid_argument(prefix(api) + "row " + str(i) + " (request " + str(r) + ") schedules " + str(qi) +
-                                    " tokens for its sampled token and " + str(d) + " draft tokens");
-      }
-      p.tokens += qi;
-      p.logits += 1 + d;
-    }
-    if (p.tokens > cfg.max_tokens)
-      throw std::invalid_argument(prefix(api) + "a step of " + str(p.tokens) + " tokens, more than max_num_tokens " +
-                                  str(cfg.max_tokens));
-    p.reqs_padded = reqs_padded.is_none() ? p.n : int_argument(reqs_padded, api, "num_reqs_padded");
-    if (p.reqs_padded < p.n || p.reqs_padded > cfg.max_reqs)
-      throw std::invalid_argument(prefix(api) + "num_reqs_padded " + str(p.reqs_padded) + " is outside [" + str(p.n) +
-                                  ", " + str(cfg.max_reqs) + "] (the batch's requests, max_num_reqs)");
-    p.tokens_padded = tokens_padded.is_none() ? p.tokens : int_argument(tokens_padded, api, "num_tokens_padded");
-    if (p.tokens_padded < p.tokens || p.tokens_padded > cfg.max_tokens)
-      throw std::invalid_argument(prefix(api) + "num_tokens_padded " + str(p.tokens_padded) + " is outside [" +
-                                  str(p.tokens) + ", " + str(cfg.max_tokens) + "] (the step's tokens, max_num_tokens)");
-    if (!new_blocks.is_none()) read_appends(new_blocks, p);
-    return p;
-  }
-
-  /// Writes the checked step into the slot's spans: idx, qsl (n + 1), cu (n + 1), aux (its
-  /// prep_layout), prefill.
-  void encode(const plan& p, std::span<const std::int32_t> idx, std::span<const std::int32_t> q,
-              const std::int32_t* drafts, std::span<std::int32_t> idx_out, std::span<std::int32_t> qsl,
-              std::span<std::int32_t> cu, std::span<std::int32_t> aux, std::span<std::int32_t> prefill) const {
-    const prep_layout at{p.n, p.reqs_padded};
-    std::ranges::copy(idx, idx_out.begin());
-    aux[meta_reqs_padded] = static_cast<std::int32_t>(p.reqs_padded);
-    aux[meta_slot_pad_end] = static_cast<std::int32_t>(std::max(slot_high, p.tokens));
-    std::int32_t* const row_info = aux.data() + at.row_info();
-    std::int32_t* const has_next = aux.data() + at.has_next();
-    std::int32_t* const next = aux.data() + at.next();
-    std::int64_t tok = 0, lg = 0, packed = 0;
-    qsl[0] = cu[0] = 0;
-    for (std::int64_t i = 0; i < p.n; ++i) {
-      const request_state& s = reqs[idx[i]];
-      const std::int64_t left = static_cast<std::int64_t>(s.prefill.size()) - s.computed;
-      has_next[i] = next[i] = 0;
-      row_info[i] = -1;
-      if (left > 0) {
-        std::copy_n(s.prefill.data() + s.computed, q[i], prefill.data() + packed);
-        row_info[i] = static_cast<std::int32_t>(packed);
-        packed += q[i];
-        if (q[i] < left) {
-          has_next[i] = 1;
-          next[i] = s.prefill[static_cast<std::size_t>(s.computed + q[i])];
-        }
-      }
-      tok += q[i];
-      lg += 1 + (drafts != nullptr ? drafts[i] : 0);
-      qsl[i + 1] = static_cast<std::int32_t>(tok);
-      cu[i + 1] = static_cast<std::int32_t>(lg);
-    }
-    // each group's rows: their blocks, and the chunks of the gathered table to copy (rows < n) or
-    // zero (rows [n, reqs_padded))
-    for (std::size_t g = 0; g < cfg.groups; ++g) {
-      std::int32_t* const blocks = aux.data() + at.group_at(static_cast<std::int64_t>(g));
-      std::int32_t* const chunk_start = blocks + p.n;
-      std::int64_t chunks = 0;
-      for (std::int64_t i = 0; i < p.reqs_padded; ++i) {
-        chunk_start[i] = static_cast<std::int32_t>(chunks);
-        const std::int64_t count = i < p.n ? step_count(g, idx[i]) : cfg.cols[g];
-        if (i < p.n) blocks[i] = static_cast<std::int32_t>(count);
-        chunks += (count + table_chunk - 1) / table_chunk;
-      }
-      chunk_start[p.reqs_padded] = static_cast<std::int32_t>(chunks);
-    }
-  }
-
-  /// After the step was submitted: the host state advances.
-  void commit(const plan& p, std::span<const std::int32_t> idx, std::span<const std::int32_t> q) {
-    for (std::int64_t i = 0; i < p.n; ++i) {
-      request_state& s = reqs[idx[i]];
-      if (s.computed < static_cast<std::int64_t>(s.prefill.size())) s.computed += q[i];
-    }
-    for (const block_write& w : p.writes) blocks(w.group, w.row) = w.start + w.n;
-    pending.clear();
-    pending_ids.clear();
-    slot_high = std::max(slot_high, p.tokens);
-    last = p;
-  }
-
-  prep_config cfg;
-  std::vector<request_state> reqs;
-  std::vector<std::int64_t> num_blocks;  ///< [groups x max_reqs], as vLLM's BlockTables.num_blocks
-  std::vector<block_write> pending;      ///< add_request's writes, landing with the next step
-  std::vector<std::int32_t> pending_ids;
-  /// slot_mappings past this hold PAD_SLOT_ID already: the most tokens of any step so far (a
-  /// buffer ferry filled with PAD_SLOT_ID), or all of them (one given by the caller).
-  std::int64_t slot_high = 0;
-  sizes last;  ///< the last step's
-
- private:
   std::int64_t request_index(std::int64_t r, const char* api) const {
     if (r < 0 || r >= cfg.max_reqs)
       throw std::out_of_range(prefix(api) + "request index " + str(r) + " is past the state's " + str(cfg.max_reqs) +
                               " request slots");
     return r;
   }
-  std::int64_t& blocks(std::size_t g, std::int64_t r) { return num_blocks[g * static_cast<std::size_t>(cfg.max_reqs) + r]; }
-  /// The blocks of request r's row of group g with this step's appends.
-  std::int64_t step_count(std::size_t g, std::int64_t r) const {
-    const std::size_t k = g * static_cast<std::size_t>(cfg.max_reqs) + static_cast<std::size_t>(r);
+  [[nodiscard]] std::size_t key(std::size_t g, std::int64_t r) const {
+    return g * static_cast<std::size_t>(cfg.max_reqs) + static_cast<std::size_t>(r);
+  }
+  /// The blocks of request r's row of group g with the open step's appends.
+  [[nodiscard]] std::int64_t step_count(std::size_t g, std::int64_t r) const {
+    const std::size_t k = key(g, r);
     return step_blocks_seen[k] == stamp ? step_blocks[k] : num_blocks[k];
   }
+  /// The prefill tokens of request r left after the ones computed (0: it decodes).
+  [[nodiscard]] std::int64_t prefill_left(std::int64_t r) const { return left[static_cast<std::size_t>(r)]; }
 
-  // new_block_ids: a sequence of (req_index, block ids per group) (vLLM: update_requests's
-  // append_block_ids(req_index, new_block_ids, overwrite=False) for each).
-  void read_appends(py::handle new_blocks, plan& p) {
-    const char* api = "VllmStepPrep.prepare";
-    const py::object seq = py::reinterpret_steal<py::object>(
-        PySequence_Fast(new_blocks.ptr(), "ferry: VllmStepPrep.prepare: new_block_ids must be a sequence of "
-                                          "(req_index, block ids per KV-cache group)"));
-    if (!seq) throw py::error_already_set();
-    for (Py_ssize_t k = 0, m = PySequence_Fast_GET_SIZE(seq.ptr()); k < m; ++k) {
-      const py::object item = py::reinterpret_steal<py::object>(
-          PySequence_Fast(PySequence_Fast_GET_ITEM(seq.ptr(), k), "ferry: VllmStepPrep.prepare: an entry of "
-                                                                  "new_block_ids must be (req_index, block ids)"));
-      if (!item) throw py::error_already_set();
-      if (PySequence_Fast_GET_SIZE(item.ptr()) != 2)
-        throw std::invalid_argument(prefix(api) + "new_block_ids[" + str(k) + "] must be (req_index, block ids)");
-      const std::int64_t r = request_index(int_argument(PySequence_Fast_GET_ITEM(item.ptr(), 0), api, "req_index"), api);
-      if (!reqs[r].active)
-        throw std::invalid_argument(prefix(api) + "new_block_ids[" + str(k) + "]: request " + str(r) + " is not active");
-      std::int64_t at = static_cast<std::int64_t>(p.ids.size());
-      const auto count = read_block_ids(cfg, PySequence_Fast_GET_ITEM(item.ptr(), 1), api, p.ids);
-      for (std::size_t g = 0; g < cfg.groups; ++g) {
-        const std::size_t key = g * static_cast<std::size_t>(cfg.max_reqs) + static_cast<std::size_t>(r);
-        const std::int64_t start = step_count(g, r);
-        if (start + count[g] > cfg.cols[g])
-          throw ferry::capacity_error(prefix(api) + "the block table is full: request " + str(r) + " has " +
-                                      str(start) + " blocks of group " + str(g) + ", " + str(count[g]) +
-                                      " more exceed its row of " + str(cfg.cols[g]));
-        if (count[g] > 0) p.writes.push_back({static_cast<std::uint32_t>(g), static_cast<std::int32_t>(r), start, at, count[g]});
-        step_blocks[key] = start + count[g];
-        step_blocks_seen[key] = stamp;
-        at += count[g];
-      }
+  // vLLM: RequestState.add_request + BlockTables.append_block_ids(overwrite=True).
+  void add_request(py::handle req_arg, py::handle tokens_arg, py::handle blocks_arg, py::handle computed_arg) {
+    const char* api = "VllmStepPrep.add_request";
+    const std::int64_t r = request_index(int_argument(req_arg, api, "req_index"), api);
+    const auto slot = static_cast<std::size_t>(r);
+    if (active[slot])
+      throw std::invalid_argument(prefix(api) + "request " + str(r) +
+                                  " is active: remove_request it first (vLLM gives a new request a free index)");
+    const host_values<std::int32_t> tokens(tokens_arg, api);
+    const std::int64_t computed = int_argument(computed_arg, api, "num_computed_tokens");
+    const auto size = static_cast<std::int64_t>(tokens.size());
+    if (computed < 0 || computed > size)
+      throw std::invalid_argument(prefix(api) + "num_computed_tokens " + str(computed) + " outside [0, " + str(size) +
+                                  "] (its prefill tokens)");
+    std::vector<std::int32_t> ids;
+    const auto count = read_block_ids(cfg, blocks_arg, api, ids);
+    for (std::size_t g = 0; g < cfg.groups; ++g)
+      if (count[g] > cfg.cols[g])
+        throw ferry::capacity_error(prefix(api) + "request " + str(r) + ": " + str(count[g]) + " blocks of group " +
+                                    str(static_cast<std::int64_t>(g)) + " exceed its block table row of " + str(cfg.cols[g]));
+    // Checked: now change. The writes land with the next step.
+    std::int64_t at = static_cast<std::int64_t>(pending_ids.size());
+    pending_ids.insert(pending_ids.end(), ids.begin(), ids.end());
+    for (std::size_t g = 0; g < cfg.groups; ++g) {
+      if (count[g] > 0) pending.push_back({static_cast<std::uint32_t>(g), static_cast<std::int32_t>(r), 0, at, count[g]});
+      at += count[g];
+      num_blocks[key(g, r)] = count[g];
     }
+    active[slot] = 1;
+    prefill[slot].assign(tokens.span().begin(), tokens.span().end());
+    left[slot] = size - computed;
   }
 
-  std::vector<std::uint64_t> seen;  ///< the stamp of the last check() that met each request
+  // vLLM: RequestState.remove_request (the slot's table row stays as it is, as vLLM's does).
+  void remove_request(py::handle req_arg) {
+    const char* api = "VllmStepPrep.remove_request";
+    const auto slot = static_cast<std::size_t>(request_index(int_argument(req_arg, api, "req_index"), api));
+    if (!active[slot]) throw std::invalid_argument(prefix(api) + "request " + str(static_cast<std::int64_t>(slot)) + " is not active");
+    active[slot] = 0;
+    left[slot] = 0;
+    prefill[slot] = {};
+  }
+
+  /// A step's sizes.
+  struct sizes {
+    std::int64_t n = 0, tokens = 0, logits = 0, prefill_tokens = 0, reqs_padded = 0, tokens_padded = 0;
+  };
+
+  prep_config cfg;
+  std::vector<std::uint8_t> active;               ///< per request slot
+  std::vector<std::int64_t> left;                 ///< prefill tokens left
+  std::vector<std::vector<std::int32_t>> prefill; ///< its prefill tokens (vLLM's prefill_token_ids)
+  std::vector<std::int64_t> num_blocks;           ///< [groups x max_reqs], as vLLM's BlockTables.num_blocks
+  std::vector<block_write> pending;               ///< add_request's writes, landing with the next step
+  std::vector<std::int32_t> pending_ids;
+  /// slot_mappings past this hold PAD_SLOT_ID already: the most tokens of any step so far (a
+  /// buffer ferry filled with PAD_SLOT_ID), or all of them (one given by the caller).
+  std::int64_t slot_high = 0;
+  sizes last;  ///< the last step's
+
+  // the open step's scratch: which requests it met, its appends' new counts, the keys touched
+  std::vector<std::uint64_t> seen;
   std::vector<std::int64_t> step_blocks;
   std::vector<std::uint64_t> step_blocks_seen;
+  std::vector<std::size_t> touched;
+  std::vector<std::int32_t> ids;
   std::uint64_t stamp = 0;
 };
 
@@ -332,15 +197,15 @@ struct Prep {
   virtual void remove_request(py::handle req) = 0;
   virtual void prepare(py::handle idx, py::handle q, py::handle drafts, py::handle new_blocks, py::handle reqs_padded,
                        py::handle tokens_padded) = 0;
-  virtual const prep_host& host() const = 0;
+  virtual const prep_state& state() const = 0;
   virtual std::uint64_t steps() const = 0;
 };
 
 /// The tensors of a VllmStepPrep, from Python: the device state it reads and its outputs.
 struct prep_tensors {
   at::Tensor num_computed, last_sampled, draft_tokens;
-  at::Tensor next_prefill_tokens, input_ids, positions, seq_lens, query_start_loc, idx_mapping, cu_num_logits, logits_indices,
-      expanded_idx_mapping, expanded_local_pos, slot_mappings, aux, prefill;
+  at::Tensor next_prefill_tokens, input_ids, positions, seq_lens, query_start_loc, idx_mapping, cu_num_logits,
+      logits_indices, expanded_idx_mapping, expanded_local_pos, slot_mappings, aux, prefill;
   std::vector<at::Tensor> block_tables, input_block_tables;
 };
 
@@ -352,9 +217,9 @@ class PrepT final : public Prep {
   using upload = typename batch_type::template upload<T>;
   using writes = typename batch_type::template writes<std::int32_t>;
 
-  PrepT(prep_config c, prep_tensors t, std::size_t slots, bool slots_padded)
-      : tensors(std::move(t)), state(c), batch(make_step_batch<B>(slots)) {
-    if (!slots_padded) state.slot_high = tensors.slot_mappings.size(1);
+  PrepT(const prep_config& c, prep_tensors t, std::size_t slots, bool slots_padded)
+      : tensors(std::move(t)), st(c), batch(make_step_batch<B>(slots)) {
+    if (!slots_padded) st.slot_high = tensors.slot_mappings.size(1);
     auto up = [&](const at::Tensor& dst) {
       return batch->template add_upload<std::int32_t>(span_of<std::int32_t, B>(dst), static_cast<std::size_t>(dst.numel()));
     };
@@ -402,36 +267,31 @@ class PrepT final : public Prep {
   }
 
   void add_request(py::handle req, py::handle tokens, py::handle blocks, py::handle computed) override {
-    state.add_request(req, tokens, blocks, computed);
+    st.add_request(req, tokens, blocks, computed);
   }
-  void remove_request(py::handle req) override { state.remove_request(req); }
+  void remove_request(py::handle req) override { st.remove_request(req); }
 
   void prepare(py::handle idx_arg, py::handle q_arg, py::handle drafts_arg, py::handle new_blocks,
                py::handle reqs_padded, py::handle tokens_padded) override {
     const char* api = "VllmStepPrep.prepare";
     const host_values<std::int32_t> rows(idx_arg, api), q(q_arg, api);
     std::unique_ptr<host_values<std::int32_t>> d;
-    if (!drafts_arg.is_none()) {
-      d = std::make_unique<host_values<std::int32_t>>(drafts_arg, api);
-      if (d->size() != rows.size())
-        throw std::invalid_argument(prefix(api) + "num_draft_tokens has " + str(static_cast<std::int64_t>(d->size())) +
-                                    " entries for " + str(static_cast<std::int64_t>(rows.size())) + " requests");
-    }
-    const std::int32_t* drafts = d ? d->span().data() : nullptr;
-    const prep_host::plan p = state.check(rows.span(), q.span(), drafts, new_blocks, reqs_padded, tokens_padded);
-    fill(p, rows.span(), q.span(), drafts);
+    if (!drafts_arg.is_none()) d = std::make_unique<host_values<std::int32_t>>(drafts_arg, api);
+    const prep_state::sizes s =
+        fill(rows.span(), q.span(), d ? d->span() : std::span<const std::int32_t>(), d != nullptr, new_blocks,
+             reqs_padded, tokens_padded);
     try {
-      const auto s = on<B>::stream();
-      submit_step<B>(*batch, s);
-      on<B>::finish(s);
+      const auto stream = on<B>::stream();
+      submit_step<B>(*batch, stream);
+      on<B>::finish(stream);
     } catch (...) {
       batch->cancel();
       throw;
     }
-    state.commit(p, rows.span(), q.span());
+    commit(s, rows.span(), q.span());
   }
 
-  const prep_host& host() const override { return state; }
+  const prep_state& state() const override { return st; }
   std::uint64_t steps() const override { return batch->steps(); }
 
  private:
@@ -440,31 +300,186 @@ class PrepT final : public Prep {
     return t.defined() && t.numel() > 0 ? span_of<T, B>(t).data() : nullptr;
   }
 
-  /// Begins a step and writes the checked plan into its slot (no stream touched); an error
-  /// cancels it.
-  void fill(const prep_host::plan& p, std::span<const std::int32_t> rows, std::span<const std::int32_t> q,
-            const std::int32_t* drafts) {
+  /// Reads and checks the step's scheduler data and writes it into a step it begins (no stream
+  /// touched); an error cancels the step, the host state as it was.
+  prep_state::sizes fill(std::span<const std::int32_t> r_of, std::span<const std::int32_t> q_of,
+                         std::span<const std::int32_t> d, bool has_drafts, py::handle new_blocks,
+                         py::handle reqs_padded, py::handle tokens_padded) {
+    const char* api = "VllmStepPrep.prepare";
+    const prep_config& c = st.cfg;
+    prep_state::sizes s;
+    s.n = static_cast<std::int64_t>(r_of.size());
+    if (s.n == 0) throw std::invalid_argument(prefix(api) + "a step of no requests (vLLM asserts num_tokens > 0)");
+    if (s.n > c.max_reqs)
+      throw std::invalid_argument(prefix(api) + "a batch of " + str(s.n) + " requests, more than max_num_reqs " +
+                                  str(c.max_reqs));
+    if (static_cast<std::int64_t>(q_of.size()) != s.n || (has_drafts && static_cast<std::int64_t>(d.size()) != s.n))
+      throw std::invalid_argument(prefix(api) + "num_scheduled_tokens has " + str(static_cast<std::int64_t>(q_of.size())) +
+                                  " entries and num_draft_tokens " +
+                                  (has_drafts ? str(static_cast<std::int64_t>(d.size())) : std::string("none")) + " for " +
+                                  str(s.n) + " requests");
+    s.reqs_padded = reqs_padded.is_none() ? s.n : int_argument(reqs_padded, api, "num_reqs_padded");
+    if (s.reqs_padded < s.n || s.reqs_padded > c.max_reqs)
+      throw std::invalid_argument(prefix(api) + "num_reqs_padded " + str(s.reqs_padded) + " is outside [" + str(s.n) +
+                                  ", " + str(c.max_reqs) + "] (the batch's requests, max_num_reqs)");
+    const std::int64_t padded_tokens = tokens_padded.is_none() ? -1 : int_argument(tokens_padded, api, "num_tokens_padded");
+    const std::int32_t* drafts = has_drafts ? d.data() : nullptr;
+    const prep_layout at{s.n, s.reqs_padded};
+    const auto n = static_cast<std::size_t>(s.n);
+
     batch->begin();
     try {
-      const auto n = static_cast<std::size_t>(p.n);
-      const auto aux_size = prep_layout{p.n, p.reqs_padded}.size(static_cast<std::int64_t>(state.cfg.groups));
-      state.encode(p, rows, q, drafts, idx.span(n), qsl.span(n + 1), cu.span(n + 1),
-                   aux.span(static_cast<std::size_t>(aux_size)), prefill.span(static_cast<std::size_t>(p.prefill_tokens)));
-      auto stage = [&](const std::vector<block_write>& ws, const std::vector<std::int32_t>& ids) {
-        for (const block_write& w : ws)
-          tables[w.group].stage_write(static_cast<std::size_t>(w.row), static_cast<std::size_t>(w.start),
-                                      std::span<const std::int32_t>(ids.data() + w.at, static_cast<std::size_t>(w.n)));
-      };
-      stage(state.pending, state.pending_ids);
-      stage(p.writes, p.ids);
+      ++st.stamp;
+      st.touched.clear();
+      st.ids.clear();
+      const std::span<std::int32_t> idx_out = idx.span(n), starts = qsl.span(n + 1), logits = cu.span(n + 1),
+                                    a = aux.span(static_cast<std::size_t>(at.size(static_cast<std::int64_t>(c.groups))));
+      std::int32_t* const row_info = a.data() + at.row_info();
+      std::int32_t* const has_next = a.data() + at.has_next();
+      std::int32_t* const next = a.data() + at.next();
+      starts[0] = logits[0] = 0;
+      // the rows: checked, and written
+      for (std::int64_t i = 0; i < s.n; ++i) {
+        const std::int64_t r = r_of[i];
+        if (r < 0 || r >= c.max_reqs)
+          throw std::out_of_range(prefix(api) + "idx_mapping[" + str(i) + "] = " + str(r) + " is past the state's " +
+                                  str(c.max_reqs) + " request slots");
+        const auto slot = static_cast<std::size_t>(r);
+        if (!st.active[slot])
+          throw std::invalid_argument(prefix(api) + "idx_mapping[" + str(i) + "] = " + str(r) +
+                                      " is not an active request (add_request it first)");
+        if (st.seen[slot] == st.stamp)
+          throw std::invalid_argument(prefix(api) + "request " + str(r) + " appears twice in idx_mapping");
+        st.seen[slot] = st.stamp;
+        const std::int64_t qi = q_of[i], di = drafts != nullptr ? drafts[i] : 0, left = st.left[slot];
+        if (qi < 1) throw std::invalid_argument(prefix(api) + "num_scheduled_tokens[" + str(i) + "] = " + str(qi));
+        if (di < 0 || di > c.draft_cols)
+          throw std::invalid_argument(prefix(api) + "num_draft_tokens[" + str(i) + "] = " + str(di) +
+                                      " is outside [0, " + str(c.draft_cols) + "] (the draft_tokens tensor's columns)");
+        has_next[i] = next[i] = 0;
+        row_info[i] = -1;
+        if (left > 0) {
+          if (di != 0)
+            throw std::invalid_argument(prefix(api) + "row " + str(i) + " (request " + str(r) + ") is prefilling (" +
+                                        str(left) + " prefill tokens left) and has " + str(di) + " draft tokens");
+          if (qi > left)
+            throw std::invalid_argument(prefix(api) + "row " + str(i) + " (request " + str(r) + ") schedules " +
+                                        str(qi) + " tokens, and only " + str(left) + " of its prefill tokens are left");
+          row_info[i] = static_cast<std::int32_t>(s.prefill_tokens);
+          s.prefill_tokens += qi;
+          if (qi < left) {
+            has_next[i] = 1;
+            const auto& tokens = st.prefill[slot];
+            next[i] = tokens[tokens.size() - static_cast<std::size_t>(left - qi)];
+          }
+        } else if (qi < 1 + di) {
+          throw std::invalid_argument(prefix(api) + "row " + str(i) + " (request " + str(r) + ") schedules " + str(qi) +
+                                      " tokens for its sampled token and " + str(di) + " draft tokens");
+        }
+        s.tokens += qi;
+        s.logits += 1 + di;
+        if (s.tokens > c.max_tokens)
+          throw std::invalid_argument(prefix(api) + "a step of more than max_num_tokens " + str(c.max_tokens) +
+                                      " tokens (" + str(s.tokens) + " by row " + str(i) + ")");
+        idx_out[i] = static_cast<std::int32_t>(r);
+        starts[i + 1] = static_cast<std::int32_t>(s.tokens);
+        logits[i + 1] = static_cast<std::int32_t>(s.logits);
+      }
+      s.tokens_padded = padded_tokens < 0 ? s.tokens : padded_tokens;
+      if (s.tokens_padded < s.tokens || s.tokens_padded > c.max_tokens)
+        throw std::invalid_argument(prefix(api) + "num_tokens_padded " + str(s.tokens_padded) + " is outside [" +
+                                    str(s.tokens) + ", " + str(c.max_tokens) + "] (the step's tokens, max_num_tokens)");
+      // the prefill rows' tokens, packed
+      if (s.prefill_tokens > 0) {
+        std::int32_t* const out = prefill.span(static_cast<std::size_t>(s.prefill_tokens)).data();
+        for (std::int64_t i = 0; i < s.n; ++i)
+          if (row_info[i] >= 0) {
+            const auto& tokens = st.prefill[static_cast<std::size_t>(r_of[i])];
+            std::copy_n(tokens.end() - st.left[static_cast<std::size_t>(r_of[i])], q_of[i], out + row_info[i]);
+          }
+      }
+      // the block tables: add_request's writes, then this step's appends
+      for (const block_write& w : st.pending) stage(w.group, w.row, w.start, st.pending_ids.data() + w.at, w.n);
+      if (!new_blocks.is_none()) append(new_blocks);
+      for (std::size_t g = 0; g < c.groups; ++g) {
+        std::int32_t* const blocks = a.data() + at.group_at(static_cast<std::int64_t>(g));
+        std::int32_t* const chunk_start = blocks + s.n;
+        std::int64_t chunks = 0;
+        for (std::int64_t i = 0; i < s.reqs_padded; ++i) {
+          chunk_start[i] = static_cast<std::int32_t>(chunks);
+          const std::int64_t count = i < s.n ? st.step_count(g, r_of[i]) : c.cols[g];
+          if (i < s.n) blocks[i] = static_cast<std::int32_t>(count);
+          chunks += (count + table_chunk - 1) / table_chunk;
+        }
+        chunk_start[s.reqs_padded] = static_cast<std::int32_t>(chunks);
+      }
+      a[meta_reqs_padded] = static_cast<std::int32_t>(s.reqs_padded);
+      a[meta_slot_pad_end] = static_cast<std::int32_t>(std::max(st.slot_high, s.tokens));
     } catch (...) {
       batch->cancel();
       throw;
     }
+    return s;
+  }
+
+  void stage(std::size_t g, std::int64_t row, std::int64_t start, const std::int32_t* ids, std::int64_t n) {
+    tables[g].stage_write(static_cast<std::size_t>(row), static_cast<std::size_t>(start),
+                          std::span<const std::int32_t>(ids, static_cast<std::size_t>(n)));
+  }
+
+  // new_block_ids: a sequence of (req_index, block ids per group) (vLLM: update_requests's
+  // append_block_ids(req_index, new_block_ids, overwrite=False) for each): checked and staged.
+  void append(py::handle new_blocks) {
+    const char* api = "VllmStepPrep.prepare";
+    const prep_config& c = st.cfg;
+    const py::object seq = py::reinterpret_steal<py::object>(PySequence_Fast(
+        new_blocks.ptr(), "ferry: VllmStepPrep.prepare: new_block_ids must be a sequence of (req_index, block ids per "
+                          "KV-cache group)"));
+    if (!seq) throw py::error_already_set();
+    for (Py_ssize_t k = 0, m = PySequence_Fast_GET_SIZE(seq.ptr()); k < m; ++k) {
+      PyObject* entry = PySequence_Fast_GET_ITEM(seq.ptr(), k);
+      if (!PyTuple_Check(entry) && !PyList_Check(entry))
+        throw py::type_error(prefix(api) + "new_block_ids[" + str(k) + "] must be a tuple (req_index, block ids), got " +
+                             Py_TYPE(entry)->tp_name);
+      if (PySequence_Fast_GET_SIZE(entry) != 2)
+        throw std::invalid_argument(prefix(api) + "new_block_ids[" + str(k) + "] must be (req_index, block ids)");
+      const std::int64_t r = st.request_index(int_argument(PySequence_Fast_GET_ITEM(entry, 0), api, "req_index"), api);
+      if (!st.active[static_cast<std::size_t>(r)])
+        throw std::invalid_argument(prefix(api) + "new_block_ids[" + str(k) + "]: request " + str(r) + " is not active");
+      st.ids.clear();
+      const auto count = read_block_ids(c, PySequence_Fast_GET_ITEM(entry, 1), api, st.ids);
+      std::int64_t at = 0;
+      for (std::size_t g = 0; g < c.groups; ++g) {
+        const std::int64_t start = st.step_count(g, r);
+        if (start + count[g] > c.cols[g])
+          throw ferry::capacity_error(prefix(api) + "the block table is full: request " + str(r) + " has " + str(start) +
+                                      " blocks of group " + str(static_cast<std::int64_t>(g)) + ", " + str(count[g]) +
+                                      " more exceed its row of " + str(c.cols[g]));
+        if (count[g] > 0) stage(g, r, start, st.ids.data() + at, count[g]);
+        const std::size_t key = st.key(g, r);
+        if (st.step_blocks_seen[key] != st.stamp) st.touched.push_back(key);
+        st.step_blocks[key] = start + count[g];
+        st.step_blocks_seen[key] = st.stamp;
+        at += count[g];
+      }
+    }
+  }
+
+  /// After the step was submitted: the host state advances.
+  void commit(const prep_state::sizes& s, std::span<const std::int32_t> rows, std::span<const std::int32_t> q) {
+    for (std::int64_t i = 0; i < s.n; ++i) {
+      auto& left = st.left[static_cast<std::size_t>(rows[i])];
+      if (left > 0) left -= q[i];
+    }
+    for (const std::size_t key : st.touched) st.num_blocks[key] = st.step_blocks[key];
+    st.pending.clear();
+    st.pending_ids.clear();
+    st.slot_high = std::max(st.slot_high, s.tokens);
+    st.last = s;
   }
 
   prep_tensors tensors;  // the plan's memory, destroyed after `batch`
-  prep_host state;
+  prep_state st;
   std::unique_ptr<batch_type> batch;
   upload<std::int32_t> idx, qsl, cu, aux, prefill;
   std::array<writes, max_kv_groups> tables;
@@ -502,10 +517,11 @@ std::shared_ptr<Prep> make_prep(const py::dict& a, bool cuda, std::int64_t slots
   c.max_tokens = int_argument(item(a, "max_num_tokens"), api, "max_num_tokens");
   if (c.max_reqs < 1 || c.max_tokens < 1)
     throw std::invalid_argument(prefix(api) + "max_num_reqs and max_num_tokens must be at least 1");
-  if (c.max_reqs > (std::int64_t{1} << 30) || c.max_tokens > (std::int64_t{1} << 30))
-    throw std::invalid_argument(prefix(api) + "max_num_reqs and max_num_tokens must be at most 2^30");
+  if (c.max_reqs > (std::int64_t{1} << 24) || c.max_tokens > (std::int64_t{1} << 24))
+    throw std::invalid_argument(prefix(api) + "max_num_reqs and max_num_tokens must be at most 2^24");
   if (slots < 2) throw std::invalid_argument(prefix(api) + "max_concurrency must be at least 2, got " + str(slots));
-  const py::list block_sizes = item(a, "block_sizes"), kernel_sizes = item(a, "kernel_block_sizes"), max_blocks = item(a, "max_num_blocks");
+  const py::list block_sizes = item(a, "block_sizes"), kernel_sizes = item(a, "kernel_block_sizes"),
+                 max_blocks = item(a, "max_num_blocks");
   c.groups = block_sizes.size();
   if (c.groups < 1 || c.groups > max_kv_groups)
     throw std::invalid_argument(prefix(api) + "block_sizes names " + str(static_cast<std::int64_t>(c.groups)) +
@@ -518,9 +534,11 @@ std::shared_ptr<Prep> make_prep(const py::dict& a, bool cuda, std::int64_t slots
                        ks = int_argument(kernel_sizes[g], api, "kernel_block_sizes"),
                        mb = int_argument(max_blocks[g], api, "max_num_blocks");
     if (bs < 1 || ks < 1 || bs % ks != 0)
-      throw std::invalid_argument(prefix(api) + "group " + str(g) + ": block size " + str(bs) +
+      throw std::invalid_argument(prefix(api) + "group " + str(static_cast<std::int64_t>(g)) + ": block size " + str(bs) +
                                   " must be a positive multiple of the kernel block size " + str(ks));
-    if (mb < 1) throw std::invalid_argument(prefix(api) + "group " + str(g) + ": max_num_blocks must be at least 1");
+    if (mb < 1 || mb * (bs / ks) > (std::int64_t{1} << 24))
+      throw std::invalid_argument(prefix(api) + "group " + str(static_cast<std::int64_t>(g)) +
+                                  ": max_num_blocks must be at least 1 and its kernel blocks at most 2^24, got " + str(mb));
     c.blocks_per_kv_block[g] = bs / ks;
     c.kernel_block_size[g] = ks;
     c.cols[g] = mb * (bs / ks);
@@ -567,8 +585,8 @@ std::shared_ptr<Prep> make_prep(const py::dict& a, bool cuda, std::int64_t slots
                                              std::tuple{&inputs, "input_block_tables", &t.input_block_tables}}) {
         at::Tensor x = checked_tensor((*list)[g], dev, at::kInt, 2, 0, what);
         if (x.size(0) < c.max_reqs || x.size(1) != c.cols[g])
-          throw std::invalid_argument(prefix(api) + what + "[" + str(g) + "] must be [max_num_reqs, " + str(c.cols[g]) +
-                                      "], got [" + str(x.size(0)) + ", " + str(x.size(1)) + "]");
+          throw std::invalid_argument(prefix(api) + what + "[" + str(static_cast<std::int64_t>(g)) + "] must be [max_num_reqs, " +
+                                      str(c.cols[g]) + "], got [" + str(x.size(0)) + ", " + str(x.size(1)) + "]");
         into->push_back(std::move(x));
       }
     }
@@ -598,30 +616,27 @@ void register_prep(py::module_& m) {
           py::arg("idx_mapping"), py::arg("num_scheduled_tokens"), py::arg("num_draft_tokens") = py::none(),
           py::kw_only(), py::arg("new_block_ids") = py::none(), py::arg("num_reqs_padded") = py::none(),
           py::arg("num_tokens_padded") = py::none())
-      .def_property_readonly("num_reqs", [](held p) { return p->host().last.n; })
-      .def_property_readonly("num_tokens", [](held p) { return p->host().last.tokens; })
-      .def_property_readonly("num_logits", [](held p) { return p->host().last.logits; })
-      .def_property_readonly("num_reqs_padded", [](held p) { return p->host().last.reqs_padded; })
-      .def_property_readonly("num_tokens_padded", [](held p) { return p->host().last.tokens_padded; })
+      .def_property_readonly("num_reqs", [](held p) { return p->state().last.n; })
+      .def_property_readonly("num_tokens", [](held p) { return p->state().last.tokens; })
+      .def_property_readonly("num_logits", [](held p) { return p->state().last.logits; })
+      .def_property_readonly("num_reqs_padded", [](held p) { return p->state().last.reqs_padded; })
+      .def_property_readonly("num_tokens_padded", [](held p) { return p->state().last.tokens_padded; })
       .def_property_readonly("steps", [](held p) { return p->steps(); })
       .def(
           "num_blocks",
           [](held p, std::int64_t group, std::int64_t req) {
-            const prep_host& h = p->host();
-            if (group < 0 || group >= static_cast<std::int64_t>(h.cfg.groups) || req < 0 || req >= h.cfg.max_reqs)
+            const prep_state& s = p->state();
+            if (group < 0 || group >= static_cast<std::int64_t>(s.cfg.groups) || req < 0 || req >= s.cfg.max_reqs)
               throw std::out_of_range("ferry: VllmStepPrep.num_blocks: group " + str(group) + ", request " + str(req) +
                                       " out of range");
-            return h.num_blocks[static_cast<std::size_t>(group * h.cfg.max_reqs + req)];
+            return s.num_blocks[s.key(static_cast<std::size_t>(group), req)];
           },
           py::arg("group"), py::arg("req_index"))
       .def(
           "is_prefilling",
           [](held p, std::int64_t req) {
-            const prep_host& h = p->host();
-            if (req < 0 || req >= h.cfg.max_reqs)
-              throw std::out_of_range("ferry: VllmStepPrep.is_prefilling: request " + str(req) + " out of range");
-            const request_state& s = h.reqs[static_cast<std::size_t>(req)];
-            return s.active && s.computed < static_cast<std::int64_t>(s.prefill.size());
+            const prep_state& s = p->state();
+            return s.prefill_left(s.request_index(req, "VllmStepPrep.is_prefilling")) > 0;
           },
           py::arg("req_index"));
 }

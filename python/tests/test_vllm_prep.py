@@ -179,6 +179,12 @@ def bad_cases(rig, s):
         ("block ids of too few groups", step(new_block_ids=[(int(idx[0]), ())]), ValueError),
         ("block appends for a request past the state", step(new_block_ids=[(R, ([1],) * p.num_kv_cache_groups)]),
          IndexError),
+        # after the step's own appends (written into the slot before the bad entry is met)
+        ("a negative block id", step(new_block_ids=[*s.new_block_ids, (int(idx[0]), ([-1], [1]))]), ValueError),
+        ("a block id past int32 once expanded to kernel blocks",
+         step(new_block_ids=[*s.new_block_ids, (int(idx[0]), ([1], [2**30]))]), ValueError),
+        ("an append that is not (req_index, block ids)", step(new_block_ids=[*s.new_block_ids, int(idx[0])]),
+         TypeError),
         ("a token count that does not convert", step(num_scheduled_tokens=q.astype(np.float64) + 0.5), ValueError),
         ("idx_mapping of strings", step(idx_mapping=["a"] * n), TypeError),
         ("idx_mapping on the wrong device", step(idx_mapping=torch.zeros(n, dtype=torch.int32, device="meta")),
@@ -198,7 +204,9 @@ def bad_cases(rig, s):
 def test_bad_input_changes_nothing(device, num_spec):
     """Each bad call raises a ferry: error and changes nothing: the good step after it (the one
     the bad call was a bad version of) gives exactly the reference's buffers."""
-    rig = Rig(device, 21 + num_spec, num_spec=num_spec, block_sizes=(16, 32), join=(0, 1), leave=0.1)
+    # group 1: 2 kernel blocks of 16 per block of 32 (each block id b written as 2b, 2b + 1)
+    rig = Rig(device, 21 + num_spec, num_spec=num_spec, block_sizes=(16, 32), kernel_block_sizes=[16, 16],
+              join=(0, 1), leave=0.1)
     for _ in range(30):
         s = rig.next()
         rig.run(s)
@@ -227,7 +235,7 @@ def test_bad_input_changes_nothing(device, num_spec):
         rig.ref.step(s, rig.nc, rig.last, rig.drafts)
         rig.trace.sample(s, rig.nc, rig.last, rig.drafts)
         rig.check(s, f"after {name}: ")
-    assert len(names) == 25
+    assert len(names) == 28
 
 
 def test_bad_state_tensors(device):
