@@ -24,18 +24,24 @@
 //          device-side step counter indexes a mapped ring in which the host wrote the slot of each
 //          step): the graph floor of the targets.
 //    Each floor is a correct step: a slot is rewritten only once the counter shows that its last
-//    step has passed; when the next slot is still read, the floor takes one it allocated up front
-//    (as deep as ferry's ring may grow), as ferry's step_batch inserts one. The "4 slots, racy" row
+//    step has passed, the slot chosen from the cached counter as ferry's step_batch chooses it (the
+//    counter loaded only when the cache does not show a slot free: support/fence.hpp); when the
+//    next slot is still read, the floor takes one it allocated up front (as deep as ferry's ring
+//    may grow), as ferry's step_batch inserts one. Nothing cheaper does the same job: B′ is one
+//    launch call and G one graph launch, the step's bytes are written once, and no slot is
+//    rewritten before its step has passed. The "4 slots, racy" row
 //    runs floor B over 4 fixed slots without that check: a bound, not a step. Before timing, each
 //    floor is checked to produce exactly ferry's results;
 //  - ablation rows, floor B′ with a part left out (not steps): "launch only", "data generation
 //    only" and "prepared data" (B′ with the step's slot image memcpy'd from a buffer, no scheduler);
 //  - libtorch C++ in this process (where CMake found Torch: support/libtorch_peer.hpp): the step
-//    written with libtorch (packed; 5 copies; packed with slots not fenced), on a stream of torch's
-//    pool; its results checked against a host replay after the run.
-// PyTorch in Python cannot run in this process: --torch-step SCRIPT (decode_step_torch.py) runs it
-// as a separate process 3 times, between rounds of the bursts regime, its row the median of the
-// three (labelled so).
+//    written with libtorch at its best: ONE copy of the step's contiguous pinned slot, index_put_
+//    and the logits fill, eager and as a CUDA graph per slot, on a stream of torch's pool; each
+//    checked against a host replay after the run;
+//  - PyTorch in Python (--torch: support/torch_peer.hpp, a Python process asked for one burst per
+//    round of the bursts regime): the shared baseline decode_step_torch.py as written, and the same
+//    step as CUDA graphs, one per pinned slot (support/torch_peer.py's decode_graph, checked against
+//    decode_step_torch.py before it is timed).
 //
 // Host time, three regimes, each row's figure the median over the rounds:
 //  - bursts: --burst steps, the stream drained between bursts (not timed): the device is slower
@@ -54,9 +60,11 @@
 // runtime calls per step (support/runtime_calls.hpp), in bursts and with the GPU idle.
 #include <decode_step/decode_step.hpp>
 
+#include <support/fence.hpp>
 #include <support/gpu.cuh>
 #include <support/guarded_steps.hpp>
 #include <support/runtime_calls.hpp>
+#include <support/torch_peer.hpp>
 #if FERRY_BENCH_LIBTORCH
 #include <support/libtorch_peer.hpp>
 #endif
@@ -67,6 +75,7 @@
 #include <cstring>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <span>
 
 using B = ferry::backend::cuda;
@@ -90,16 +99,12 @@ constexpr const char* label_racy_uva = "floor B, 4 slots, racy (rewrites slots s
 constexpr const char* label_launch_only = "ablation: launch only (floor B' launching a slot written once; not a step)";
 constexpr const char* label_generate_only = "ablation: data generation only (scheduler writing into one warm slot; no launch)";
 constexpr const char* label_prepared = "ablation: prepared data (floor B' copying a prepared slot image; no scheduler)";
-constexpr const char* label_torch = "PyTorch in Python (decode_step_torch.py, separate process, 3 runs between this benchmark's rounds: median)";
-constexpr const char* label_libtorch = "libtorch C++ packed (in process)";
-/// The in-process libtorch rows: label and variant.
-#if FERRY_BENCH_LIBTORCH
-constexpr std::pair<const char*, ferry_bench::libtorch_peer::step_variant> libtorch_rows[] = {
-    {label_libtorch, ferry_bench::libtorch_peer::step_variant::packed},
-    {"libtorch C++ 5 copies (in process)", ferry_bench::libtorch_peer::step_variant::five_copies},
-    {"libtorch C++ packed, slots not fenced (in process)", ferry_bench::libtorch_peer::step_variant::packed_nofence}};
-#endif
-
+constexpr const char* label_torch = "decode_step_torch.py as written (eager, pinned buffers rewritten unfenced)";
+constexpr const char* label_torch_graph = "the same step as a CUDA graph per pinned slot, replayed";
+const std::string torch_label = std::string("PyTorch in Python, ") + label_torch;  // (torch_peer::label's form)
+const std::string torch_graph_label = std::string("PyTorch in Python, ") + label_torch_graph;
+constexpr const char* label_libtorch = "libtorch C++: 1 copy + index_put_ + logits fill, eager (in process)";
+constexpr const char* label_libtorch_graph = "libtorch C++: 1 copy + index_put_ + logits fill, a CUDA graph per slot (in process)";
 // ---- the hand-written floors ---------------------------------------------------------------------
 
 /// One block-table write of a floor step: `count` int32 from contents[src] to table[dst].
@@ -218,13 +223,14 @@ class floor_step {
   /// need them), or with `racy`, initial_slots fixed slots rewritten without a check.
   floor_step(kind k, cudaStream_t s, unsigned max_slots, bool racy = false)
       : kind_(k), s_(s), racy_(racy), max_slots_(racy ? initial_slots : std::max(max_slots, initial_slots)),
-        args_(max_slots_), graph_(max_slots_), exec_(max_slots_), last_step_(max_slots_, 0) {
+        args_(max_slots_), graph_(max_slots_), exec_(max_slots_) {
     // The slots, then the counter, then floor G's ring of the slot of each step.
     const std::size_t pinned_bytes = std::size_t{max_slots_} * slot::bytes + 256 + std::size_t{max_slots_} * 4;
     BENCH_CUDA(cudaHostAlloc(&pinned_, pinned_bytes, cudaHostAllocMapped | cudaHostAllocPortable));
     std::memset(pinned_, 0, pinned_bytes);
     counter_ = reinterpret_cast<std::uint64_t*>(pinned_ + std::size_t{max_slots_} * slot::bytes);
     slot_of_ = reinterpret_cast<std::uint32_t*>(pinned_ + std::size_t{max_slots_} * slot::bytes + 256);
+    ring_.emplace(counter_, initial_slots, max_slots_);
     BENCH_CUDA(cudaMalloc(&table_, max_requests * max_blocks * 4));
     BENCH_CUDA(cudaMemset(table_, 0, max_requests * max_blocks * 4));
     BENCH_CUDA(cudaMalloc(&dev_bytes_, slot::device_bytes));
@@ -274,13 +280,13 @@ class floor_step {
     cudaFree(ring_step_);
   }
 
-  /// One step: the next free slot (one load of the counter), the host writes the step into it,
+  /// One step: the next free slot (from the cached counter), the host writes the step into it,
   /// submits.
   void run() {
     const std::int64_t step = sched_.begin_step();
-    const unsigned k = next_slot();
+    const unsigned k = next_slot(step);
     write_step(step, k);
-    submit(step, k);
+    submit(k);
   }
 
   // ---- ablations (floor B′ with a part left out; not steps) ----
@@ -294,10 +300,10 @@ class floor_step {
   /// wrote (taken by prepare()) copied into it with the step's number, the launch; no scheduler.
   void prepared() {
     const std::int64_t step = prepared_step_++;
-    const unsigned k = next_slot();
+    const unsigned k = next_slot(step);
     std::memcpy(at<std::byte>(k, 0), image_.data(), slot::seq);
     *at<std::uint64_t>(k, slot::seq) = static_cast<std::uint64_t>(step) + 1;
-    submit(step, k);
+    submit(k);
   }
   /// Runs one real step, waits for it, and keeps its slot image for prepared().
   void prepare() {
@@ -308,7 +314,7 @@ class floor_step {
   }
 
   /// Slots in use so far (the deepest ring the steps in flight needed).
-  [[nodiscard]] unsigned slots() const noexcept { return active_; }
+  [[nodiscard]] unsigned slots() const noexcept { return racy_ ? initial_slots : ring_->active(); }
 
   // The results, for the check against ferry's (after the stream is drained).
   [[nodiscard]] const std::int32_t* table() const noexcept { return table_; }
@@ -332,11 +338,8 @@ class floor_step {
   }
 
  private:
-  // The step into slot k, written: record its number, submit it.
-  void submit(std::int64_t step, unsigned k) {
-    last_step_[k] = static_cast<std::uint64_t>(step) + 1;  // what the counter reads once it passed
-    before_ = cur_;
-    cur_ = k;
+  // The step written into slot k: submit it.
+  void submit(unsigned k) {
     switch (kind_) {
       case kind::copy_kernel:
         BENCH_CUDA(cudaMemcpyAsync(dev_bytes_, at<std::byte>(k, 0), slot::copied, cudaMemcpyHostToDevice, s_));
@@ -357,23 +360,15 @@ class floor_step {
     }
   }
 
-  // ferry's step_batch::begin() rule, by hand: the slot of the step before the last if its step
-  // has passed (the GPU keeps up: two warm slots), else the slot after the last one if passed,
-  // else a slot not used yet; with none left the host waits (a correct step never rewrites a
-  // slot that is still read). "Passed" is one load of the counter, which the kernels store in
-  // step order. Racy: the next of 4, unchecked. Steps in flight hold distinct slots, so there
-  // are never more than max_slots_ of them: floor G's ring of max_slots_ entries is never
-  // rewritten before the kernel that reads an entry has run.
-  unsigned next_slot() {
-    const unsigned next = (cur_ + 1) % active_;
-    if (racy_) return next;
-    const std::uint64_t passed = *reinterpret_cast<volatile std::uint64_t*>(counter_);
-    if (before_ != cur_ && passed >= last_step_[before_]) return before_;
-    if (passed >= last_step_[next]) return next;
-    if (active_ < max_slots_) return active_++;
-    while (*reinterpret_cast<volatile std::uint64_t*>(counter_) < last_step_[next]) {
-    }
-    return next;
+  // The slot of `step`: ferry's step_batch::begin() rule, by hand (support/fence.hpp's
+  // counter_ring: the slot of the step before the last, else the next one, each as the cached
+  // counter or, when that does not show it, one load of the counter says; else a slot not used
+  // yet; else the host waits: a correct step never rewrites a slot that is still read). Racy: the
+  // next of 4, unchecked. Steps in flight hold distinct slots, so floor G's ring of max_slots_
+  // entries is never rewritten before the kernel that reads an entry has run.
+  unsigned next_slot(std::int64_t step) {
+    cur_ = racy_ ? (cur_ + 1) % initial_slots : ring_->next(static_cast<std::uint64_t>(step) + 1);
+    return cur_;
   }
 
   template <class T>
@@ -472,10 +467,8 @@ class floor_step {
   floor_args* ring_slots_ = nullptr;
   unsigned long long* ring_step_ = nullptr;
   unsigned long long ring_submitted_ = 0;  // floor G's steps submitted: the device counter follows it
-  std::vector<std::uint64_t> last_step_;  // per slot: its last step's number + 1 (0: none)
-  unsigned active_ = initial_slots;       // slots in the ring so far
-  unsigned cur_ = initial_slots - 1;      // the slot of the last step
-  unsigned before_ = cur_;                // the slot of the step before it
+  std::optional<ferry_bench::counter_ring> ring_;  // the correct floors' slot choice
+  unsigned cur_ = initial_slots - 1;              // the slot of the last step
   std::vector<std::byte> image_;          // prepared(): a slot image
   std::int64_t prepared_step_ = 0;
 };
@@ -543,6 +536,7 @@ struct variant {
   bool device_work = true;                               ///< false: it enqueues nothing
   cudaStream_t stream = nullptr;                         ///< the stream it runs on
   std::size_t device_burst = 0;                          ///< steps per device burst (0: --burst)
+  ferry_bench::timed_burst python{}, python_device{};    ///< a PyTorch-in-Python row: its bursts
   figures f{}, twin{};                                   ///< its figures and its twin's (--aa)
   ferry_bench::guarded_counts guarded{};
   ferry_bench::calls_per_op calls{}, calls_idle{};  ///< runtime calls per step: in bursts, GPU idle
@@ -554,16 +548,21 @@ void drain(const variant& v) { BENCH_CUDA(cudaStreamSynchronize(v.stream)); }
 constexpr double warm_model_ms = 0.05;
 
 /// Host time of every row in the three regimes and, with `device_time`, its device time (see the
-/// file comment), each regime in interleaved rounds; `between(round)` runs before each round of
-/// the bursts regime.
-void measure(std::vector<variant>& vs, const ferry_bench::options& o, bool device_time,
-             const std::function<void(int)>& between = {}) {
+/// file comment), each regime in interleaved rounds; a PyTorch-in-Python row runs in the bursts
+/// regime's rounds and has a device time, no idle or warm figure.
+void measure(std::vector<variant>& vs, const ferry_bench::options& o, bool device_time) {
   using clk = std::chrono::steady_clock;
   std::vector<ferry_bench::timed_burst> bursts, idle, warm, device;
   std::vector<std::unique_ptr<ferry_bench::stream_gate>> gates;
   cudaEvent_t model_done[2];
   for (auto& e : model_done) BENCH_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  const ferry_bench::timed_burst none = [](std::size_t) { return nan; };
   for (auto& v : vs) {
+    if (v.python) {  // the bursts regime and device time only
+      bursts.push_back(v.python), idle.push_back(none), warm.push_back(none);
+      device.push_back(device_time ? v.python_device : none);
+      continue;
+    }
     bursts.push_back(ferry_bench::host_burst([&v](std::size_t) { v.step(); }));
     idle.push_back([&v](std::size_t n) {
       std::vector<double> us;
@@ -595,13 +594,13 @@ void measure(std::vector<variant>& vs, const ferry_bench::options& o, bool devic
       gates.push_back(std::make_unique<ferry_bench::stream_gate>(v.stream));
       device.push_back(ferry_bench::device_burst(*gates.back(), [&v](std::size_t) { v.step(); }, v.device_burst));
     } else {
-      device.push_back([](std::size_t) { return nan; });
+      device.push_back(none);
     }
   }
   auto drain_all = [&] {
     for (const auto& v : vs) drain(v);  // the other rows' streams are idle: their drain returns at once
   };
-  const auto h = ferry_bench::interleaved(o, bursts, drain_all, 3, nullptr, between);
+  const auto h = ferry_bench::interleaved(o, bursts, drain_all);
   const auto i = ferry_bench::interleaved(o, idle, [] {}, 1);
   const auto w = ferry_bench::interleaved(o, warm, [] {}, 1);
   ferry_bench::options od = o;
@@ -651,6 +650,7 @@ std::vector<variant> measure_pairs(const std::vector<variant>& vs, const ferry_b
 /// in bursts of `burst` steps drained between them, and one step at a time. No sync_guard may be
 /// alive during the second (CUPTI takes one subscriber).
 void count(variant& v, int burst) {
+  if (v.python) return;
   if (v.guard) v.guarded = v.guard();
   auto step = [&](std::size_t) { v.step(); };
   v.calls = ferry_bench::steady_calls(step, [&](std::size_t i) {
@@ -660,18 +660,10 @@ void count(variant& v, int burst) {
   drain(v);
 }
 
-/// A number field of a flat JSON object (decode_step_torch.py --json); NaN when missing.
-double json_number(const std::string& file, const std::string& key) {
-  std::ifstream f(file);
-  const std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  const auto k = s.find("\"" + key + "\"");
-  return k == std::string::npos ? nan : std::stod(s.substr(s.find(':', k) + 1));
-}
-
-/// The table and the targets (see the file comment): every row, the pair pass's rows beside their
-/// pair's floor, and the PyTorch-in-Python runs' medians.
-void report(std::vector<variant>& vs, const std::vector<variant>& alone, const figures& torch,
-            const ferry_bench::options& o, const std::string& libtorch_why) {
+/// The table and the targets (see the file comment): every row, and the pair pass's rows beside
+/// their pair's floor.
+void report(std::vector<variant>& vs, const std::vector<variant>& alone, const ferry_bench::options& o,
+            const std::string& libtorch_why, const std::string& torch_why) {
   ferry_bench::report rep("decode_step", o);
   rep.machine = ferry_bench::gpu_name();
   auto fig = [&](const std::vector<variant>& rows, const char* label, double figures::*x, bool twin = false) {
@@ -693,9 +685,6 @@ void report(std::vector<variant>& vs, const std::vector<variant>& alone, const f
              {"runtime_calls_per_step_idle", v.calls_idle.total},
              {"device burst", v.device_work ? static_cast<double>(v.device_burst ? v.device_burst : std::size_t(o.burst)) : nan},
              {"runtime_calls", v.calls.names()}, {"runtime_calls_idle", v.calls_idle.names()}});
-  if (!o.torch_step.empty())
-    rep.add({{"step", label_torch}, {"host us", torch.host}, {"device us", torch.device},
-             {"host / kernel floor B'", torch.host / kernel_floor}, {"host / graph floor G", torch.host / graph_floor}});
   for (const target_pair& p : {kernel_pair, graph_pair})
     for (const char* label : {p.ferry_alone, p.floor_alone}) {
       auto over_floor = [&](double figures::*x) { return fig(alone, label, x) / fig(alone, p.floor_alone, x); };
@@ -709,16 +698,24 @@ void report(std::vector<variant>& vs, const std::vector<variant>& alone, const f
     }
 
   // Each target, and the same computed from the twins (A/A). The floor targets come from the pair
-  // pass, the peer targets from the pass with every row.
+  // pass, the peer targets from the pass with every row, each peer at its best (the faster of its
+  // rows) and beside the same ratio of the floor (a peer ratio the floor misses too is reported).
   auto ratio = [&](const auto& rows, const char* a, const char* b, double figures::*x, bool twin) {
     return fig(rows, a, x, twin) / fig(rows, b, x, twin);
   };
   auto over = [&](const auto& rows, const char* a, const char* b, double figures::*x, bool twin) {
     return fig(rows, a, x, twin) - fig(rows, b, x, twin);
   };
+  auto best = [&](const char* a, const char* b, bool twin) {
+    return std::fmin(fig(vs, a, &figures::host, twin), fig(vs, b, &figures::host, twin));
+  };
   const auto& k = kernel_pair;
   const auto& g = graph_pair;
   for (const bool twin : {false, true}) {
+    const double libtorch = best(label_libtorch, label_libtorch_graph, twin);
+    const double torch = best(torch_label.c_str(), torch_graph_label.c_str(), twin);
+    const double ferry_graph = fig(vs, label_step_batch_graph, &figures::host, twin);
+    const double ferry_kernel = fig(vs, label_step_batch_kernel, &figures::host, twin);
     const std::vector<std::pair<const char*, double>> values{
         {"kernel_host_vs_floor", ratio(alone, k.ferry_alone, k.floor_alone, &figures::host, twin)},
         {"kernel_host_over_floor_us", over(alone, k.ferry_alone, k.floor_alone, &figures::host, twin)},
@@ -726,13 +723,14 @@ void report(std::vector<variant>& vs, const std::vector<variant>& alone, const f
         {"graph_host_vs_one_exec_floor", ratio(alone, g.ferry_alone, g.floor_alone, &figures::host, twin)},
         {"graph_host_over_floor_us", over(alone, g.ferry_alone, g.floor_alone, &figures::host, twin)},
         {"device_vs_fused_kernel", ratio(vs, label_step_batch_kernel, label_floor_direct, &figures::device, twin)},
-        {"host_vs_libtorch_graph", ratio(vs, label_libtorch, label_step_batch_graph, &figures::host, twin)},
-        {"host_vs_libtorch_kernel", ratio(vs, label_libtorch, label_step_batch_kernel, &figures::host, twin)},
-        {"host_vs_torch_graph", torch.host / fig(vs, label_step_batch_graph, &figures::host, twin)}};
+        {"host_vs_libtorch_graph", libtorch / ferry_graph},
+        {"host_vs_libtorch_kernel", libtorch / ferry_kernel},
+        {"host_vs_torch_graph", torch / ferry_graph}};
+    const std::vector<double> floors{nan, nan, nan, nan, nan, nan, libtorch / graph_floor, libtorch / kernel_floor, torch / graph_floor};
     constexpr std::array<std::pair<const char*, double>, 9> goals{{{"<=", 1.15}, {"<=", 0.5}, {"<=", 0.8}, {"<=", 1.15},
                                                                    {"<=", 0.5}, {"<=", 1.1}, {">=", 8}, {">=", 4}, {">=", 40}}};
     for (std::size_t t = 0; t < values.size(); ++t) {
-      if (!twin) rep.add_target(values[t].first, values[t].second, goals[t].first, goals[t].second);
+      if (!twin) rep.add_peer_target(values[t].first, values[t].second, goals[t].first, goals[t].second, floors[t]);
       else rep.targets[t].noise = std::abs(values[t].second - rep.targets[t].value);
     }
   }
@@ -748,16 +746,12 @@ void report(std::vector<variant>& vs, const std::vector<variant>& alone, const f
   for (const auto& v : vs)
     if (!v.guarded.report.empty()) std::cout << "sync_guard saw in " << v.label << ": " << v.guarded.report << "\n";
   if (!libtorch_why.empty()) std::cout << "(the in-process libtorch rows are absent: " << libtorch_why << ")\n";
-  if (o.torch_step.empty()) std::cout << "(no --torch-step SCRIPT: the PyTorch-in-Python row is absent)\n";
+  if (!torch_why.empty()) std::cout << "(the PyTorch-in-Python rows are not measured: " << torch_why << ")\n";
   rep.write_json(o.json);
 }
 
-int run(const ferry_bench::options& given) {
-  ferry_bench::options o = given;
-  if (!o.torch_step.empty() && !std::ifstream(o.torch_step)) {
-    std::cout << "(--torch-step " << o.torch_step << ": no such file)\n";
-    o.torch_step.clear();
-  }
+int run(const ferry_bench::options& o) {
+  ferry_bench::torch_peer torch(o.torch);  // started first: its Python process loads torch meanwhile
   check_same_work(floor_step::kind::copy_kernel, label_floor_copy);
   check_same_work(floor_step::kind::uva_kernel, label_floor_uva);
   check_same_work(floor_step::kind::direct_kernel, label_floor_direct);
@@ -826,62 +820,50 @@ int run(const ferry_bench::options& given) {
   }
   drain_all();
 
-  // libtorch in this process, on its own stream (see the file comment).
+  // libtorch in this process, on its own stream (see the file comment): eager and graphs, each
+  // engine with its own state, checked before and after timing.
   std::string libtorch_why = "this build has no libtorch (CMake found no Torch config: set FERRY_BENCH_TORCH_PREFIX)";
 #if FERRY_BENCH_LIBTORCH
-  std::unique_ptr<ferry_bench::libtorch_peer::decode_step_engine> torch_engine;
-  try {
-    torch_engine = std::make_unique<ferry_bench::libtorch_peer::decode_step_engine>(static_cast<int>(in_flight));
-    for (const auto& [label, v] : libtorch_rows) {
-      vs.push_back({label, [&torch_engine, v = v] { torch_engine->step(v); }});
-      vs.back().stream = static_cast<cudaStream_t>(torch_engine->stream());
-      vs.back().device_burst = 128;  // 7 operations a step: a burst that fits the launch queue
-      for (int k = 0; k < 300; ++k) {  // warm-up, drained every 128 steps (the unfenced variant must never lap its ring)
-        torch_engine->step(v);
-        if (k % 128 == 127) torch_engine->synchronize();
-      }
-      torch_engine->synchronize();
+  std::vector<std::unique_ptr<ferry_bench::libtorch_peer::decode_step_engine>> torch_engines;
+  libtorch_why.clear();
+  for (const bool graphs : {false, true}) {  // each on its own: a graph that torch cannot capture leaves the eager row
+    try {
+      auto e = std::make_unique<ferry_bench::libtorch_peer::decode_step_engine>(static_cast<int>(in_flight), graphs);
+      for (int k = 0; k < 300; ++k) e->step();
+      if (const char* bad = e->check()) throw std::runtime_error(std::string("check before timing: ") + bad);
+      vs.push_back({graphs ? label_libtorch_graph : label_libtorch, [p = e.get()] { p->step(); }});
+      vs.back().stream = static_cast<cudaStream_t>(e->stream());
+      vs.back().device_burst = 128;  // a burst that fits the launch queue
+      torch_engines.push_back(std::move(e));
+      std::cout << "libtorch " << ferry_bench::libtorch_peer::torch_version() << (graphs ? " graphs" : " eager")
+                << " in process: check ok\n";
+    } catch (const std::exception& e) {
+      libtorch_why += std::string(graphs ? "graphs" : "eager") + ": libtorch in process failed: " + e.what() + "; ";
     }
-    if (const char* bad = torch_engine->check()) throw std::runtime_error(std::string("check before timing: ") + bad);
-    std::cout << "libtorch " << ferry_bench::libtorch_peer::torch_version() << " in process: check ok\n";
-    libtorch_why.clear();
-  } catch (const std::exception& e) {
-    libtorch_why = std::string("libtorch in process failed: ") + e.what();
-    while (!vs.empty() && vs.back().stream != cs) vs.pop_back();
-    torch_engine.reset();
   }
 #endif
+  // PyTorch in Python (--torch): its rows' bursts come from the Python process, round by round.
+  for (const auto& [what, label] : {std::pair{std::string("decode_eager"), label_torch},
+                                    std::pair{"decode_graph " + std::to_string(in_flight), label_torch_graph}}) {
+    vs.push_back({label == label_torch ? torch_label.c_str() : torch_graph_label.c_str(), {}});
+    vs.back().stream = cs;
+    vs.back().device_burst = 64;
+    vs.back().python = torch.host(what);
+    vs.back().python_device = [&torch, what](std::size_t) { return torch.ask("device", what, 64); };
+  }
 
-  // PyTorch in Python (--torch-step SCRIPT): 3 runs, before the first round of the bursts regime
-  // and at its thirds, each of a third of --bursts bursts; its figures the medians of the runs.
-  std::vector<double> torch_host, torch_device;
-  const int torch_every = std::max(1, o.bursts / 3);
-  auto torch_run = [&](int round) {
-    if (o.torch_step.empty() || round < 0 || round % torch_every != 0 || torch_host.size() == 3) return;
-    const std::string json = o.json.empty() ? "decode_step_torch.json" : o.json + ".torch.json";
-    const std::string cmd = "python3 '" + o.torch_step + "' --bursts " + std::to_string(std::max(5, o.bursts / 3)) +
-                            " --json '" + json + "' >/dev/null";
-    const int rc = std::system(cmd.c_str());
-    torch_host.push_back(rc == 0 ? json_number(json, "host_us") : nan);
-    torch_device.push_back(rc == 0 ? json_number(json, "device_us") : nan);
-    std::remove(json.c_str());
-    std::cout << "  PyTorch in Python, run " << torch_host.size() << ": rc=" << rc << ", host us " << torch_host.back() << std::endl;
-  };
-  measure(vs, o, true, torch_run);
+  measure(vs, o, true);
   const std::vector<variant> alone = measure_pairs(vs, o);
   for (auto& v : vs) count(v, o.burst);
 #if FERRY_BENCH_LIBTORCH
-  if (torch_engine) {
-    if (const char* bad = torch_engine->check()) {  // wrong results: its figures are not a step's
+  for (auto& e : torch_engines)
+    if (const char* bad = e->check()) {  // wrong results: its figures are not a step's
       libtorch_why = std::string("libtorch in process: check after timing failed: ") + bad;
       for (auto& v : vs)
-        if (v.stream != cs) v.f = v.twin = {};
-    } else {
-      std::cout << "libtorch in process: check after timing ok\n";
+        if (v.stream == static_cast<cudaStream_t>(e->stream())) v.f = v.twin = {};
     }
-  }
 #endif
-  report(vs, alone, {ferry_bench::median(torch_host), nan, nan, ferry_bench::median(torch_device)}, o, libtorch_why);
+  report(vs, alone, o, libtorch_why, torch.why());
   return 0;
 }
 

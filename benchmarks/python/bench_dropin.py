@@ -1,7 +1,10 @@
 """ferry_vllm against vLLM's way (vllm_baseline.py: Python, torch and Triton), same data, same
 process, interleaved: in every round each case runs a burst of calls of both implementations, in
 an order rotated from round to round; host time per call is the burst's time / calls (the stream
-drained between bursts, not counted); medians over the rounds.
+drained between bursts, not counted); medians over the rounds. A/A (SPEC §10): every variant also
+runs as its own twin in the same rounds; a row's "A/A" is its twin's median over its own, minus 1,
+and a target's noise is how far the same target computed from the twins lies from it: a missed
+target closer to its goal than that is "within noise"; a target is judged on >= 5 rounds.
 
 Cases: upload (async_tensor_h2d of 1024 int32 from a list), copy_to_uva (1024 int32 from a NumPy
 array), staged apply (64 stage_write calls of 1..64 int32 each into a 1024 x 1024 target, then
@@ -13,7 +16,10 @@ one-element block-table writes, the int64 slot mapping) into device tensors thro
 StepBatch.step call, one kernel launch. Each drop-in variant is first checked against the
 baseline's result (of the same step). Every variant has its row, against the one baseline timing
 of its case; a case's `<case>_speedup` target is the baseline's time over ferry's best path for
-it (the faster of its variants, named by the target's `ferry_case`). Ablation rows, timed in the
+it (the faster of its variants, named by the target's `ferry_case`). copy_to_uva also has a
+floor: the least that call does from Python (the NumPy assignment into a pinned buffer, a view made
+once); the baseline's time over the floor's is the target's `floor`, and a target the floor itself
+misses is reported, not targeted (SPEC §10). Ablation rows, timed in the
 same rounds, split the drop-in's calls: a Python -> C++ crossing alone, a crossing that returns
 two tensor views, a tensor view made by slicing in Python, and the staged case's stage_write
 calls without the apply.
@@ -51,7 +57,14 @@ def copy_to_uva_case(rng):
     src = rng.integers(-(2**30), 2**30, 1024).astype(np.int32)
     bp = vb.UvaBufferPool(1024, torch.int32, 2, uva_view)
     dp = fv.UvaBufferPool(1024, torch.int32, max_concurrency=2)
-    return (lambda: bp.copy_to_uva(src)), (lambda: dp.copy_to_uva(src)), lambda f: f().cpu()
+    floor_buf = torch.zeros(1024, dtype=torch.int32, pin_memory=True)
+    floor_np, floor_view = floor_buf.numpy(), uva_view(floor_buf)
+
+    def floor():
+        floor_np[:] = src
+        return floor_view
+
+    return (lambda: bp.copy_to_uva(src)), [("copy_to_uva", lambda: dp.copy_to_uva(src))], lambda f: f().cpu(), floor
 
 
 def staged_case(rng):
@@ -207,46 +220,66 @@ def main():
     ap.add_argument("--burst", type=int, default=64)
     args = ap.parse_args()
     rng = np.random.default_rng(20261203)
-    cases = []  # (case, baseline or None, [(row, ferry's variant), ...])
+    cases = []  # (case, {who: callable}: "vllm" (the baseline), ferry's rows, "floor")
     for name, make in CASES:
-        base, drops, read = make(rng)
+        base, drops, read, *floor = make(rng)
         drops = drops if isinstance(drops, list) else [(name, drops)]
         check(base, drops, read)
+        variants = {"vllm": base, **dict(drops), **({"floor": floor[0]} if floor else {})}
+        cases.append((name, variants))
+    cases += [(name, {name: f}) for name, f in ablations(rng)]
+    for _, variants in cases:
         for _ in range(3):  # warm-up (Triton's compile, pools at their working size)
-            for f in [base] + [f for _, f in drops]:
+            for f in variants.values():
                 burst(f, args.burst)
-        cases.append((name, base, drops))
-    for name, f in ablations(rng):
-        for _ in range(3):
-            burst(f, args.burst)
-        cases.append((name, None, [(name, f)]))
-    times = {name: {who: [] for who in ["vllm"] + [row for row, _ in drops]} for name, _, drops in cases}
+    # Every variant and its twin ("A/A", the same callable) run once per round, in rotated orders.
+    times = {(name, who, twin): [] for name, variants in cases for who in variants for twin in (0, 1)}
     for r in range(args.rounds):
-        for name, base, drops in cases[r % len(cases) :] + cases[: r % len(cases)]:
-            order = ([("vllm", base)] if base is not None else []) + drops
-            for who, f in order[r % len(order) :] + order[: r % len(order)]:
-                times[name][who].append(burst(f, args.burst))
-    rows, targets = [], []
-    print(f"{'case':28} {'vLLM way us':>12} {'ferry_vllm us':>14} {'speedup':>8}")
-    for name, base, drops in cases:
-        ferry = {row: statistics.median(times[name][row]) for row, _ in drops}
-        if base is None:
-            rows.append({"case": f"ablation: {name}", "ferry_us": round(ferry[name], 3)})
-            print(f"ablation: {name}: {ferry[name]:.2f} us")
+        for name, variants in cases[r % len(cases):] + cases[: r % len(cases)]:
+            order = [(who, twin) for twin in (0, 1) for who in variants]
+            for who, twin in order[r % len(order):] + order[: r % len(order)]:
+                times[(name, who, twin)].append(burst(variants[who], args.burst))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    rows, targets, spread = [], [], []
+    print(f"{'case':28} {'vLLM way us':>12} {'ferry_vllm us':>14} {'speedup':>8} {'A/A':>7}")
+    for name, variants in cases:
+        ferry = [who for who in variants if who not in ("vllm", "floor")]
+        aa = {who: med[(name, who, 1)] / med[(name, who, 0)] - 1 for who in variants}
+        spread += [abs(x) for x in aa.values()]
+        if "vllm" not in variants:
+            rows.append({"case": f"ablation: {name}", "ferry_us": round(med[(name, name, 0)], 3), "A/A": round(aa[name], 4)})
+            print(f"ablation: {name}: {med[(name, name, 0)]:.2f} us")
             continue
-        v = statistics.median(times[name]["vllm"])
-        for row, f in ferry.items():
-            rows.append({"case": row, "vllm_us": round(v, 3), "ferry_us": round(f, 3), "speedup": round(v / f, 2)})
-            print(f"{row:28} {v:12.2f} {f:14.2f} {v / f:7.1f}x")
-        best = min(ferry, key=ferry.get)  # ferry's best path for the case
-        speedup = v / ferry[best]
-        targets.append({"name": f"{name}_speedup", "value": round(speedup, 2), "op": ">=", "target": 10,
-                        "met": speedup >= 10, "ferry_case": best})
+        def speedup(twin):  # over ferry's best path for the case (the faster of its rows)
+            return med[(name, "vllm", twin)] / min(med[(name, who, twin)] for who in ferry)
+
+        value, noise = speedup(0), abs(speedup(1) - speedup(0))
+        best0 = min(ferry, key=lambda who: med[(name, who, 0)])
+        v = med[(name, "vllm", 0)]
+        for who in ferry + (["floor"] if "floor" in variants else []):
+            f = med[(name, who, 0)]
+            label = who if who != "floor" else f"{name}: floor (the least the call does from Python)"
+            rows.append({"case": label, "vllm_us": round(v, 3), "ferry_us": round(f, 3), "speedup": round(v / f, 2),
+                         "A/A": round(aa[who], 4), "vllm A/A": round(aa["vllm"], 4)})
+            print(f"{label:28} {v:12.2f} {f:14.2f} {v / f:7.1f}x {aa[who]:+7.3f}")
+        floor = v / med[(name, "floor", 0)] if "floor" in variants else None
+        met = value >= 10
+        verdict = ("reported" if floor is not None and floor < 10 else "not judged" if args.rounds < 5
+                   else "met" if met else "within noise" if 10 - value <= noise else "missed")
+        targets.append({"name": f"{name}_speedup", "value": round(value, 2), "op": ">=", "target": 10,
+                        "noise": round(noise, 3), "floor": None if floor is None else round(floor, 2), "met": met,
+                        "verdict": verdict, "ferry_case": best0})
+        print(f"target {name}_speedup: {value:.2f} >= 10 (A/A noise {noise:.2g}"
+              + ("" if floor is None else f"; the floor: {floor:.2f}") + f")  {verdict}")
     doc = {
         "benchmark": "python_dropin",
         "machine": torch.cuda.get_device_name(),
         "date": datetime.date.today().isoformat(),
-        "method": f"host us per call, median of {args.rounds} rounds of {args.burst}-call bursts, interleaved, rotated",
+        "aa": True,
+        "rounds": args.rounds,
+        "aa_spread": {"median": round(statistics.median(spread), 4), "max": round(max(spread), 4)},
+        "method": f"host us per call, median of {args.rounds} rounds of {args.burst}-call bursts, interleaved, "
+                  "rotated, every variant beside its A/A twin",
         "rows": rows,
         "targets": targets,
     }

@@ -19,10 +19,10 @@
 //    counted after 1000 uncounted ones, apart from any timing), idle and behind: all of them, by
 //    name, and those on events (records and queries: zero once apply kernels store their own
 //    reuse marks);
-//  - with --torch FILE (the output of the PyTorch baseline scripts peer_torch.py and
-//    staged_write_torch.py beside this file, separate processes run just before on the same
-//    machine), the PyTorch + Triton host and device times per apply beside ferry's, at every
-//    point the file has.
+//  - with --torch CMD, the PyTorch + Triton way in Python (support/torch_peer.py's case "staged":
+//    W stage_write calls into Python lists, one pinned tensor per array, a Triton kernel), its host
+//    time a variant of every point's idle rounds (a Python process asked for one burst per round:
+//    support/torch_peer.hpp), its device time asked once per point.
 // Method notes: ferry's host time and its floors are measured in interleaved rounds (same burst of
 // 256, same drain, medians; support/bench.hpp: with --aa every variant beside its twin, column
 // "A/A", and each target also from the twins' ratios, its A/A noise), so that drift of the machine
@@ -52,16 +52,17 @@
 // grid took about a minute on an H200 without --aa (it prints its time).
 // Targets (SPEC §10): host / the correct floor over every point and both configurations, median
 // <= 1.15x and worst <= 1.3x, idle and behind; no event call per apply in steady state; >= 20x
-// PyTorch + Triton at every point (judged only when the --torch file has every point of the run);
+// PyTorch + Triton at every point (a peer ratio: reported where the floor misses it too);
 // uva_direct device time >= 0.95x h2d_copy at every point and >= 1.3x median; applies of >= 4 MiB
 // at >= 90% of the zero-copy read bandwidth measured in this run (a kernel reading 256 MiB of
 // pinned memory).
-// Every target is emitted; one that could not be measured in this run (no --torch FILE, no CUPTI)
+// Every target is emitted; one that could not be measured in this run (no --torch CMD, no CUPTI)
 // is recorded as missing (null) and missed.
 #include <ferry/ferry.cuh>
 
 #include <support/gpu.cuh>
 #include <support/runtime_calls.hpp>
+#include <support/torch_peer.hpp>
 
 #include <cub/device/device_memcpy.cuh>
 
@@ -78,7 +79,6 @@
 #include <limits>
 #include <map>
 #include <random>
-#include <regex>
 #include <span>
 #include <sstream>
 #include <stdexcept>
@@ -114,18 +114,6 @@ __global__ void zero_copy_read(const uint4* p, std::size_t n, unsigned* sink) {
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (acc == 0x12345678u) sink[0] = acc;
-}
-
-std::map<std::pair<int, int>, std::pair<double, double>> read_torch(const std::string& path) {
-  std::map<std::pair<int, int>, std::pair<double, double>> r;
-  std::ifstream f(path);  // none when the file is absent
-  const std::regex re(R"(staged_write W=(\d+) per=(\d+) \(stage\+apply\)\s+host_us ([0-9.]+) device_us ([0-9.]+))");
-  std::string line;
-  std::smatch m;
-  while (std::getline(f, line))
-    if (std::regex_search(line, m, re))
-      r[{std::stoi(m[1]), std::stoi(m[2])}] = {std::stod(m[3]), std::stod(m[4])};
-  return r;
 }
 
 // Stages W writes of `per` elements (write w: row row(w), columns [0, per), contents src(w)) into
@@ -333,7 +321,7 @@ int run(const ferry_bench::options& o) {
   if (points.empty())
     for (int w : {1, 8, 64, 256})
       for (int per : {8, 64, 1024, 4096}) points.emplace_back(w, per);
-  const auto torch = read_torch(o.torch);
+  ferry_bench::torch_peer torch(o.torch);
   ferry_bench::report rep("staged_write", o);
   rep.machine = ferry_bench::gpu_name();
 
@@ -462,7 +450,7 @@ int run(const ferry_bench::options& o) {
     drain();
   }
 
-  std::vector<double> host_floor_ratios[2], behind_floor_ratios[2], torch_ratios[2], uva_h2d_ratios[2];
+  std::vector<double> host_floor_ratios[2], behind_floor_ratios[2], torch_ratios[2], uva_h2d_ratios[2], torch_floor_ratios;
   double worst_event_calls = 0;
   double large_fraction[2] = {nan_value, nan_value};  // the worst apply of >= 4 MiB
   double device_cut = 0;  // device-time gates cut by their cap, every point
@@ -578,9 +566,14 @@ int run(const ferry_bench::options& o) {
     const auto allocs_before = allocations();
     const std::size_t rings_before = ring_uva.active() + ring_h2d.active();
     ferry_bench::time_budget idle_budget{kIdleBudgetS, kMinBursts};
-    const auto h = host_us_interleaved(o, {ferry_op(t_uva), floor_uva, ferry_op(t_h2d), floor_h2d,
-                                           ferry_op(t_uvat), launch_only, racy_uva, racy_h2d}, drain,
-                                       ferry_bench::no_op{}, 3, &idle_budget);
+    const std::string torch_case = "staged " + std::to_string(W) + " " + std::to_string(per);
+    std::vector<ferry_bench::timed_burst> idle_ops;
+    for (auto op : std::initializer_list<std::function<void(std::size_t)>>{
+             ferry_op(t_uva), floor_uva, ferry_op(t_h2d), floor_h2d, ferry_op(t_uvat), launch_only, racy_uva, racy_h2d})
+      idle_ops.push_back(ferry_bench::host_burst(op));
+    (void)torch.ask("host", torch_case, 1);       // made and warmed up (Triton compiles) before the rounds
+    idle_ops.push_back(torch.host(torch_case));  // PyTorch + Triton in Python, in the same rounds
+    const auto h = ferry_bench::interleaved(o, idle_ops, drain, 3, &idle_budget);
     const double h_uva = h[0], f_uva = h[1], h_h2d = h[2], f_h2d = h[3], h_uvat = h[4], f_launch = h[5];
     const double fr_uva = h[6], fr_h2d = h[7];
     // The GPU behind: every burst queued behind a closed gate, opened once the burst's last call
@@ -713,17 +706,16 @@ int run(const ferry_bench::options& o) {
                        {"point s", seconds_since(point_start)}, {"run s", seconds_since(run_start)}, {"allocs in host timing", host_allocs},
                        {"floor ring growth in host timing", ring_growth},
                        {"allocs in device timing", dev_allocs}};
-    if (auto it = torch.find({W, per}); it != torch.end()) {
+    {
       // The target compares the PyTorch way with ferry's way of doing the same job: the
-      // block_table preset (device target, contents read in place, uva_direct). The slower
-      // h2d_copy configuration is shown beside it.
-      const double ratio = it->second.first / h_uva;
-      torch_ratios[0].push_back(ratio);
-      torch_ratios[1].push_back(it->second.first / h.twin[0]);
-      r.push_back({"torch host us", it->second.first});
-      r.push_back({"torch/ferry uva host", ratio});
-      r.push_back({"torch/ferry h2d host", it->second.first / h_h2d});
-      r.push_back({"torch dev us", it->second.second});
+      // block_table preset (device target, contents read in place, uva_direct); the floor's ratio
+      // beside it. The slower h2d_copy configuration is shown too.
+      torch_ratios[0].push_back(h[8] / h_uva);
+      torch_ratios[1].push_back(h.twin[8] / h.twin[0]);
+      torch_floor_ratios.push_back(h[8] / f_uva);
+      r.insert(r.end(), {{"torch host us (Python)", h[8]}, {"torch A/A", h.aa(8)}, {"torch/ferry uva host", h[8] / h_uva},
+                         {"torch/floor uva host", h[8] / f_uva}, {"torch/ferry h2d host", h[8] / h_h2d},
+                         {"torch dev us (Python)", torch.ask("device", torch_case, 8)}});
     }
     rep.add(std::move(r));
   }
@@ -740,12 +732,13 @@ int run(const ferry_bench::options& o) {
   target("host_vs_floor_median_behind", ferry_bench::median, behind_floor_ratios, "<=", 1.15);
   target("host_vs_floor_worst_behind", worst, behind_floor_ratios, "<=", 1.3);
   rep.add_target("event_calls_per_apply", worst_event_calls, "<=", 0);
-  // PyTorch + Triton host time / ferry's (block_table preset), the least over the points: judged
-  // only when every point of this run has its PyTorch figure (SPEC §10: at all 16 points);
-  // otherwise missing (NaN, null in the JSON), never taken from another run.
-  const bool torch_all_points = torch_ratios[0].size() == points.size();
-  if (!torch_all_points) torch_ratios[0] = torch_ratios[1] = {};
-  target("torch_vs_ferry_min_all_points", least, torch_ratios, ">=", 20);
+  // PyTorch + Triton host time / ferry's (block_table preset), the least over the points, beside
+  // the floor's: missing (NaN, null in the JSON) unless every point has its PyTorch figure.
+  auto least_all = [&](const std::vector<double>& v) {
+    return std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); }) ? least(v) : nan_value;
+  };
+  rep.add_peer_target("torch_vs_ferry_min_all_points", least_all(torch_ratios[0]), ">=", 20,
+                      least_all(torch_floor_ratios), least_all(torch_ratios[1]));
   target("device_h2d_vs_uva_min", least, uva_h2d_ratios, ">=", 0.95);
   target("device_h2d_vs_uva_median", ferry_bench::median, uva_h2d_ratios, ">=", 1.3);
   rep.add_target("large_apply_vs_zero_copy_read", large_fraction[0], ">=", 0.9, large_fraction[1]);
@@ -756,8 +749,7 @@ int run(const ferry_bench::options& o) {
   rep.print();
   std::cout << "time: " << seconds_since(run_start) << " s in all (set-up included), stream gates cut by their cap: " << gate.cut()
             << " (0: every burst measured behind was queued whole)\n";
-  std::cout << "PyTorch + Triton (in Python, a separate process): " << torch.size() << " points in --torch FILE"
-            << (torch_all_points ? "" : " (torch_vs_ferry_min_all_points needs every point of the run: missing)") << "\n";
+  if (!torch.why().empty()) std::cout << "PyTorch + Triton in Python: not measured (" << torch.why() << ")\n";
   rep.write_json(o.json);
   return 0;
 }

@@ -1,6 +1,6 @@
 // The one harness of every benchmark binary (SPEC §10): options, the interleaved rounds, the A/A
 // twins, one table printed with ferry beside its baselines, and the JSON results format
-// ({"benchmark", "machine", "date", "aa", "rows", "targets"}).
+// ({"benchmark", "machine", "date", "aa", "rounds", "aa_spread", "rows", "targets"}).
 //
 // Interleaved rounds: every variant (a row of the table) runs one burst per round, in an order
 // rotated every round, so that ferry and its baselines see the same machine state and any drift of
@@ -8,7 +8,8 @@
 // rounds. A/A (--aa): every variant also runs as its own twin, the same code and state, in the
 // same rounds; the twin's figure beside the variant's is the noise of that figure, and a target
 // computed again from the twins gives the target's noise: a missed target whose distance to its
-// goal is smaller is "within noise".
+// goal is smaller is "within noise". A target is judged only on >= 5 rounds (min_rounds). A ratio
+// against a peer that the same-run floor itself misses is reported, not targeted (SPEC §10).
 #pragma once
 
 #include <algorithm>
@@ -33,6 +34,8 @@
 namespace ferry_bench {
 
 constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+/// The fewest interleaved rounds a target is judged on (SPEC §10).
+constexpr int min_rounds = 5;
 
 struct options {
   std::string json;        ///< --json FILE
@@ -40,8 +43,7 @@ struct options {
   int burst = 256;         ///< --burst N: operations per burst
   bool quick = false;      ///< --quick: few short rounds, a smoke run
   bool aa = false;         ///< --aa: every variant runs beside its twin (A/A)
-  std::string torch;       ///< --torch FILE: PyTorch-in-Python figures (peer_torch.py's output)
-  std::string torch_step;  ///< --torch-step SCRIPT: decode_step_torch.py, run between rounds
+  std::string torch;       ///< --torch CMD: the PyTorch-in-Python peer, started as `CMD --serve` (torch_peer.hpp)
   std::string points;      ///< --points WxP,...: staged_write's grid points (default: all 16)
 };
 
@@ -59,10 +61,9 @@ inline options parse(int argc, char** argv) {
     else if (a == "--quick") { o.quick = true; o.bursts = 5; o.burst = 16; }
     else if (a == "--aa") o.aa = true;
     else if (a == "--torch") o.torch = next();
-    else if (a == "--torch-step") o.torch_step = next();
     else if (a == "--points") o.points = next();
     else throw std::runtime_error("unknown argument " + a + " (use --json FILE, --bursts N, --burst N, --quick, --aa, "
-                                  "--torch FILE, --torch-step SCRIPT, --points WxP,...)");
+                                  "--torch CMD, --points WxP,...)");
   }
   return o;
 }
@@ -90,7 +91,7 @@ using timed_burst = std::function<double(std::size_t count)>;
 /// fit, the other warm-up rounds are left out. `rounds` and `seconds_used` report what ran.
 struct time_budget {
   double seconds = 0;
-  int min_rounds = 5;
+  int min_rounds = ferry_bench::min_rounds;
   int rounds = 0;           ///< out
   double seconds_used = 0;  ///< out
 };
@@ -174,10 +175,18 @@ struct target {
   std::string op;  ///< "<=" or ">="
   double goal;
   double noise = nan;  ///< |the target computed from the twins - value| (NaN without --aa)
+  double floor = nan;  ///< a peer ratio: the same ratio of the same-run floor (NaN: not a peer ratio)
+  int rounds = min_rounds;  ///< the interleaved rounds it was measured on
   /// A target whose value could not be measured (NaN) is not met.
-  [[nodiscard]] bool met() const { return op == "<=" ? value <= goal : value >= goal; }
-  /// "met", "within noise" (missed by less than its A/A noise) or "missed".
+  [[nodiscard]] bool met() const { return meets(value); }
+  [[nodiscard]] bool meets(double v) const { return op == "<=" ? v <= goal : v >= goal; }
+  /// A peer ratio that the floor itself misses: reported, not targeted.
+  [[nodiscard]] bool reported() const { return std::isfinite(floor) && !meets(floor); }
+  /// "met", "within noise" (missed by less than its A/A noise), "missed", "reported" (the floor
+  /// misses it too) or "not judged" (fewer than min_rounds rounds).
   [[nodiscard]] std::string verdict() const {
+    if (reported()) return "reported";
+    if (rounds < min_rounds) return "not judged";
     return met() ? "met" : std::abs(value - goal) <= noise ? "within noise" : "missed";
   }
 };
@@ -210,10 +219,11 @@ inline std::string cell(const value& v) {
 struct report {
   std::string benchmark, machine;
   bool aa = false;
+  int rounds = 0;
   std::vector<row> rows;
   std::vector<target> targets;
 
-  report(std::string name, const options& o) : benchmark(std::move(name)), aa(o.aa) {
+  report(std::string name, const options& o) : benchmark(std::move(name)), aa(o.aa), rounds(o.bursts) {
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     machine = host;
@@ -228,7 +238,21 @@ struct report {
   }
   /// A target; `twin` is the same target computed from the twins' figures (A/A), NaN without.
   void add_target(std::string name, double v, std::string op, double goal, double twin = nan) {
-    targets.push_back({std::move(name), v, std::move(op), goal, std::abs(twin - v)});
+    targets.push_back({std::move(name), v, std::move(op), goal, std::abs(twin - v), nan, rounds});
+  }
+  /// A ratio against a peer: `floor` is the same ratio for the same-run floor; when the floor
+  /// misses the goal too, the target is reported, not targeted.
+  void add_peer_target(std::string name, double v, std::string op, double goal, double floor, double twin = nan) {
+    add_target(std::move(name), v, std::move(op), goal, twin);
+    targets.back().floor = floor;
+  }
+  /// The rows' A/A figures (column "A/A"): the median and the largest magnitude (NaN: none).
+  [[nodiscard]] std::pair<double, double> aa_spread() const {
+    std::vector<double> v;
+    for (const auto& r : rows)
+      for (const auto& [k, x] : r)
+        if (const auto d = std::get_if<double>(&x); k == "A/A" && d && std::isfinite(*d)) v.push_back(std::abs(*d));
+    return {median(v), v.empty() ? nan : *std::max_element(v.begin(), v.end())};
   }
 
   static std::string today() {
@@ -240,7 +264,9 @@ struct report {
 
   /// The rows as one table (columns in first-seen order), then the targets with their verdicts.
   void print(std::ostream& os = std::cout) const {
-    os << "== " << benchmark << " on " << machine << ", " << today() << (aa ? ", A/A twins" : "") << "\n";
+    const auto [aa_median, aa_max] = aa_spread();
+    os << "== " << benchmark << " on " << machine << ", " << today() << ", " << rounds << " interleaved rounds"
+       << (aa ? ", A/A twins: spread over rows median " + cell(aa_median) + ", max " + cell(aa_max) : "") << "\n";
     std::vector<std::string> cols;
     std::vector<std::size_t> w;
     for (const auto& r : rows)
@@ -265,7 +291,8 @@ struct report {
     }
     for (const auto& t : targets)
       os << "target " << t.name << ": " << cell(t.value) << " " << t.op << " " << cell(t.goal)
-         << (std::isfinite(t.noise) ? " (A/A noise " + cell(t.noise) + ")" : "") << "  " << t.verdict() << "\n";
+         << (std::isfinite(t.noise) ? " (A/A noise " + cell(t.noise) + ")" : "")
+         << (std::isfinite(t.floor) ? " (the floor: " + cell(t.floor) + ")" : "") << "  " << t.verdict() << "\n";
   }
 
   void write_json(const std::string& path) const {
@@ -273,7 +300,9 @@ struct report {
     std::ofstream f(path);
     if (!f) throw std::runtime_error("cannot write " + path);
     f << "{\n  \"benchmark\": " << json_value(benchmark) << ",\n  \"machine\": " << json_value(machine)
-      << ",\n  \"date\": " << json_value(today()) << ",\n  \"aa\": " << (aa ? "true" : "false") << ",\n  \"rows\": [";
+      << ",\n  \"date\": " << json_value(today()) << ",\n  \"aa\": " << (aa ? "true" : "false")
+      << ",\n  \"rounds\": " << rounds << ",\n  \"aa_spread\": {\"median\": " << json_value(aa_spread().first)
+      << ", \"max\": " << json_value(aa_spread().second) << "},\n  \"rows\": [";
     for (std::size_t i = 0; i < rows.size(); ++i) {
       f << (i ? ",\n    {" : "\n    {");
       for (std::size_t k = 0; k < rows[i].size(); ++k)
@@ -285,7 +314,8 @@ struct report {
       const auto& t = targets[i];
       f << (i ? ",\n    " : "\n    ") << "{\"name\": " << json_value(t.name) << ", \"value\": " << json_value(t.value)
         << ", \"op\": " << json_value(t.op) << ", \"target\": " << json_value(t.goal)
-        << ", \"noise\": " << json_value(t.noise) << ", \"met\": " << (t.met() ? "true" : "false")
+        << ", \"noise\": " << json_value(t.noise) << ", \"floor\": " << json_value(t.floor)
+        << ", \"met\": " << (t.met() ? "true" : "false")
         << ", \"verdict\": " << json_value(t.verdict()) << "}";
     }
     f << "\n  ]\n}\n";

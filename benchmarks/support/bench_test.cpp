@@ -62,16 +62,31 @@ TEST_CASE("bench: a missed target within its A/A noise is judged within noise") 
   rep.add_target("no noise", 1.16, "<=", 1.15);            // not measured: missed
   rep.add_target("at least", 7.9, ">=", 8, 8.3);
   rep.add_target("not measured", fb::nan, ">=", 8, fb::nan);
-  const char* want[] = {"met", "within noise", "missed", "missed", "within noise", "missed"};
+  rep.add_peer_target("peer, floor misses", 6, ">=", 8, 7.5, 6.1);  // the floor itself misses: reported
+  rep.add_peer_target("peer, floor meets", 6, ">=", 8, 9, 6.1);
+  rep.rounds = 4;
+  rep.add_target("too few rounds", 1.0, "<=", 1.15);
+  const char* want[] = {"met", "within noise", "missed", "missed", "within noise", "missed", "reported", "missed", "not judged"};
   for (std::size_t k = 0; k < rep.targets.size(); ++k) CHECK(rep.targets[k].verdict() == want[k]);
   const std::string path = "bench_test.json";
   rep.write_json(path);
   std::ifstream f(path);
   const std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   std::remove(path.c_str());
-  CHECK(s.find("\"name\": \"within\", \"value\": 1.16, \"op\": \"<=\", \"target\": 1.15, \"noise\": 0.02, \"met\": false, "
-               "\"verdict\": \"within noise\"") != std::string::npos);
+  CHECK(s.find("\"name\": \"within\", \"value\": 1.16, \"op\": \"<=\", \"target\": 1.15, \"noise\": 0.02, \"floor\": null, "
+               "\"met\": false, \"verdict\": \"within noise\"") != std::string::npos);
   CHECK(s.find("\"noise\": null") != std::string::npos);
   CHECK(s.find("\"aa\": false") != std::string::npos);
+  CHECK(s.find("\"rounds\": 4") != std::string::npos);
+  CHECK(s.find("\"floor\": 7.5, \"met\": false, \"verdict\": \"reported\"") != std::string::npos);
   CHECK_THROWS(rep.write_json("no-such-folder/harness.json"));  // never a silent loss of the results
+}
+
+TEST_CASE("bench: the A/A spread is the median and the largest magnitude of the rows' A/A figures") {
+  fb::options o;
+  fb::report rep("harness", o);
+  CHECK(std::isnan(rep.aa_spread().first));
+  rep.rows = {{{"A/A", 0.02}}, {{"A/A", -0.05}}, {{"A/A", fb::nan}}, {{"A/A", 0.01}}, {{"other", 3.0}}};
+  CHECK(rep.aa_spread().first == 0.02);
+  CHECK(rep.aa_spread().second == 0.05);
 }

@@ -6,26 +6,26 @@
 // example's scheduler and change every step):
 //  1. block table: requests r = s%16, r+16, ... append a block id at (r, seq_len[r]/16 % 512); 8
 //     admitted requests (rows (8s+k) % 1024) write 64 ids from column 0. Flat indices (int64,
-//     row*512+col) and values (int32) go into the step's pinned slot, one non-blocking copy moves
-//     them, index_put_ scatters them into the flattened table. The indices are computed on the
-//     host (528 stores, well under 1 us): on the device they would take three more ATen ops
-//     (repeat_interleave with output_size, arange, add), each a dispatch, TensorIterator, launch.
-//     An append that an admission of the same step covers is dropped (the later write wins;
-//     index_put_ with duplicate indices is unspecified): 528 or 527 writes, one index list each.
-//  2. positions int64[256], seq_lens int32[256]: host increments, two non-blocking copies.
-//  3. token ids, temperature, top-p, top-k, seed (x256): one packed copy into a device region
-//     viewed as five tensors ("packed"), or five copies ("five_copies").
+//     row*512+col) and values (int32), computed on the host (528 stores, well under 1 us: on the
+//     device they would take three more ATen ops), go into the step's pinned slot; index_put_
+//     scatters them into the flattened table. An append that an admission of the same step covers
+//     writes 0 to a spare element past the table instead (the later write wins; index_put_ with
+//     duplicate indices is unspecified): 528 writes every step, one index list, fixed sizes.
+//  2. positions int64[256], seq_lens int32[256]: host increments.
+//  3. token ids, temperature, top-p, top-k, seed (x256), packed.
 //  4. logprob-request matrix int64[256 x 6] (rows 0..31 carry 5 token ids; the sampled column 0
-//     and the other rows hold -1): filled in pinned memory, one copy.
+//     and the other rows hold -1).
 //  5. logits_indices[255] = seq_lens_gpu[255]: a device-to-device slice copy, no .item().
-// Care taken: c10::InferenceMode and the stream guard held for an engine's lifetime; tensors,
-// views and index lists made once; one pool stream; a ring of pinned slots, each fenced by a CUDA
-// event (recorded after its step, synchronized before reuse) so the host never rewrites bytes a
-// pending copy still reads; "packed_nofence" drops the fence to show its cost. Overheads the
-// libtorch API leaves no way around: the dispatcher on every op; per host-to-device copy_ a
-// TensorIterator, a stream capture-status query and a pinned-allocator lookup (mutex + hash map);
-// per index_put_ an AdvancedIndex (heap-allocated restrided views) and a TensorIterator.
+// The slot is one contiguous region: ONE non-blocking copy_ moves all of it into a device buffer
+// viewed as the step's tensors, then index_put_ and the slice copy: 3 ops, eager, or captured once
+// per slot as a CUDA graph and replayed (support/libtorch_slots.hpp). Care taken: c10::InferenceMode
+// and the stream guard held for an engine's lifetime; tensors, views and index lists made once; one
+// pool stream; a ring of pinned slots fenced by events, queried as ferry queries them, so the host
+// never rewrites bytes a pending copy still reads. Overheads the libtorch API leaves no way around (eager): the dispatcher on every
+// op; per host-to-device copy_ a TensorIterator, a stream capture-status query and a pinned-allocator
+// lookup (mutex + hash map); per index_put_ an AdvancedIndex and a TensorIterator.
 #include <support/libtorch_peer.hpp>
+#include <support/libtorch_slots.hpp>
 
 #include <torch/torch.h>
 #include <torch/cuda.h>
@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -45,15 +46,13 @@
 
 namespace {
 
-void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-#define CK(call) ck((call), #call)
+#define CK(call) ferry_bench::check_cuda((call), #call)
 
 constexpr int kBatch = 256, kRows = 1024, kCols = 512, kBlock = 16, kAppendStride = 16;
 constexpr int kAdmitted = 8, kAdmittedBlocks = 64, kLogprobRows = 32, kLogprobCols = 6;
 constexpr int kVocab = 32000;
 constexpr int kWrites = kBatch / kAppendStride + kAdmitted * kAdmittedBlocks;  // 528
+constexpr int64_t kPad = int64_t{kRows} * kCols;  // the spare element past the table
 
 // Byte layout of a pinned slot and of the device buffer (every offset a multiple of 8).
 constexpr int64_t kOffIdx = 0;                              // int64[528] flat table indices
@@ -84,8 +83,8 @@ int32_t block_id(int64_t n) { return static_cast<int32_t>(n % (int64_t{1} << 30)
 
 void init_slot(uint8_t* s) { std::fill_n(ptr<int64_t>(s, kOffLp), kBatch * kLogprobCols, int64_t{-1}); }
 
-// Writes the next step's host data into `slot`; returns its number of block-table writes.
-int fill_step(Sched& st, uint8_t* slot) {
+// Writes the next step's host data into `slot` (its kWrites block-table writes, padded).
+void fill_step(Sched& st, uint8_t* slot) {
   const int64_t s = st.step++;
   const auto u = static_cast<uint64_t>(s);
   int64_t* pos = ptr<int64_t>(slot, kOffPos);
@@ -98,9 +97,9 @@ int fill_step(Sched& st, uint8_t* slot) {
   for (uint64_t r = u % kAppendStride; r < uint64_t{kBatch}; r += kAppendStride) {
     const int32_t id = block_id(st.next_block++);
     const uint64_t col = static_cast<uint64_t>(st.lens[r]) / kBlock % kCols;
-    if (col < uint64_t{kAdmittedBlocks} && r - first < uint64_t{kAdmitted}) continue;  // covered
-    idx[n] = static_cast<int64_t>(r * kCols + col);
-    val[n++] = id;
+    const bool covered = col < uint64_t{kAdmittedBlocks} && r - first < uint64_t{kAdmitted};
+    idx[n] = covered ? kPad : static_cast<int64_t>(r * kCols + col);
+    val[n++] = covered ? 0 : id;
   }
   for (uint64_t k = 0; k < uint64_t{kAdmitted}; ++k)
     for (uint64_t j = 0; j < uint64_t{kAdmittedBlocks}; ++j) {
@@ -119,26 +118,10 @@ int fill_step(Sched& st, uint8_t* slot) {
   for (int r = 0; r < kLogprobRows; ++r)
     for (int c = 1; c < kLogprobCols; ++c)
       lp[r * kLogprobCols + c] = (int64_t{r} * (kLogprobCols - 1) + c - 1 + s) % kVocab;
-  return n;
 }
-
-// Typed views of one buffer with the slot layout (a pinned slot or the device buffer).
-struct Views { at::Tensor bt, pos, lens, samp, lp, parts[5]; };
 
 at::Tensor sub(const at::Tensor& bytes, int64_t off, int64_t n, at::ScalarType t) {
   return bytes.narrow(0, off, n * static_cast<int64_t>(c10::elementSize(t))).view(t);
-}
-
-Views make_views(const at::Tensor& b) {
-  Views v;
-  v.bt = b.narrow(0, kOffIdx, kBtBytes);
-  v.pos = sub(b, kOffPos, kBatch, torch::kInt64);
-  v.lens = sub(b, kOffLens, kBatch, torch::kInt32);
-  v.samp = b.narrow(0, kOffSamp, kSampBytes);
-  v.lp = sub(b, kOffLp, int64_t{kBatch} * kLogprobCols, torch::kInt64).view({kBatch, kLogprobCols});
-  const at::ScalarType t[5] = {torch::kInt32, torch::kFloat32, torch::kFloat32, torch::kInt32, torch::kInt64};
-  for (int i = 0; i < 5; ++i) v.parts[i] = sub(b, kOffSamp + kPart[i], kBatch, t[i]);
-  return v;
 }
 
 template <class T>
@@ -150,60 +133,32 @@ std::string diff(const char* what, const T* got, const T* want, int64_t n) {
   return {};
 }
 
-enum class Variant { packed, five_copies, packed_nofence };
-
 class Engine {
  public:
-  Engine(cudaStream_t stream, int slots) : stream_(stream), ring_(static_cast<size_t>(slots)) {
-    const auto u8 = torch::TensorOptions().dtype(torch::kUInt8);
+  Engine(cudaStream_t stream, int slots, bool graphs) : stream_(stream), slots_(slots, kSlotBytes) {
     const auto i32 = torch::TensorOptions().dtype(torch::kInt32).device(torch::kCUDA);
-    pinned_ = torch::empty({int64_t{slots} * kSlotBytes}, u8.pinned_memory(true));
-    std::memset(pinned_.data_ptr(), 0, pinned_.nbytes());
-    for (int64_t k = 0; k < slots; ++k) {
-      Slot& s = ring_[static_cast<size_t>(k)];
-      s.p = pinned_.data_ptr<uint8_t>() + k * kSlotBytes;
-      init_slot(s.p);
-      s.v = make_views(pinned_.narrow(0, k * kSlotBytes, kSlotBytes));
-      CK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
-    }
-    dev_ = torch::zeros({kSlotBytes}, u8.device(torch::kCUDA));
-    dv_ = make_views(dev_);
-    for (int w = 0; w < 2; ++w) {  // w = appends covered by an admission: 528 or 527 writes
-      idx_.emplace_back();
-      idx_.back().push_back(std::optional<at::Tensor>(sub(dev_, kOffIdx, kWrites - w, torch::kInt64)));
-      vals_.push_back(sub(dev_, kOffVal, kWrites - w, torch::kInt32));
-    }
-    table_ = torch::zeros({kRows, kCols}, i32);
-    flat_ = table_.view({-1});
+    for (int k = 0; k < slots; ++k) init_slot(slots_.host(static_cast<size_t>(k)));
+    dev_ = torch::zeros({kSlotBytes}, torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCUDA));
+    idx_.push_back(std::optional<at::Tensor>(sub(dev_, kOffIdx, kWrites, torch::kInt64)));
+    vals_ = sub(dev_, kOffVal, kWrites, torch::kInt32);
+    flat_ = torch::zeros({kPad + 1}, i32);  // the table, then the spare element
+    table_ = flat_.narrow(0, 0, kPad).view({kRows, kCols});
     logits_ = torch::arange(kBatch, i32);
     logits_last_ = logits_.narrow(0, kBatch - 1, 1);
-    lens_last_ = dv_.lens.narrow(0, kBatch - 1, 1);
+    lens_last_ = sub(dev_, kOffLens, kBatch, torch::kInt32).narrow(0, kBatch - 1, 1);
     init_slot(ref_slot_.data());
+    // Each slot's graph, after one eager run (lazy initializations outside any capture) from slot 0,
+    // which writes no table entry (its indices all point to the spare element) and whose other
+    // bytes every step rewrites.
+    for (int i = 0; i < kWrites; ++i) ptr<int64_t>(slots_.host(0), kOffIdx)[i] = kPad;
+    enqueue(slots_.tensor(0));
     sync();
+    if (graphs) slots_.capture([&](const at::Tensor& t) { enqueue(t); });
   }
-  ~Engine() {
-    cudaStreamSynchronize(stream_);
-    for (Slot& s : ring_) cudaEventDestroy(s.done);
-  }
+  ~Engine() { cudaStreamSynchronize(stream_); }
 
-  void step(Variant v) {
-    Slot& s = ring_[static_cast<size_t>(sched_.step % static_cast<int64_t>(ring_.size()))];
-    const bool fence = v != Variant::packed_nofence;
-    if (fence) CK(cudaEventSynchronize(s.done));  // the slot's previous copies have run
-    const auto w = static_cast<size_t>(kWrites - fill_step(sched_, s.p));
-    if (w > 1) throw std::logic_error("unexpected number of block-table writes");
-    dv_.bt.copy_(s.v.bt, /*non_blocking=*/true);
-    flat_.index_put_(idx_[w], vals_[w]);
-    dv_.pos.copy_(s.v.pos, true);
-    dv_.lens.copy_(s.v.lens, true);
-    if (v == Variant::five_copies) {
-      for (int i = 0; i < 5; ++i) dv_.parts[i].copy_(s.v.parts[i], true);
-    } else {
-      dv_.samp.copy_(s.v.samp, true);
-    }
-    dv_.lp.copy_(s.v.lp, true);
-    logits_last_.copy_(lens_last_, true);  // device to device, no host read-back
-    if (fence) CK(cudaEventRecord(s.done, stream_));
+  void step() {
+    slots_.step(stream_, [&](uint8_t* p) { fill_step(sched_, p); }, [&](const at::Tensor& t) { enqueue(t); });
   }
 
   void sync() const { CK(cudaStreamSynchronize(stream_)); }
@@ -213,10 +168,10 @@ class Engine {
   std::string check() {
     sync();
     while (ref_.step < sched_.step) {
-      const int n = fill_step(ref_, ref_slot_.data());
-      for (int i = 0; i < n; ++i)
-        ref_table_[static_cast<size_t>(ptr<int64_t>(ref_slot_.data(), kOffIdx)[i])] =
-            ptr<int32_t>(ref_slot_.data(), kOffVal)[i];
+      fill_step(ref_, ref_slot_.data());
+      for (int i = 0; i < kWrites; ++i)
+        if (const int64_t at = ptr<int64_t>(ref_slot_.data(), kOffIdx)[i]; at != kPad)
+          ref_table_[static_cast<size_t>(at)] = ptr<int32_t>(ref_slot_.data(), kOffVal)[i];
     }
     const at::Tensor table = table_.to(torch::kCPU), logits = logits_.to(torch::kCPU);
     const at::Tensor bytes = dev_.to(torch::kCPU);
@@ -240,18 +195,18 @@ class Engine {
   }
 
  private:
-  struct Slot {
-    uint8_t* p = nullptr;        // the slot's pinned bytes, written by the host
-    Views v;                     // the copies' sources
-    cudaEvent_t done = nullptr;  // fence, recorded after the step that used the slot
-  };
+  // The device's part, from the slot's bytes: one copy, the table's writes, the logits fill.
+  void enqueue(const at::Tensor& copied) {
+    dev_.copy_(copied, /*non_blocking=*/true);
+    flat_.index_put_(idx_, vals_);
+    logits_last_.copy_(lens_last_, true);  // device to device, no host read-back
+  }
+
   cudaStream_t stream_;
-  std::vector<Slot> ring_;
+  ferry_bench::libtorch_slots slots_;
   Sched sched_, ref_;  // ref_: the host replay that check() compares with
-  at::Tensor pinned_, dev_, table_, flat_, logits_, logits_last_, lens_last_;
-  Views dv_;
-  std::vector<c10::List<std::optional<at::Tensor>>> idx_;
-  std::vector<at::Tensor> vals_;
+  at::Tensor dev_, vals_, flat_, table_, logits_, logits_last_, lens_last_;
+  c10::List<std::optional<at::Tensor>> idx_;
   std::vector<int32_t> ref_table_ = std::vector<int32_t>(size_t{kRows} * kCols, 0);
   std::vector<uint8_t> ref_slot_ = std::vector<uint8_t>(static_cast<size_t>(kSlotBytes), 0);
 };
@@ -276,22 +231,18 @@ struct decode_step_engine::impl {
   c10::cuda::CUDAStreamGuard guard;
   Engine engine;
   std::string bad;
-  explicit impl(int slots)
-      : stream(c10::cuda::getStreamFromPool()), guard(stream), engine(stream.stream(), slots) {}
+  impl(int slots, bool graphs)
+      : stream(c10::cuda::getStreamFromPool()), guard(stream), engine(stream.stream(), slots, graphs) {}
 };
 
-decode_step_engine::decode_step_engine(int slots) : impl_(nullptr) {
+decode_step_engine::decode_step_engine(int slots, bool graphs) : impl_(nullptr) {
   require_cuda();
-  impl_ = new impl(slots);
+  impl_ = new impl(slots, graphs);
 }
 
 decode_step_engine::~decode_step_engine() { delete impl_; }
 
-void decode_step_engine::step(step_variant v) {
-  impl_->engine.step(v == step_variant::packed        ? Variant::packed
-                     : v == step_variant::five_copies ? Variant::five_copies
-                                                      : Variant::packed_nofence);
-}
+void decode_step_engine::step() { impl_->engine.step(); }
 
 void decode_step_engine::synchronize() { impl_->engine.sync(); }
 

@@ -16,24 +16,21 @@ namespace ferry_bench::libtorch_peer {
 /// torch's version string (TORCH_VERSION).
 const char* torch_version() noexcept;
 
-/// The variants of the decode step (libtorch_peer.cpp's file comment says what the step does):
-/// packed sampling upload, fenced slots; five sampling copies; packed with the slots not fenced.
-enum class step_variant { packed, five_copies, packed_nofence };
-
-/// SPEC §11's decode step written with libtorch, on a stream of
-/// torch's pool, with a ring of `slots` pinned slots each fenced by a CUDA event. Construct and
-/// destroy it on the thread that calls step(): it holds c10::InferenceMode and a stream guard
-/// (torch's current stream is its stream) for its lifetime.
+/// SPEC §11's decode step written with libtorch (libtorch_peer.cpp's file comment says what the
+/// step does), on a stream of torch's pool, from a ring of up to `slots` pinned slots fenced by
+/// events (support/fence.hpp); `graphs`: each slot's copy and ops captured once as a CUDA graph, a
+/// step one replay. Construct and destroy it on the thread that calls step(): it holds
+/// c10::InferenceMode and a stream guard (torch's current stream is its stream) for its lifetime.
 class decode_step_engine {
  public:
   /// Throws std::runtime_error when torch sees no CUDA device.
-  explicit decode_step_engine(int slots);
+  decode_step_engine(int slots, bool graphs);
   ~decode_step_engine();
   decode_step_engine(const decode_step_engine&) = delete;
   decode_step_engine& operator=(const decode_step_engine&) = delete;
 
-  /// One step: writes the step's host data into its slot and enqueues its uploads and ops.
-  void step(step_variant v);
+  /// One step: writes the step's host data into a free slot and enqueues (or replays) its copy and ops.
+  void step();
   /// Waits for the engine's stream.
   void synchronize();
   /// The engine's cudaStream_t.

@@ -10,7 +10,10 @@
 // caller-fenced, with the GPU idle (the default ring of 2 slots, and a deep ring of 8) and with
 // the GPU at least two calls behind on the deep ring (each call followed by a reader kernel slower
 // than the host's loop), beside the least a fence can cost measured in the same rounds (one
-// cudaEventRecord + one cudaEventQuery of the record 2 calls before), with the CUDA runtime calls
+// cudaEventRecord + one cudaEventQuery of the record 7 calls before: on a ring of 8 the slot about
+// to be reused, whose event has completed, the kind of event ferry must query; a pending event
+// answers in a sixth of the time, and a fence that only ever met pending events would never
+// free a slot), with the CUDA runtime calls
 // each copy_to_uva makes in steady state (support/runtime_calls.hpp: CUPTI, 1000 calls counted
 // after 1000 uncounted ones, in a separate, untimed pass); targets (SPEC §10): the event fence's
 // cost above the caller-fenced call <= 1.3x record + query, idle (default ring) and behind; the
@@ -157,14 +160,15 @@ int run(const ferry_bench::options& o) {
     };
     auto behind = [&](auto& pool) { return behind_op([&, p = &pool] { return call(*p); }); };
     // The least a fence can cost (SPEC §10): one cudaEventRecord after the use, one
-    // cudaEventQuery of the record made 2 calls before (the slot about to be reused), on a ring of
-    // 8 events: measured in the same rounds as copy_to_uva, idle and behind.
+    // cudaEventQuery of the record made 7 calls before (the slot about to be reused on a ring of
+    // 8: completed, idle and behind, as the events ferry's deep ring queries), measured in the same
+    // rounds as copy_to_uva.
     std::array<cudaEvent_t, 8> fence_events{};
     for (auto& e : fence_events) BENCH_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     std::size_t fence_calls = 0;
     auto record_query = [&] {
       BENCH_CUDA(cudaEventRecord(fence_events[fence_calls % 8], s.get()));
-      const cudaError_t q = cudaEventQuery(fence_events[(fence_calls + 6) % 8]);
+      const cudaError_t q = cudaEventQuery(fence_events[(fence_calls + 1) % 8]);
       if (q != cudaErrorNotReady) BENCH_CUDA(q);
       ++fence_calls;
     };

@@ -54,6 +54,14 @@ class out_of_memory : public std::bad_alloc {
   std::runtime_error what_;  // holds the message; its copies never throw, as an exception's must not
 };
 
+/// A wait of ferry's (a full ring's back-pressure, an event's synchronize, a destructor or free
+/// that waits for its stream) ran past its bound (ferry::wait_timeout): the message names what it
+/// waited for (the slot, the stream point) and for how long; nothing was changed.
+class timeout_error : public error {
+ public:
+  using error::error;
+};
+
 /// A synchronizing call or an allocation was made inside a ferry::sync_guard in raise mode.
 class sync_error : public error {
  public:
@@ -69,12 +77,21 @@ inline std::atomic<std::uint64_t>& swallowed_error_count() noexcept {
   return n;
 }
 
+/// Counts one error a destructor could not report (a wait past its bound that leaks what the
+/// stream may still read, or an exception destructor_guard caught).
+inline void count_swallowed_error() noexcept {
+  swallowed_error_count().fetch_add(1, std::memory_order_relaxed);
+}
+
+/// Runs `f`; an exception is counted and swallowed. Returns whether `f` returned normally.
 template <class F>
-void destructor_guard(F&& f) noexcept {
+bool destructor_guard(F&& f) noexcept {
   try {
     f();
+    return true;
   } catch (...) {
-    swallowed_error_count().fetch_add(1, std::memory_order_relaxed);
+    count_swallowed_error();
+    return false;
   }
 }
 

@@ -8,5 +8,6 @@
 
 #include <ferry/ferry.hpp>
 
+#include <ferry/backend/detail/mapping_probe.cuh>
 #include <ferry/staged/detail/apply_kernel.cuh>
 #include <ferry/step/detail/step_kernel.cuh>

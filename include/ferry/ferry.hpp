@@ -11,6 +11,7 @@
 #include <ferry/backend/event.hpp>
 #include <ferry/backend/stats.hpp>
 #include <ferry/backend/stream.hpp>
+#include <ferry/backend/wait_timeout.hpp>
 
 #include <ferry/memory/device_buffer.hpp>
 #include <ferry/memory/device_span.hpp>

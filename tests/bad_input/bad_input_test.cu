@@ -22,6 +22,7 @@
 #include <catch2/interfaces/catch_interfaces_testcase.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -66,6 +67,12 @@ constexpr row registry[] = {
     {"stream.other_device", "ferry::error",
      "nothing enqueued, out unchanged, arena unchanged, current device unchanged"},
     {"stream.capturing", "ferry::error", "nothing captured, arena unchanged"},
+    {"wait.bound.not_positive", "std::invalid_argument", "the bound unchanged"},
+    {"wait.reuse_policy.not_positive", "std::invalid_argument", pool_busy_kept},
+    {"wait.event.past_bound", "ferry::timeout_error", "the event unchanged: it synchronizes once the stream passes it"},
+    {"wait.pool.full_past_bound", "ferry::timeout_error", pool_busy_kept},
+    {"wait.step.full_past_bound", "ferry::timeout_error", "no step open, slots unchanged, every step's data read intact"},
+    {"wait.arena.trim_past_bound", "ferry::timeout_error", "arena unchanged"},
     {"memory.pinned_buffer.bytes_overflow", "std::invalid_argument", "nothing allocated"},
     {"memory.device_buffer.bytes_overflow", "std::invalid_argument", "nothing allocated"},
     {"arena.cap.staging", "ferry::capacity_error", enqueue_kept},
@@ -142,6 +149,7 @@ constexpr row registry[] = {
 const std::type_info* exception_type(std::string_view name) {
   if (name == "ferry::error") return &typeid(ferry::error);
   if (name == "ferry::capacity_error") return &typeid(ferry::capacity_error);
+  if (name == "ferry::timeout_error") return &typeid(ferry::timeout_error);
   if (name == "std::out_of_range") return &typeid(std::out_of_range);
   if (name == "std::invalid_argument") return &typeid(std::invalid_argument);
   return nullptr;
@@ -1466,30 +1474,28 @@ BAD_INPUT_ROW("step.submit.growth_huge") {
   step_refused_row<B, step_huge_above_64k>(511);
 }
 
-BAD_INPUT_ROW("step.begin.full") {
-  using B = TestType;
-  FERRY_REQUIRE_BACKEND(B);
+// A step batch of two slots (max_slots 2) whose two steps and their readers are queued behind a
+// gate: the row's bad begin() runs while the gate holds them (`bad(batch)`); after it no step is
+// open, the slots are as they were, every step's data was read intact, and once the stream has
+// caught up the next begin() takes the freed slot.
+template <class Batch, class B, class Bad>
+void full_step_ring_row(std::uint64_t seed, Bad&& bad) {
   ferry::stream<B> s;
-  ferry::step_batch<B, ferry::reuse::throw_when_full> batch(2, 2);
+  Batch batch(2, 2);
   auto pub = batch.template add_publish<i32>(16);
   std::vector<std::vector<i32>> data;
   std::vector<std::vector<i32>> seen(2);
   {
     ferry_test::gate<B> held(s);  // both steps and their readers are queued behind it
     for (std::uint64_t k = 0; k < 2; ++k) {
-      data.push_back(ferry_test::random_values<i32>(16, 531 + k));
+      data.push_back(ferry_test::random_values<i32>(16, seed + k));
       batch.begin();
       std::copy(data[k].begin(), data[k].end(), pub.span(16).begin());
       batch.submit(s);
       // A reader of the published slot (pinned, mapped memory: the host may read it in place).
       ferry::enqueue_host(s, [v = pub.view(), out = &seen[k]] { *out = std::vector<i32>(v.data(), v.data() + v.size()); });
     }
-    const std::string what = message_of([&] { batch.begin(); });
-    INFO(what);
-    CHECK(what.starts_with("ferry: step_batch: the next slot (slot 0) is still in use"));
-    CHECK(what.find("until stream point (line ") != std::string::npos);
-    CHECK(what.find("max_slots (2)") != std::string::npos);
-    expect_throw([&] { batch.begin(); });
+    bad(batch);
     CHECK_FALSE(batch.in_step());
     CHECK(batch.slots() == 2);
   }
@@ -1499,6 +1505,19 @@ BAD_INPUT_ROW("step.begin.full") {
   batch.begin();  // the stream caught up: the next slot is free
   CHECK(batch.in_step());
   batch.cancel();
+}
+
+BAD_INPUT_ROW("step.begin.full") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  full_step_ring_row<ferry::step_batch<B, ferry::reuse::throw_when_full>, B>(531, [](auto& batch) {
+    const std::string what = message_of([&] { batch.begin(); });
+    INFO(what);
+    CHECK(what.starts_with("ferry: step_batch: the next slot (slot 0) is still in use"));
+    CHECK(what.find("until stream point (line ") != std::string::npos);
+    CHECK(what.find("max_slots (2)") != std::string::npos);
+    expect_throw([&] { batch.begin(); });
+  });
 }
 
 BAD_INPUT_ROW("step.handle.empty") {
@@ -1616,4 +1635,97 @@ BAD_INPUT_ROW("step.overlap.fill_source") {
     sc.batch.add_fill(dst.span(), sc.device_value());
     sc.bad([&] { (void)sc.batch.add_upload(sc.value.span(), 1); });
   }
+}
+
+// ---- waits past their bound (the bound set to 50 ms; a gate holds the stream) ---------------------
+
+constexpr auto short_bound = std::chrono::milliseconds(50);
+
+BAD_INPUT_ROW("wait.bound.not_positive") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  const auto before = ferry::wait_timeout();
+  expect_throw([] { ferry::set_wait_timeout(std::chrono::nanoseconds(0)); });
+  expect_throw([] { ferry::set_wait_timeout(std::chrono::seconds(-1)); });
+  CHECK(ferry::wait_timeout() == before);
+}
+
+// A ReusePolicy that bounds its waits by 0 (not a bound).
+struct zero_bound_reuse {
+  using ferry_policy_family = ferry::families::reuse;
+  static constexpr bool ferry_fences = true;
+  static std::chrono::milliseconds wait_timeout() { return std::chrono::milliseconds(0); }
+};
+
+// A full ring (event_fenced-like) whose next slot is still read: the row's bad wait, then the same
+// call once the readers are done.
+template <class Pool, class B>
+void full_ring_row(std::uint64_t seed) {
+  pool_scene<Pool, B> sc(4, 2, 2, seed);
+  {
+    ferry_test::gate<B> held(sc.s);  // every view's reader is still queued behind it
+    sc.put(4);
+    sc.put(4);
+    sc.mark();
+    const auto src = ferry_test::random_values<i32>(4, seed + 1);
+    expect_throw([&] { (void)sc.pool.copy_to_uva(src, sc.s); });
+    ++sc.stats_before.fence_hits;  // the busy slot it found
+    sc.unchanged();
+  }
+  sc.next_call_rotates();
+}
+
+BAD_INPUT_ROW("wait.reuse_policy.not_positive") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  full_ring_row<ferry::uva_pool<i32, zero_bound_reuse, B>, B>(601);
+}
+
+BAD_INPUT_ROW("wait.pool.full_past_bound") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry_test::wait_bound bound(short_bound);
+  full_ring_row<ferry::uva_pool<i32, B>, B>(611);
+}
+
+BAD_INPUT_ROW("wait.event.past_bound") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry_test::wait_bound bound(short_bound);
+  ferry::stream<B> s;
+  ferry::event<B> e;
+  {
+    ferry_test::gate<B> held(s);
+    e.record(s);
+    expect_throw([&] { e.synchronize(); });
+    CHECK_FALSE(e.ready());
+  }
+  e.synchronize();
+  CHECK(e.ready());
+}
+
+BAD_INPUT_ROW("wait.step.full_past_bound") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry_test::wait_bound bound(short_bound);
+  full_step_ring_row<ferry::step_batch<B>, B>(621, [](auto& batch) { expect_throw([&] { batch.begin(); }); });
+}
+
+BAD_INPUT_ROW("wait.arena.trim_past_bound") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry_test::wait_bound bound(short_bound);
+  ferry::stream<B> s;
+  ferry::pinned_arena<B> arena;
+  {
+    ferry_test::gate<B> held(s);
+    arena.release(arena.acquire(512), s);
+    arena.reserve(4096);
+    const auto stats = arena.stats();
+    expect_throw([&] { arena.trim(); });
+    CHECK(same(arena.stats(), stats));
+  }
+  s.synchronize();
+  arena.trim();
+  CHECK(arena.stats().bytes_reserved == 0);
 }

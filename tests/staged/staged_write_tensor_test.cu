@@ -118,6 +118,19 @@ void model_all_policies(std::uint64_t seed) {
   DYNAMIC_SECTION("element size " << sizeof(T) << " uva target threshold 256") {
     model_run<B, T, target::uva, staging::threshold<256>>(seed + 7);
   }
+  // target::uva_or_device where the mapping is live: target::uva's runs.
+  DYNAMIC_SECTION("element size " << sizeof(T) << " uva_or_device target by_target") {
+    model_run<B, T, target::uva_or_device, staging::by_target>(seed + 4);
+  }
+  DYNAMIC_SECTION("element size " << sizeof(T) << " uva_or_device target uva_direct") {
+    model_run<B, T, target::uva_or_device, staging::uva_direct>(seed + 5);
+  }
+  DYNAMIC_SECTION("element size " << sizeof(T) << " uva_or_device target h2d_copy") {
+    model_run<B, T, target::uva_or_device, staging::h2d_copy>(seed + 6);
+  }
+  DYNAMIC_SECTION("element size " << sizeof(T) << " uva_or_device target threshold 256") {
+    model_run<B, T, target::uva_or_device, staging::threshold<256>>(seed + 7);
+  }
 }
 
 }  // namespace
@@ -610,6 +623,7 @@ TEMPLATE_TEST_CASE("random writes and reserves between them match a host model",
   SECTION("uva target") { regrow_run<TestType, target::uva>(42); }
   SECTION("graph_safe") { regrow_run<TestType, presets::graph_safe>(43); }
   SECTION("graph_safe uva target") { regrow_run<TestType, presets::graph_safe, target::uva>(44); }
+  SECTION("uva_or_device target (the mapping live: uva)") { regrow_run<TestType, target::uva_or_device>(42); }
 }
 
 TEMPLATE_TEST_CASE("destroying a caller_fenced tensor waits for its queued apply", "[staged]",
@@ -801,6 +815,9 @@ TEMPLATE_TEST_CASE("an adopted target keeps the caller's contents and memory and
   SECTION("uva target by_target") { adopted_run<TestType, std::int32_t, target::uva>(84); }
   SECTION("uva target h2d_copy uint16") {
     adopted_run<TestType, std::uint16_t, target::uva, staging::h2d_copy>(85);
+  }
+  SECTION("uva_or_device target adopting pinned memory (as target::uva)") {
+    adopted_run<TestType, std::int32_t, target::uva_or_device>(84);
   }
 }
 
@@ -1185,4 +1202,84 @@ TEMPLATE_TEST_CASE("reserve of more slots than the arena's cap holds takes no bl
     REQUIRE(read_back<T, B>(t, s) == ref.data);
   }
   t.reserve(4, 1'000'000);  // what fits is still taken
+}
+
+TEMPLATE_TEST_CASE("target::uva_or_device places its target where the device's mapping allows it", "[staged][mapping]",
+                   STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using namespace ferry;
+  stream<B> s;
+  SECTION("mapping live: pinned memory, as target::uva (the host reads the target in place)") {
+    staged_write_tensor<std::int32_t, B, target::uva_or_device> t(2, 8, s);
+    REQUIRE(t.target_memory() == memory_kind::uva);
+    t.stage_write(1, 2, {7, 8, 9});
+    t.apply_write(s);
+    s.synchronize();
+    CHECK(t.span().data()[8 + 3] == 8);
+  }
+  SECTION("mapping dead (the probe's test hook): device memory, every apply copied") {
+    ferry_test::dead_mapping<B> dead;
+    staged_write_tensor<std::int32_t, B, target::uva_or_device> t(2, 8, s);
+    CHECK(t.target_memory() == memory_kind::device);
+    staged_write_tensor<std::int32_t, B, target::uva_or_device> u(2, 8);  // without a stream
+    CHECK(u.target_memory() == memory_kind::device);
+    t.stage_write(1, 2, {7, 8, 9});
+    t.apply_write(s);
+    CHECK(ferry_test::read_back<std::int32_t, B>(t, s) ==
+          std::vector<std::int32_t>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 8, 9, 0, 0, 0});
+  }
+}
+
+TEMPLATE_TEST_CASE("where the mapping is dead, staged writes into device memory match a host model and read nothing "
+                   "in place; a target of pinned memory throws at construction",
+                   "[staged][mapping]", STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using namespace ferry;
+  using Catch::Matchers::ContainsSubstring;
+  ferry_test::dead_mapping<B> dead;
+  SECTION("uva_or_device by_target") { model_run<B, std::int32_t, target::uva_or_device, staging::by_target>(901); }
+  SECTION("uva_or_device uva_direct") { model_run<B, float, target::uva_or_device, staging::uva_direct>(902); }
+  SECTION("uva_or_device h2d_copy") { model_run<B, std::uint16_t, target::uva_or_device, staging::h2d_copy>(903); }
+  SECTION("uva_or_device threshold 256") {
+    model_run<B, std::int64_t, target::uva_or_device, staging::threshold<256>>(904);
+  }
+  SECTION("device target uva_direct") { model_run<B, std::int8_t, target::device, staging::uva_direct>(905); }
+  SECTION("device target by_target") { model_run<B, double, target::device, staging::by_target>(906); }
+  SECTION("reserves between writes") { regrow_run<B, target::uva_or_device>(907); }
+  SECTION("reserves between writes, graph_safe") { regrow_run<B, presets::graph_safe, target::device>(908); }
+  SECTION("an adopted device target") { adopted_run<B, std::int32_t, target::device, staging::uva_direct>(909); }
+  SECTION("target::uva and adopted pinned memory: ferry::error naming the cause and the way out") {
+    stream<B> s;
+    const std::string what = "ferry: staged_write_tensor (a target of pinned memory): kernels on device ";
+    CHECK_THROWS_WITH((staged_write_tensor<std::int32_t, B, target::uva>(2, 8, s)),
+                      Catch::Matchers::StartsWith(what) && ContainsSubstring("target::uva_or_device"));
+    pinned_buffer<std::int32_t, B> mine(16, copies_only);
+    CHECK_THROWS_WITH((staged_write_tensor<std::int32_t, B, target::uva_or_device>(mine.host(), 2, 8)),
+                      Catch::Matchers::StartsWith(what) && ContainsSubstring("not live"));
+  }
+}
+
+TEMPLATE_TEST_CASE("where the mapping is dead, contents are never read in place: uva_direct copies them", "[staged][mapping]",
+                   STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using namespace ferry;
+  stream<B> s;
+  const std::vector<std::int32_t> row(2048, 5);  // 8 KiB: past the inline apply on CUDA
+  // The enqueues of one apply: in place, the apply alone; copied, the copy and the apply.
+  auto enqueues_of_apply = [&] {
+    staged_write_tensor<std::int32_t, B, target::device, staging::uva_direct> t(2, 2048, s);
+    t.stage_write(1, 0, row);
+    const auto before = ferry_test::enqueued<B>(s);
+    t.apply_write(s);
+    const auto n = ferry_test::enqueued<B>(s) - before;
+    const auto got = ferry_test::read_back<std::int32_t, B>(t, s);
+    CHECK(std::equal(row.begin(), row.end(), got.begin() + 2048));
+    return n;
+  };
+  const auto live = enqueues_of_apply();
+  ferry_test::dead_mapping<B> dead;
+  CHECK(enqueues_of_apply() >= live + 1);  // CUDA: and an event where the kernel's counter was
 }

@@ -68,7 +68,7 @@ void stage_random_writes(Tensor& t, model<T>& ref, std::mt19937_64& rng, std::si
 /// The whole target, read back through a stream-ordered copy into pinned memory.
 template <class T, class B, class Tensor>
 std::vector<T> read_back(const Tensor& t, ferry::stream_ref<B> s) {
-  ferry::pinned_buffer<T, B> out(t.size());
+  ferry::pinned_buffer<T, B> out(t.size(), ferry::copies_only);
   ferry::async_d2h(t.span(), out.host(), s);
   s.synchronize();
   return std::vector<T>(out.host().begin(), out.host().end());
@@ -103,7 +103,7 @@ struct caller_memory {
   }
   /// The memory as it is once `s` has passed the work enqueued so far.
   std::vector<T> read(ferry::stream_ref<B> s) const {
-    ferry::pinned_buffer<T, B> out(buffer.size());
+    ferry::pinned_buffer<T, B> out(buffer.size(), ferry::copies_only);
     ferry::async_d2h(device(), out.host(), s);
     s.synchronize();
     return std::vector<T>(out.host().begin(), out.host().end());

@@ -7,6 +7,17 @@
 #include <cuda.h>
 #endif
 
+#if defined(__SANITIZE_ADDRESS__)
+#define FERRY_TEST_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FERRY_TEST_LSAN 1
+#endif
+#endif
+#if defined(FERRY_TEST_LSAN)
+#include <sanitizer/lsan_interface.h>
+#endif
+
 #include <catch2/catch_test_macros.hpp>
 
 #include <atomic>
@@ -255,6 +266,57 @@ class gate {
     }
   }
   std::shared_ptr<state> state_;
+};
+
+/// While alive, LeakSanitizer does not report the memory this thread allocates: for the tests of a
+/// destructor past its wait bound, which leaks on purpose what held work may still read.
+class leaks_expected {
+ public:
+  leaks_expected() {
+#if defined(FERRY_TEST_LSAN)
+    __lsan_disable();
+#endif
+  }
+  ~leaks_expected() {
+#if defined(FERRY_TEST_LSAN)
+    __lsan_enable();
+#endif
+  }
+  leaks_expected(const leaks_expected&) = delete;
+  leaks_expected& operator=(const leaks_expected&) = delete;
+};
+
+/// While alive, the process-wide wait bound (ferry::set_wait_timeout) is `bound`; the one before
+/// it is restored at the end.
+class wait_bound {
+ public:
+  explicit wait_bound(std::chrono::nanoseconds bound) : before_(ferry::wait_timeout()) {
+    ferry::set_wait_timeout(bound);
+  }
+  ~wait_bound() { ferry::set_wait_timeout(before_); }
+  wait_bound(const wait_bound&) = delete;
+  wait_bound& operator=(const wait_bound&) = delete;
+
+ private:
+  std::chrono::nanoseconds before_;
+};
+
+/// While alive, ferry's mapping probe finds every device's mapping of pinned memory dead (its test
+/// hook: the probe still runs), as on a machine under Confidential Computing or WSL2; the verdicts
+/// are forgotten on the way in and out, so that the next component probes again.
+template <class B>
+class dead_mapping {
+ public:
+  dead_mapping() { set(true); }
+  ~dead_mapping() { set(false); }
+  dead_mapping(const dead_mapping&) = delete;
+  dead_mapping& operator=(const dead_mapping&) = delete;
+
+ private:
+  static void set(bool dead) {
+    ferry::detail::mapping_probe_fails().store(dead);
+    ferry::detail::mapping_verdicts<B>::instance().forget();
+  }
 };
 
 /// Runs `call`, which must wait for work held behind `g` (a full ring's back-pressure), while a

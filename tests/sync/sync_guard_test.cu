@@ -207,7 +207,16 @@ TEST_CASE("sync_guard catches every kind of synchronizing call on cuda", "[sync_
   sync_guard_test_spin<<<1, 1, 0, s.get()>>>(1'000'000'000);  // about half a second
   e.record(s);
   CHECK_FALSE(e.ready());
-  expect_sync("cudaEventSynchronize", [&] { e.synchronize(); });  // still pending: it blocks
+  {
+    // Still pending: it blocks, bounded (ferry polls instead of calling cudaEventSynchronize), and
+    // the guard counts it as one of ferry's own waits.
+    ferry::sync_guard g;
+    e.synchronize();
+    CHECK(g.syncs() == 1);
+    CHECK(g.count("cudaEventSynchronize") == 0);
+    CHECK_THAT(g.report(), ContainsSubstring("ferry's own bounded waits (a full ring, an event, a blocking copy, "
+                                             "a device synchronize) x1"));
+  }
   ck(cudaStreamSynchronize(f.stream));
 }
 
@@ -234,7 +243,10 @@ TEST_CASE("sync_guard catches every kind of allocation and free on cuda", "[sync
   expect_allocation("cudaHostRegister", [&] { ck(cudaHostRegister(host.data(), host.size(), cudaHostRegisterDefault)); });
   expect_allocation("cudaHostUnregister", [&] { ck(cudaHostUnregister(host.data())); });
 
-  // through ferry: its buffers allocate and free with the same runtime calls
+  // through ferry: its buffers allocate and free with the same runtime calls (the mapping of
+  // pinned memory proven first: the probe's own allocation, once per process and device, is not
+  // what this counts)
+  { ferry::pinned_buffer<int, ferry::backend::cuda> proven(1); }
   {
     ferry::sync_guard g;
     { ferry::device_buffer<int, ferry::backend::cuda> b(1024); }

@@ -29,7 +29,8 @@ class event<backend::host> {
   [[nodiscard]] bool ready() const { return detail::shared_timeline<backend::host>().passed(at_); }
   /// Blocks until ready(); rethrows (once) the first error raised by the recorded stream's work
   /// before record() (a later error is left to synchronizing calls ordered after it). Counts one
-  /// synchronization, whether or not it had to block.
+  /// synchronization, whether or not it had to block. Bounded (ferry::wait_timeout): past the
+  /// bound, ferry::timeout_error naming the stream point, the event unchanged.
   void synchronize() const {
     if (!detail::shared_timeline<backend::host>().wait(at_))
       detail::count(detail::counters<backend::host>().synchronizations);
@@ -67,7 +68,9 @@ class event<backend::cuda> {
   [[nodiscard]] bool ready() const { return detail::shared_timeline<backend::cuda>().passed(at_); }
   /// Blocks until the recorded work has completed; rethrows (once) the first error raised by host
   /// work enqueued on the recorded stream before record(). Counts one synchronization, whether or
-  /// not it had to block.
+  /// not it had to block. Bounded (ferry::wait_timeout): it polls the core's event rather than
+  /// calling cudaEventSynchronize, and past the bound throws ferry::timeout_error naming the
+  /// stream point, the event unchanged.
   void synchronize() const {
     if (!detail::shared_timeline<backend::cuda>().wait(at_))
       detail::count(detail::counters<backend::cuda>().synchronizations);

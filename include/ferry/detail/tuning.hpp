@@ -7,6 +7,7 @@
 // a copy_pool's constructor arguments, uva_pool's `slots` / `max_slots`, a StagingPolicy.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -23,6 +24,27 @@ inline constexpr std::uint32_t timeline_counted_lines = 256;
 inline constexpr std::size_t timeline_reclaim_after = 64;
 /// Devices the clock keeps spare events for (indexed by device ordinal).
 inline constexpr int timeline_max_devices = 64;
+
+// ---- bounded waits (backend/detail/wait_bound.hpp; docs/troubleshooting.md, "A wait past its
+//      bound") -------------------------------------------------------------------------------
+
+/// The bound of every wait when neither ferry::set_wait_timeout, FERRY_WAIT_TIMEOUT nor a
+/// ReusePolicy gives one: generous (a step of an engine takes milliseconds; a GPU that has not
+/// advanced in minutes is hung), yet short of a silent hang.
+inline constexpr std::chrono::nanoseconds default_wait_timeout = std::chrono::minutes(5);
+/// A bounded wait polls back to back this long (a quick wait stays as quick as a blocking call)...
+inline constexpr std::chrono::nanoseconds wait_spin = std::chrono::microseconds(200);
+/// ...then sleeps between polls, from this long, doubling...
+inline constexpr std::chrono::nanoseconds wait_sleep_min = std::chrono::microseconds(20);
+/// ...up to this long: a long wait wakes at most this late, and costs a few polls a millisecond.
+inline constexpr std::chrono::nanoseconds wait_sleep_max = std::chrono::microseconds(500);
+
+// ---- the mapping probe (backend/detail/mapping.hpp; docs/backends.md, "A live mapping, proven
+//      once") ------------------------------------------------------------------------------------
+
+/// Words (8 bytes each) the mapping probe writes, has a kernel read through the mapping and write
+/// back, and compares (backend/detail/mapping.hpp): a few cache lines, read once per device.
+inline constexpr std::size_t mapping_probe_words = 64;
 
 // ---- warm reuse (memory/detail/warm_reuse.hpp, memory/pinned_arena.hpp; docs/memory.md, "The
 //      pinned staging arena") ------------------------------------------------------------------

@@ -4,6 +4,7 @@
 
 #include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/backend/detail/timeline.hpp>
+#include <ferry/backend/detail/wait_bound.hpp>
 #include <ferry/detail/ring.hpp>
 #include <ferry/detail/tuning.hpp>
 #include <ferry/error.hpp>
@@ -81,10 +82,16 @@ class pinned_arena {
   pinned_arena(const pinned_arena&) = delete;
   pinned_arena& operator=(const pinned_arena&) = delete;
   /// Waits for the stamps of the blocks it holds, then frees them (or gives them back to the
-  /// upstream resource). Blocks still handed out are
-  /// the holder's bug; they are leaked, not freed under a reader.
+  /// upstream resource). Blocks still handed out are the holder's bug; they are leaked, not freed
+  /// under a reader, and so are blocks whose stamps have not passed within the process-wide wait
+  /// bound (ferry::wait_timeout; counted in ferry::swallowed_errors()).
   ~pinned_arena() {
-    detail::destructor_guard([&] { trim(); });
+    detail::destructor_guard([&] {
+      std::lock_guard lock(mutex_);
+      detail::wait_deadline d = detail::destructor_deadline();
+      if (!pass_in_flight(d)) detail::count_swallowed_error();  // the rest is leaked
+      free_passed();
+    });
   }
 
   /// A block of at least `bytes` bytes whose previous use (if any) the GPU has passed.
@@ -140,22 +147,16 @@ class pinned_arena {
 
   /// Frees every block not handed out (or gives it back to the upstream resource), after waiting
   /// for its stamp. Synchronizing: the wait, and on CUDA cudaFreeHost itself, which waits for the
-  /// whole device.
+  /// whole device. A block whose stamp has not passed within the process-wide wait bound
+  /// (ferry::wait_timeout): ferry::timeout_error naming its stream point, and nothing is freed.
   void trim() {
     std::lock_guard lock(mutex_);
-    for (auto& c : classes_) {
-      while (!c.in_flight.empty()) {
-        detail::shared_timeline<B>().wait(c.in_flight.front().at);
-        c.passed.push_back(c.in_flight.pop_front().block);
-      }
-      while (!c.passed.empty()) {
-        const pinned_block b = c.passed.back();
-        c.passed.pop_back();
-        --c.blocks;
-        stats_.bytes_reserved -= b.capacity;
-        free_block(b);
-      }
-    }
+    detail::wait_deadline d;
+    detail::stamp held{};
+    if (!pass_in_flight(d, &held))
+      throw timeout_error("ferry: pinned_arena::trim: the wait for a block's " + detail::point_name(held) + " " +
+                          detail::timeout_text(d) + "; nothing was freed");
+    free_passed();
   }
 
   /// The resource new blocks come from; empty: the backend's own pinned allocation.
@@ -170,6 +171,38 @@ class pinned_arena {
   }
 
  private:
+  // Moves the blocks in flight whose stamps pass before `d` expires to the passed ones (what
+  // nobody sees: the blocks stay free and held), each class in the order given back; false when a
+  // block's stamp did not (`held`: the first such stamp).
+  bool pass_in_flight(detail::wait_deadline& d, detail::stamp* held = nullptr) {
+    auto& core = detail::shared_timeline<B>();
+    bool all = true;
+    for (auto& c : classes_) {
+      while (!c.in_flight.empty()) {
+        const detail::stamp at = c.in_flight.front().at;
+        if (core.wait_until(at, d) == detail::wait_result::timed_out) {
+          if (all && held) *held = at;
+          all = false;
+          break;
+        }
+        c.passed.push_back(c.in_flight.pop_front().block);
+      }
+    }
+    return all;
+  }
+  // Frees every block known passed (trim, destruction).
+  void free_passed() {
+    for (auto& c : classes_) {
+      while (!c.passed.empty()) {
+        const pinned_block b = c.passed.back();
+        c.passed.pop_back();
+        --c.blocks;
+        stats_.bytes_reserved -= b.capacity;
+        free_block(b);
+      }
+    }
+  }
+
   /// The staging memory a class cycles through while the GPU keeps up, so that it stays in the
   /// host's caches (detail/tuning.hpp; docs/memory.md, "The pinned staging arena").
   static constexpr std::size_t warm_bytes = detail::arena_warm_bytes;

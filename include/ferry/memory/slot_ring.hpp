@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ferry/backend/detail/timeline.hpp>
+#include <ferry/backend/detail/wait_bound.hpp>
 #include <ferry/backend/stats.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/detail/ring.hpp>
@@ -12,6 +13,7 @@
 #include <ferry/memory/detail/warm_reuse.hpp>
 #include <ferry/policies/reuse.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -68,16 +70,35 @@ class slot_stamps {
     return {};
   }
   /// Blocks until every stamp has passed, then forgets them (a full ring's back-pressure, and
-  /// release on destroy). Returns whether it had to block: a synchronization, counted in
-  /// backend_stats_of by the core and, for sync_guard, in ring_waits.
+  /// release on destroy), or until `d` expires: then wait_result::timed_out, `held` the stamp not
+  /// passed, and the stamps kept. A wait that blocked is a synchronization, counted in
+  /// backend_stats_of by the core and in ring_waits.
   template <class B>
-  bool wait_all() {
+  wait_result wait_all(wait_deadline& d, stamp& held) {
     bool blocked = false;
     auto& core = shared_timeline<B>();
-    for (const auto& p : stamps_) blocked = core.wait(p) || blocked;
+    for (const auto& p : stamps_) {
+      const wait_result r = core.wait_until(p, d);
+      if (r == wait_result::timed_out) {
+        held = p;
+        return r;
+      }
+      blocked = blocked || r == wait_result::waited;
+    }
     stamps_.clear();
-    if (blocked) ++ring_waits;
-    return blocked;
+    if (!blocked) return wait_result::passed;
+    ++ring_waits;
+    return wait_result::waited;
+  }
+  /// For destructors: wait_all until `d`; false when a stamp did not pass or the wait failed
+  /// (counted in ferry::swallowed_errors(): what the stamps guard is then leaked).
+  template <class B>
+  bool all_passed_by(wait_deadline& d) noexcept {
+    bool passed = false;
+    stamp held{};
+    if (destructor_guard([&] { passed = wait_all<B>(d, held) != wait_result::timed_out; }) && !passed)
+      count_swallowed_error();
+    return passed;
   }
 
  private:
@@ -106,11 +127,12 @@ enum class ring_order {
 ///  - insert(slot): a new slot placed after the current one (so before the busy one that would
 ///    come next), while size() < max_slots();
 ///  - when_full(wait_for, describe): a full ring's back-pressure, as the ReusePolicy says
-///    (ferry::detail::ring_full: wait for slot `wait_for`, or throw ferry::capacity_error);
+///    (ferry::detail::ring_full: wait for slot `wait_for`, or throw ferry::capacity_error); a wait
+///    past its bound (wait_bound()) throws ferry::timeout_error with describe(), nothing changed;
 ///  - take(i): slot i becomes the current one (its stamps have all passed), left out of choose()
 ///    while it may still be read beyond its stamps (a view of it) and until close();
 ///  - release(give_back): on destroy, every slot is given back once its stamps have passed; a slot
-///    whose wait fails is leaked, never handed out under a reader.
+///    whose wait fails or passes the bound is leaked, never handed out under a reader.
 /// Not thread-safe (its clients are not).
 template <class B, reuse_policy Reuse, class Slot>
 class slot_ring {
@@ -237,16 +259,30 @@ class slot_ring {
       return k == m - skip ? npos : at(skip + k);
     }
   }
+  /// The bound of the ring's waits: the ReusePolicy's wait_timeout(), else 0 (the process-wide
+  /// bound, ferry::wait_timeout()).
+  static std::chrono::nanoseconds wait_bound() { return reuse_wait_bound<Reuse>(); }
+
   /// Blocks until slot i's stamps have all passed (the ONE back-pressure wait); returns whether
-  /// it blocked (counted in ring_waits for sync_guard).
-  bool wait_free(std::size_t i) { return slots_[i].stamps.template wait_all<B>(); }
+  /// it blocked (counted in ring_waits). Past wait_bound(): ferry::timeout_error with describe(),
+  /// naming the slot, the stream point and how long it waited; nothing changed.
+  template <class Describe>
+  bool wait_free(std::size_t i, Describe&& describe) {
+    wait_deadline d(wait_bound());
+    detail::stamp held{};
+    const wait_result r = slots_[i].stamps.template wait_all<B>(d, held);
+    if (r == wait_result::timed_out)
+      throw timeout_error(std::string(describe()) + "; the wait for slot " + std::to_string(i) + " (" +
+                          point_name(held) + ") " + timeout_text(d) + "; nothing was changed");
+    return r == wait_result::waited;
+  }
 
   /// A full ring: the ReusePolicy decides (detail::ring_full): wait for slot `i` (then returns
   /// true when the wait blocked), or throw ferry::capacity_error with describe().
   template <class Describe>
   bool when_full(std::size_t i, Describe&& describe) {
     bool blocked = false;
-    ring_full<Reuse>([&] { blocked = wait_free(i); }, std::forward<Describe>(describe));
+    ring_full<Reuse>([&] { blocked = wait_free(i, describe); }, describe);
     return blocked;
   }
 
@@ -304,18 +340,21 @@ class slot_ring {
   }
 
   /// Gives every slot back through `give_back(Slot&)` once its stamps have passed, and empties the
-  /// ring. A slot whose wait or give_back throws is leaked (counted by destructor_guard).
+  /// ring; all its waits together end at `d`. A slot whose wait fails or passes `d`, or whose
+  /// give_back throws, is leaked (counted in ferry::swallowed_errors()).
   template <class GiveBack>
-  void release(GiveBack&& give_back) noexcept {
-    for (auto& e : slots_) {
-      destructor_guard([&] {
-        e.stamps.template wait_all<B>();
-        give_back(e.value);
-      });
-    }
+  void release(GiveBack&& give_back, wait_deadline& d) noexcept {
+    for (auto& e : slots_)
+      if (e.stamps.template all_passed_by<B>(d)) destructor_guard([&] { give_back(e.value); });
     slots_.clear();
     used_.clear();
     cur_ = npos;
+  }
+  /// release(give_back, d) with the ring's own bound.
+  template <class GiveBack>
+  void release(GiveBack&& give_back) noexcept {
+    wait_deadline d = destructor_deadline([] { return wait_bound(); });
+    release(std::forward<GiveBack>(give_back), d);
   }
 
   /// Each slot that still waits, from slot `from` round the ring, with the stream point (the reuse
@@ -336,10 +375,7 @@ class slot_ring {
     return text;
   }
   /// "stream point (line L, seq S) has passed".
-  static std::string point_text(detail::stamp p) {
-    return "stream point (line " + std::to_string(p.line) + ", seq " + std::to_string(p.seq) +
-           ") has passed";
-  }
+  static std::string point_text(detail::stamp p) { return point_name(p) + " has passed"; }
 
  private:
   struct entry {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/backend/detail/mapping.hpp>
 #include <ferry/backend/detail/timeline.hpp>
 #include <ferry/detail/checked.hpp>
 #include <ferry/detail/tuning.hpp>
@@ -95,7 +96,9 @@ struct row_width {
 ///
 /// Blocks come from an arena: ferry::default_arena<B>() unless one is given (it must outlive the
 /// pool). Steady state (every slot at its largest size, the ring at its working depth) allocates
-/// nothing and never synchronizes. Move-only; not thread-safe (const members are).
+/// nothing and never synchronizes. Kernels read the slots in place: on a device whose mapping
+/// ferry's probe finds dead (Confidential Computing, WSL2), construction throws ferry::error
+/// naming the cause and the way out. Move-only; not thread-safe (const members are).
 template <class T, class... Policies>
 class uva_pool {
   static_assert((detail::check_element<T>(), true));
@@ -174,6 +177,7 @@ class uva_pool {
                            (width_ == 1 ? " elements" : " rows of " + std::to_string(width_)) +
                            " is too large");
     device_ = ops::current_device();
+    detail::require_live_mapping<B>(device_, name_);  // kernels read its slots in place
     ring_.reserve(slots);
     try {
       for (std::size_t i = 0; i < slots; ++i) ring_.push_back(make_slot(bytes_for(initial_rows), initial_rows));
@@ -485,11 +489,15 @@ class uva_pool {
   // Destruction is a use of every slot. The last view's readers carry no fence yet (the next
   // call would record it, on its own stream): when there is such a view, the device is
   // synchronized first, as freeing memory does, which needs no stream that may be gone by now.
-  // Then the ring gives every block back once its fences have passed.
+  // Then the ring gives every block back once its fences have passed. All these waits end at one
+  // bound (the ReusePolicy's, else ferry::wait_timeout()): past it, what may still be read is
+  // leaked (the last view's slot, unless the device was synchronized), never given back.
   void release_all() noexcept {
-    if (unfenced_ != none && !ring_.empty())
-      detail::destructor_guard([&] { ops::synchronize_device(device_); });
-    ring_.release([&](slot& s) { arena_->release(s.block); });
+    detail::wait_deadline d = detail::destructor_deadline([] { return ring_type::wait_bound(); });
+    if (unfenced_ != none && !ring_.empty() &&
+        !detail::destructor_guard([&] { ops::synchronize_device(device_, d); }))
+      (void)ring_.abandon(unfenced_);
+    ring_.release([&](slot& s) { arena_->release(s.block); }, d);
     view_ = none;
     unfenced_ = none;
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/backend/detail/mapping.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/detail/checked.hpp>
 #include <ferry/element.hpp>
@@ -43,7 +44,9 @@ inline constexpr bool is_staged_write_tensor<staged_write_tensor<T, Ps...>> = tr
 /// Policies: StagingPolicy, GrowthPolicy (`growth::fixed`: call reserve first), ReusePolicy,
 /// Backend (TargetKind is accepted and unused: each tensor has its own). Destruction waits for
 /// every apply that reads its staging: for their fences, or under reuse::caller_fenced, which
-/// records none, for the whole device once it has applied. Not thread-safe.
+/// records none, for the whole device once it has applied. Its kernel reads the fused table in
+/// place: on a device whose mapping ferry's probe finds dead, construction throws ferry::error
+/// (apply each tensor alone there). Not thread-safe.
 template <class T, class... Policies>
 class fused_staged_writer {
   static_assert((detail::check_element<T>(), true));
@@ -78,6 +81,7 @@ class fused_staged_writer {
       : device_(ops::current_device()),
         max_tensors_(max_tensors),
         pool_(slots, device_, memory) {
+    detail::require_live_mapping<B>(device_, "fused_staged_writer");  // its kernel reads the slots in place
     detail::preload_apply<T, B>();  // never load a kernel module inside a later apply
   }
 
@@ -117,6 +121,7 @@ class fused_staged_writer {
                   "tensor's element type must be T.");
     static_assert((std::is_same_v<typename Tensors::backend_type, B> && ...),
                   "ferry: fused_staged_writer applies tensors of its own backend only.");
+    [[maybe_unused]] const detail::nvtx_scope<detail::nvtx_names::apply> range;
     [[maybe_unused]] const auto on_device = ops::enter(s, device_);
     constexpr std::size_t n = sizeof...(Tensors);
     if (n > max_tensors_)

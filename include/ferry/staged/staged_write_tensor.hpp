@@ -3,7 +3,10 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/backend/detail/mapping.hpp>
+#include <ferry/backend/event.hpp>
 #include <ferry/backend/stream.hpp>
+#include <ferry/detail/nvtx.hpp>
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/device_buffer.hpp>
@@ -48,7 +51,9 @@ namespace ferry {
 /// applies by their streams.
 ///
 /// Policies (any order, each family at most once): TargetKind (`target::device`: device memory,
-/// default; `target::uva`: pinned, mapped host memory that kernels read and write in place),
+/// default; `target::uva`: pinned, mapped host memory that kernels read and write in place;
+/// `target::uva_or_device`: target::uva where the device's mapping is live, target::device where
+/// it is not, chosen at construction: target_memory() says which),
 /// StagingPolicy (`staging::by_target` default: UVA for a UVA target, H2D for a device target;
 /// `uva_direct`; `h2d_copy`; `threshold<Bytes>`), GrowthPolicy (`growth::pow2` default;
 /// `growth::fixed`: `reserve` sets the capacity, exceeding it throws ferry::capacity_error),
@@ -65,6 +70,15 @@ namespace ferry {
 /// Destruction waits for every apply that reads its staging or writes its target: for their
 /// fences, or under reuse::caller_fenced, which records none, for the whole device once a staging
 /// slot has been handed to a stream (synchronize_device; never for a tensor that has not applied).
+/// Those waits end at the wait bound (ferry::wait_timeout, or the ReusePolicy's): past it the
+/// destructor returns, leaking the staging an apply may still read.
+///
+/// Where ferry's mapping probe finds that kernels on the device do not see pinned memory through
+/// its mapping (Confidential Computing, WSL2), construction decides: a target in device memory
+/// (target::device, or target::uva_or_device's choice) makes every apply copy its chunk table and
+/// contents H2D (or pass them in the launch), whatever the StagingPolicy; a target of pinned memory
+/// (target::uva, or adopted by target::uva_or_device) throws ferry::error naming the cause and the
+/// way out.
 ///
 /// Move-only (owned or adopted, the target stays where it is: spans and views stay valid); a
 /// moved-from tensor is empty. Not thread-safe.
@@ -95,21 +109,37 @@ class staged_write_tensor {
   using ops = detail::backend_ops<B>;
   static constexpr bool uva_target = target_kind::memory == memory_kind::uva;
   static constexpr bool caller_fenced = !reuse_policy::ferry_fences;
-  static constexpr bool may_copy = staging_policy::in_place_max_bytes(target_kind::memory) <
-                                   std::numeric_limits<std::size_t>::max();
   using core_type = detail::staging_core<T, B, growth_policy, reuse_policy>;
-  using storage_type = std::conditional_t<uva_target, pinned_buffer<T, B>, device_buffer<T, B>>;
+  // A target the tensor owns: pinned or device memory, as construction placed it (the other empty).
+  struct storage_type {
+    pinned_buffer<T, B> pinned;
+    device_buffer<T, B> device;
+  };
+  // What construction decided: where the target lives, and whether applies copy all they read
+  // (the device's mapping is dead: chunk table and contents H2D, nothing read in place).
+  struct placement {
+    memory_kind kind = target_kind::memory;
+    bool copies_all = false;
+  };
+  // The target, placed and (when owned) allocated.
+  struct target_memory_of {
+    placement where;
+    storage_type owned;
+    T* address;  // device-accessible: the owned memory's, or the caller's
+  };
 
  public:
   /// A zero-filled rows x cols target; the fill is complete when the constructor returns (it
-  /// synchronizes a private stream: construction is not a hot path). `slots` staging slots rotate
-  /// (more slots amortize fence queries when the host runs ahead of the GPU).
+  /// waits for a private stream, within the wait bound: construction is not a hot path). `slots`
+  /// staging slots rotate (more slots amortize fence queries when the host runs ahead of the GPU).
   staged_write_tensor(std::size_t rows, std::size_t cols, std::size_t slots = 2)
-      : staged_write_tensor(storage_type(checked_size(rows, cols)), rows, cols, slots, {}) {
-    if constexpr (!uva_target) {
+      : staged_write_tensor(owned_target(rows, cols, nullptr, {}), rows, cols, slots, {}) {
+    if (where_.kind == memory_kind::device) {
       stream<B> s;
       ops::fill_zero_async(target_, bytes(), s);
-      s.synchronize();
+      event<B> filled;
+      filled.record(s);
+      filled.synchronize();
     }
   }
   /// A zero-filled rows x cols target, the fill enqueued on `s` (work on `s` after the
@@ -118,9 +148,9 @@ class staged_write_tensor {
   /// allocated and given back on `s`, which must then outlive the tensor).
   staged_write_tensor(std::size_t rows, std::size_t cols, stream_ref<B> s, std::size_t slots = 2,
                       const staging_memory<B>& memory = {})
-      : staged_write_tensor(make_target(rows, cols, s, memory), rows, cols, slots, memory) {
+      : staged_write_tensor(owned_target(rows, cols, &s, memory), rows, cols, slots, memory) {
     [[maybe_unused]] const auto on_device = ops::enter(s, device_);
-    if constexpr (!uva_target) {
+    if (where_.kind == memory_kind::device) {
       ops::fill_zero_async(target_, bytes(), s);
       core_->pool().note_fill(s);
     }
@@ -132,8 +162,9 @@ class staged_write_tensor {
   /// slots and the H2D scratch come from (ferry::staging_memory).
   staged_write_tensor(device_span<T> target, std::size_t rows, std::size_t cols, std::size_t slots = 2,
                       const staging_memory<B>& memory = {})
-      : staged_write_tensor(storage_type(), adopted(target.data(), target.size(), rows, cols), rows,
-                            cols, slots, memory) {
+      : staged_write_tensor(target_memory_of{place(memory_kind::device), {},
+                                             adopted(target.data(), target.size(), rows, cols)},
+                            rows, cols, slots, memory) {
     static_assert(!uva_target,
                   "ferry: a staged_write_tensor with target::uva adopts pinned, mapped host memory "
                   "as a pinned_span<T>, not a device_span<T>.");
@@ -144,9 +175,9 @@ class staged_write_tensor {
   /// (`target.mapped()`), and the host reads it once the stream has passed the apply.
   staged_write_tensor(pinned_span<T> target, std::size_t rows, std::size_t cols, std::size_t slots = 2,
                       const staging_memory<B>& memory = {})
-      : staged_write_tensor(storage_type(),
-                            adopted(target.mapped().data(), target.size(), rows, cols), rows, cols,
-                            slots, memory) {
+      : staged_write_tensor(target_memory_of{place(memory_kind::uva), {},
+                                             adopted(target.mapped().data(), target.size(), rows, cols)},
+                            rows, cols, slots, memory) {
     static_assert(uva_target,
                   "ferry: a staged_write_tensor with target::device adopts device memory as a "
                   "device_span<T>; pinned host memory (a pinned_span<T>) is adopted by a tensor "
@@ -159,6 +190,7 @@ class staged_write_tensor {
       : device_(o.device_),
         rows_(std::exchange(o.rows_, 0)),
         cols_(std::exchange(o.cols_, 0)),
+        where_(o.where_),
         owned_(std::move(o.owned_)),
         target_(std::exchange(o.target_, nullptr)),
         core_(std::move(o.core_)) {}
@@ -166,10 +198,11 @@ class staged_write_tensor {
   staged_write_tensor& operator=(staged_write_tensor&& o) noexcept {
     if (this != &o) {
       core_.reset();  // waits for this tensor's applies before its target goes
-      owned_ = std::exchange(o.owned_, storage_type());  // the old storage goes with the temporary
+      owned_ = std::exchange(o.owned_, storage_type{});  // the old storage goes with the temporary
       target_ = std::exchange(o.target_, nullptr);
       core_ = std::move(o.core_);
       device_ = o.device_;
+      where_ = o.where_;
       rows_ = std::exchange(o.rows_, 0);
       cols_ = std::exchange(o.cols_, 0);
     }
@@ -219,7 +252,9 @@ class staged_write_tensor {
   /// may copy), so that steady state allocates nothing. Under growth::fixed this is the capacity.
   /// Sizes that cannot be represented: ferry::capacity_error, and nothing changes.
   void reserve(std::size_t max_writes, std::size_t max_elements) {
-    core().reserve(max_writes, max_elements, may_copy);
+    const bool may_copy = where_.copies_all || staging_policy::in_place_max_bytes(where_.kind) <
+                                                   std::numeric_limits<std::size_t>::max();
+    core().reserve(max_writes, max_elements, may_copy, where_.copies_all);
   }
 
   /// Applies every staged write on `s` with one kernel launch and clears them. Nothing staged:
@@ -230,28 +265,41 @@ class staged_write_tensor {
   /// of another device or one that is capturing a graph; whatever throws before the launch is
   /// enqueued leaves the staged writes and the target as they were.
   FERRY_KERNEL_VISIBILITY void apply_write(stream_ref<B> s) {
+    [[maybe_unused]] const detail::nvtx_scope<detail::nvtx_names::apply> range;
     [[maybe_unused]] const auto on_device = ops::enter(s, device_);
     core_type& c = core();
     if (c.empty()) return;
     c.prepare();
+    const bool in_place =
+        !where_.copies_all && c.content_bytes() <= staging_policy::in_place_max_bytes(where_.kind);
+    // Small: chunk table and contents travel in the launch's parameters (no PCIe read by the
+    // kernel, no fence, no slot rotation): when the contents may be read in place, and wherever
+    // nothing may be.
+    if ((in_place || where_.copies_all) &&
+        detail::launch_apply_inline<T, B>(s, c.chunk_table(), c.chunks(), c.content_data(),
+                                          c.content_bytes(), target_address())) {
+      c.commit_inline();
+      return;
+    }
+    std::uintptr_t descs = address(c.chunk_table());
     std::uintptr_t src = 0;
-    if (detail::staged_reads_in_place<staging_policy, target_kind::memory>(c.content_bytes())) {
-      // Small: chunk table and contents travel in the launch's parameters (no PCIe read by the
-      // kernel, no fence, no slot rotation).
-      if (detail::launch_apply_inline<T, B>(s, c.chunk_table(), c.chunks(), c.content_data(),
-                                            c.content_bytes(), target_address())) {
-        c.commit_inline();
-        return;
-      }
+    if (in_place) {
       src = address(c.content_data());
-    } else {
+    } else if (!where_.copies_all) {
       std::byte* scratch = c.scratch(s);
       ops::copy_async(scratch, c.content_data(), c.content_bytes(), s);
       src = reinterpret_cast<std::uintptr_t>(scratch);
+    } else {
+      // The kernel reads nothing in place: the chunk table comes with the contents, in one copy
+      // of the slot (the contents at the same 256-aligned offset, so their congruence holds).
+      std::byte* scratch = c.slot_scratch(s);
+      ops::copy_async(scratch, c.slot_data(), c.slot_bytes_used(), s);
+      descs = reinterpret_cast<std::uintptr_t>(scratch);
+      src = reinterpret_cast<std::uintptr_t>(scratch + c.content_offset());
     }
-    c.commit(detail::launch_apply<T, !caller_fenced>(
-        s, reinterpret_cast<const detail::chunk_desc*>(address(c.chunk_table())), c.chunks(),
-        target_address(), src, [&]() noexcept { c.abandon(); }));
+    c.commit(detail::launch_apply<T, !caller_fenced>(s, reinterpret_cast<const detail::chunk_desc*>(descs),
+                                                     c.chunks(), target_address(), src,
+                                                     [&]() noexcept { c.abandon(); }));
   }
 
   /// The whole target, row-major (device memory, or the UVA view of pinned memory; for adopted
@@ -263,6 +311,9 @@ class staged_write_tensor {
   [[nodiscard]] staged_view<T> view() const noexcept {
     return staged_view<T>(target_, rows_, cols_);
   }
+  /// Where the target lives: the TargetKind's memory, or (target::uva_or_device on a device whose
+  /// mapping is not live) where construction placed it instead.
+  [[nodiscard]] memory_kind target_memory() const noexcept { return where_.kind; }
   /// Number of rows.
   [[nodiscard]] std::size_t rows() const noexcept { return rows_; }
   /// Number of columns.
@@ -279,20 +330,46 @@ class staged_write_tensor {
   /// \endcond
 
  private:
-  // An owned target: `owned`, just allocated.
-  staged_write_tensor(storage_type&& owned, std::size_t rows, std::size_t cols, std::size_t slots,
+  // The target placed (and, when owned, allocated); the core for `slots` staging slots.
+  staged_write_tensor(target_memory_of&& t, std::size_t rows, std::size_t cols, std::size_t slots,
                       const staging_memory<B>& memory)
-      : staged_write_tensor(std::move(owned), device_address(owned), rows, cols, slots, memory) {}
-  // The target at the device-accessible address `target`, owned by `owned` unless that is empty.
-  staged_write_tensor(storage_type&& owned, T* target, std::size_t rows, std::size_t cols,
-                      std::size_t slots, const staging_memory<B>& memory)
       : device_(ops::current_device()),
         rows_(rows),
         cols_(cols),
-        owned_(std::move(owned)),
-        target_(target),
+        where_(t.where),
+        owned_(std::move(t.owned)),
+        target_(t.address),
         core_(std::make_unique<core_type>(rows, cols, slots, device_, memory)) {
     detail::preload_apply<T, B>();  // never load a kernel module inside a later apply
+  }
+
+  // Where a target of `kind` lives (the TargetKind's memory, or, for an owned target on a device
+  // whose mapping the probe finds dead, its without_live_mapping), and whether applies copy all
+  // they read. A target of pinned memory on such a device: ferry::error.
+  static placement place(memory_kind kind, bool owned = false) {
+    const int device = ops::current_device();
+    auto& verdicts = detail::mapping_verdicts<B>::instance();
+    if (verdicts.state(device) != detail::mapping_state::dead) return {kind, false};
+    if (owned) kind = detail::target_without_live_mapping<target_kind>();
+    if (kind == memory_kind::uva)
+      throw error(detail::dead_mapping_text("staged_write_tensor (a target of pinned memory)", device,
+                                            verdicts.finding(device)));
+    return {kind, true};
+  }
+  // An owned rows x cols target, placed: pinned memory, or device memory (from `memory.device`, in
+  // order on `*s`, when a stream is given and the staging memory names a resource).
+  static target_memory_of owned_target(std::size_t rows, std::size_t cols, const stream_ref<B>* s,
+                                       const staging_memory<B>& memory) {
+    const std::size_t n = checked_size(rows, cols);
+    target_memory_of t{place(target_kind::memory, true), {}, nullptr};
+    if (t.where.kind == memory_kind::uva) {
+      t.owned.pinned = pinned_buffer<T, B>(n);
+      t.address = t.owned.pinned.device().data();
+    } else {
+      t.owned.device = s && memory.device ? device_buffer<T, B>(n, *s, *memory.device) : device_buffer<T, B>(n);
+      t.address = t.owned.device.data();
+    }
+    return t;
   }
 
   static std::size_t checked_size(std::size_t rows, std::size_t cols) {
@@ -314,20 +391,6 @@ class staged_write_tensor {
                                   std::to_string(size) + " elements has a null address");
     return data;
   }
-  static T* device_address(const storage_type& s) noexcept {
-    if constexpr (uva_target)
-      return s.device().data();
-    else
-      return s.data();
-  }
-  // The target: from the device resource (in order on `s`) when `memory` names one and the target
-  // is device memory, else ferry's.
-  static storage_type make_target(std::size_t rows, std::size_t cols, stream_ref<B> s,
-                                  const staging_memory<B>& memory) {
-    if constexpr (!uva_target)
-      if (memory.device) return storage_type(checked_size(rows, cols), s, *memory.device);
-    return storage_type(checked_size(rows, cols));
-  }
   [[nodiscard]] std::size_t bytes() const noexcept { return rows_ * cols_ * sizeof(T); }
   core_type& core() {
     if (!core_) throw error("ferry: use of a moved-from staged_write_tensor");
@@ -342,6 +405,7 @@ class staged_write_tensor {
 
   int device_;
   std::size_t rows_, cols_;
+  placement where_;
   storage_type owned_;  // the target if owned (empty if adopted); destroyed after core_, which
                         // waits for the applies
   T* target_;           // the target's device-accessible address: owned_'s or the caller's

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
+#include <ferry/backend/detail/mapping.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/config.hpp>
+#include <ferry/detail/nvtx.hpp>
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/device_span.hpp>
@@ -25,6 +27,7 @@
 #include <ferry/step/step_handles.hpp>
 
 #if defined(__CUDACC__)
+#include <ferry/backend/detail/mapping_probe.cuh>
 #include <ferry/step/detail/step_kernel.cuh>
 #endif
 
@@ -77,7 +80,9 @@ struct step_batch_access;
 /// stream (capture-safe); submit(), submit_with() and record_use() throw ferry::error on a
 /// capturing stream. Handles share the batch's state: valid while it lives (moves included),
 /// each call throws ferry::error once it is destroyed or assigned over. Destruction waits for the
-/// batch's kernels and its last publishes' readers. Move-only; not thread-safe.
+/// batch's kernels and its last publishes' readers. Its kernel reads the slots in place: on a
+/// device whose mapping ferry's probe finds dead, construction throws ferry::error. Move-only;
+/// not thread-safe.
 template <class... Policies>
 class step_batch {
   using policies = detail::policies<
@@ -146,6 +151,7 @@ class step_batch {
   /// The same, with blocks from `arena` (which must outlive the batch).
   step_batch(std::size_t slots, std::size_t max_slots, pinned_arena<B>& arena) {
     slots_of::check_counts(slots, max_slots);
+    detail::require_live_mapping<B>(ops::current_device(), "step_batch");  // its kernel reads slots in place
     step_ops::template preload<epilogue_type>();
     core_ = std::make_shared<core>(slots, max_slots, ops::current_device(), arena,
                                    detail::step_slot_ops_of<B, epilogue_type>);
@@ -277,6 +283,7 @@ class step_batch {
   /// more than a pinned block holds). Whatever throws has enqueued nothing and leaves the step open
   /// and its data as they were: fix it and submit again, or cancel().
   FERRY_KERNEL_VISIBILITY void submit(stream_ref<B> s) {
+    [[maybe_unused]] const detail::nvtx_scope<detail::nvtx_names::step_submit> range;
     core& k = c();
     submitter::submit(k, s, [&](typename core::slot& sl, const void* table, std::size_t blocks) {
       if constexpr (graphs)
@@ -305,6 +312,7 @@ class step_batch {
   template <class Launch>
     requires(graphs && std::invocable<Launch&, cudaGraph_t>)
   FERRY_KERNEL_VISIBILITY void submit_with(stream_ref<B> s, Launch&& launch) {
+    [[maybe_unused]] const detail::nvtx_scope<detail::nvtx_names::step_submit> range;
     core& k = c();
     submitter::submit(k, s, [&](typename core::slot&, const void*, std::size_t) {
       launch(static_cast<cudaGraph_t>(k.graph_.graph));

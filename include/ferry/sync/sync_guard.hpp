@@ -46,7 +46,7 @@ namespace ferry {
 ///    cudaHostAlloc, cudaHostRegister, cudaFree, cudaFreeAsync, cudaFreeArray,
 ///    cudaFreeMipmappedArray, cudaFreeHost, cudaHostUnregister.
 /// Calls through ferry count like any other (ferry::stream::synchronize is a
-/// cudaStreamSynchronize). Launches, event record/query, stream waits and queries, async copies
+/// cudaStreamSynchronize); ferry's own bounded waits, which poll, count as syncs() too. Launches, event record/query, stream waits and queries, async copies
 /// between pinned or device memory and cudaMemsetAsync are not counted.
 ///
 /// Threads: a guard counts only the calls of the thread that made it (another thread's calls,
@@ -78,7 +78,7 @@ class sync_guard {
   /// Starts recording the calling thread's calls. Throws ferry::error when CUPTI cannot be
   /// subscribed (see the class comment); then nothing is recorded and nothing is held.
   explicit sync_guard(mode m = mode::record)
-      : verdict_(m), owner_(std::this_thread::get_id()), ring_waits_(detail::ring_waits) {
+      : verdict_(m), owner_(std::this_thread::get_id()), waits_(detail::blocking_waits) {
     detail::cupti_subscription::instance().acquire();
     detail::sync_thread_state& t = detail::sync_thread();
     node_.outer = t.innermost;
@@ -112,12 +112,13 @@ class sync_guard {
   [[nodiscard]] mode guard_mode() const noexcept { return verdict_.mode(); }
 
   /// Synchronizing calls seen so far: synchronize calls, synchronous copies and fills, async
-  /// copies that touched pageable host memory, and ferry's waits for a full ring's next slot
-  /// (back-pressure under reuse::event_fenced; counted also when a ferry kernel's counter, not a
-  /// runtime call, was waited for).
+  /// copies that touched pageable host memory, and ferry's own waits that blocked (a full ring's
+  /// back-pressure, ferry::event::synchronize, a blocking copy, a destructor's device
+  /// synchronize: ferry bounds its waits, so it polls instead of calling cudaEventSynchronize, or
+  /// calls cudaDeviceSynchronize on a helper thread; see ferry::wait_timeout).
   [[nodiscard]] std::uint64_t syncs() const noexcept {
     return sum([](detail::sync_hook_kind k) { return k != detail::sync_hook_kind::allocate; }) +
-           ring_waits();
+           ferry_waits();
   }
 
   /// Allocations and frees of device, pinned, registered, managed or array memory seen so far.
@@ -149,8 +150,8 @@ class sync_guard {
         if (s == name) c += n, merged = true;
       if (!merged) seen.emplace_back(std::move(name), n);
     }
-    if (const std::uint64_t w = ring_waits(); w != 0)
-      seen.emplace_back("ferry ring full: waited for its next slot", w);
+    if (const std::uint64_t w = ferry_waits(); w != 0)
+      seen.emplace_back("ferry's own bounded waits (a full ring, an event, a blocking copy, a device synchronize)", w);
     if (seen.empty()) return "no synchronizing calls and no allocations";
     std::string out;
     for (const auto& [s, c] : seen) out += (out.empty() ? "" : ", ") + s + " x" + std::to_string(c);
@@ -171,11 +172,11 @@ class sync_guard {
       if (pred(detail::sync_hooks[h].kind)) n += node_.counts[h].load(std::memory_order_relaxed);
     return n;
   }
-  [[nodiscard]] std::uint64_t ring_waits() const noexcept { return detail::ring_waits - ring_waits_; }
+  [[nodiscard]] std::uint64_t ferry_waits() const noexcept { return detail::blocking_waits - waits_; }
 
   detail::sync_verdict verdict_;
   std::thread::id owner_;
-  std::uint64_t ring_waits_;  // this thread's ring waits when the guard was made
+  std::uint64_t waits_;  // this thread's blocking_waits when the guard was made
   detail::sync_guard_node node_;
 };
 #endif  // FERRY_HAS_CUDA

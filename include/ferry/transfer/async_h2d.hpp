@@ -4,6 +4,7 @@
 
 #include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/backend/stream.hpp>
+#include <ferry/detail/nvtx.hpp>
 #include <ferry/element.hpp>
 #include <ferry/memory/device_buffer.hpp>
 #include <ferry/memory/device_span.hpp>
@@ -62,6 +63,9 @@ void send_block(pinned_block block, std::size_t n, device_span<T> out, stream_re
       ops::copy_blocking(out.data(), block.data, bytes, s);
     else
       ops::copy_async(out.data(), block.data, bytes, s);
+  } catch (const timeout_error&) {
+    arena.release(block, s);  // the blocking copy was enqueued and may still read the block
+    throw;
   } catch (...) {
     arena.release(block);
     throw;
@@ -77,6 +81,7 @@ void send_block(pinned_block block, std::size_t n, device_span<T> out, stream_re
 template <class Pin, class Src, class T, class B>
 device_span<T> h2d_into(Src& src, device_span<T> out, stream_ref<B> s, pinned_arena<B>& arena,
                         copy_pool* pool) {
+  [[maybe_unused]] const nvtx_scope<nvtx_names::upload> range;
   using ops = backend_ops<B>;
   ops::check_stream(s, ops::current_device());
   constexpr const char* fn = "async_h2d";

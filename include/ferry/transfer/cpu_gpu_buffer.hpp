@@ -24,7 +24,8 @@
 namespace ferry {
 
 /// `n` elements of pinned, mapped host memory (`host()`, zero-filled) and `n` elements of device
-/// memory (`device()`, uninitialized), with stream-ordered copies between their prefixes.
+/// memory (`device()`, uninitialized), with stream-ordered copies between their prefixes. Only
+/// copies touch host(): it works where kernels do not see pinned memory through its mapping.
 ///
 /// Policies (in any order): ReusePolicy and Backend.
 ///  - `reuse::event_fenced` (default): copy_to_device snapshots host()[0, n) into a block of the
@@ -59,7 +60,8 @@ class cpu_gpu_buffer {
   explicit cpu_gpu_buffer(std::size_t n) : cpu_gpu_buffer(n, default_arena<B>()) {}
   /// As above, staging through `arena` (which must outlive the buffer).
   cpu_gpu_buffer(std::size_t n, pinned_arena<B>& arena)
-      : host_(n), device_(n), arena_(&arena), device_id_(ops::current_device()) {}
+      : host_(n, copies_only), device_(n), arena_(&arena),
+        device_id_(ops::current_device()) {}
 
   /// Takes over `o`'s arrays; spans handed out stay valid.
   cpu_gpu_buffer(cpu_gpu_buffer&&) noexcept = default;

@@ -4,7 +4,9 @@
 #include <ferry/error.hpp>
 #include <ferry/policies/detail/families.hpp>
 
+#include <chrono>
 #include <concepts>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -21,6 +23,13 @@ namespace ferry {
 /// holds `max_slots` slots; `wait()` blocks until that slot is free (a synchronization), and
 /// `describe()` returns a std::string naming the ring, the slot and the point it waits for. A
 /// policy without the member waits (reuse::event_fenced's behaviour).
+///
+/// Optionally, a fencing policy bounds its waits: `static std::chrono::nanoseconds
+/// wait_timeout()` (any std::chrono::duration that converts to nanoseconds exactly, positive) is
+/// how long a full ring's wait, and the waits of the component's destructor, may take. A policy
+/// without the member takes the process-wide bound, ferry::wait_timeout() (5 minutes unless
+/// ferry::set_wait_timeout or FERRY_WAIT_TIMEOUT say otherwise). Past it, `wait()` throws
+/// ferry::timeout_error naming the slot and the stream point, and the ring is unchanged.
 template <class P>
 concept reuse_policy = detail::models_family<P, families::reuse>;
 
@@ -88,6 +97,24 @@ struct reuse {
 }  // namespace ferry::families
 
 namespace ferry::detail {
+
+/// The bound of the waits of a ring under ReusePolicy P: P::wait_timeout(), else 0 (the
+/// process-wide bound). A wait_timeout() that is not positive: std::invalid_argument.
+template <reuse_policy P>
+std::chrono::nanoseconds reuse_wait_bound() {
+  if constexpr (requires { P::wait_timeout(); }) {
+    static_assert(std::is_convertible_v<decltype(P::wait_timeout()), std::chrono::nanoseconds>,
+                  "ferry: a ReusePolicy's wait_timeout() returns a std::chrono::duration that converts "
+                  "to std::chrono::nanoseconds exactly (e.g. std::chrono::seconds).");
+    const std::chrono::nanoseconds bound = P::wait_timeout();
+    if (bound.count() <= 0)
+      throw std::invalid_argument("ferry: the ReusePolicy's wait_timeout() is " + std::to_string(bound.count()) +
+                                  " ns; a bound must be positive");
+    return bound;
+  } else {
+    return std::chrono::nanoseconds(0);
+  }
+}
 
 /// What a full ring does under ReusePolicy P (see ferry::reuse_policy): P::when_full, or wait.
 /// A when_full that returns without calling wait() leaves the ring as full as it was: that is a

@@ -4,17 +4,22 @@
 // backend's in host_queue::enqueue, which every host task goes through).
 #pragma once
 
+#include <ferry/backend/detail/wait_bound.hpp>
 #include <ferry/backend/event.hpp>
 #include <ferry/backend/stats.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/config.hpp>
 #include <ferry/error.hpp>
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <string>
+#include <thread>
 
 namespace ferry::detail {
 
@@ -46,10 +51,17 @@ struct backend_ops<backend::host> {
     return reinterpret_cast<std::uintptr_t>(checked(s));
   }
 
-  /// Blocks until all work on every stream has run (cudaDeviceSynchronize); counted.
-  static void synchronize_device(int /*device*/) {
+  /// Blocks until all work on every stream has run (cudaDeviceSynchronize); counted. Past `d`
+  /// (by default the process-wide bound): ferry::timeout_error.
+  static void synchronize_device(int /*device*/, wait_deadline& d) {
     count(counters<backend::host>().synchronizations);
-    host_queue::drain_all();
+    if (!host_queue::drain_all(d))
+      throw timeout_error("ferry: the wait for every stream of the device (the host backend's device "
+                          "synchronize) " + timeout_text(d));
+  }
+  static void synchronize_device(int device) {
+    wait_deadline d;
+    synchronize_device(device, d);
   }
 
   static void* alloc_pinned(std::size_t bytes) {
@@ -57,12 +69,12 @@ struct backend_ops<backend::host> {
     count(counters<backend::host>().pinned_allocations);
     return p;
   }
-  /// Waits for the work of every stream first, as cudaFreeHost does.
+  /// Waits for the work of every stream first, as cudaFreeHost does; past the bound the memory is
+  /// leaked (drained_for_free).
   static void free_pinned(void* p) noexcept {
     if (!p) return;
     count(counters<backend::host>().pinned_frees);
-    destructor_guard([] { host_queue::drain_all(); });
-    ::operator delete(p, std::align_val_t{alignment});
+    if (drained_for_free()) ::operator delete(p, std::align_val_t{alignment});
   }
   /// The address kernels use for pinned memory: on the host backend the host address itself.
   static void* mapped(void* host) noexcept { return host; }
@@ -75,11 +87,11 @@ struct backend_ops<backend::host> {
     count(counters<backend::host>().device_allocations);
     return p;
   }
-  /// Waits for the work of every stream first, as cudaFree does.
+  /// Waits for the work of every stream first, as cudaFree does; past the bound the memory is
+  /// leaked (drained_for_free).
   static void free_device(void* p) noexcept {
     if (!p) return;
-    destructor_guard([] { host_queue::drain_all(); });
-    release_device(p);
+    if (drained_for_free()) release_device(p);
   }
   static void* alloc_device_async(std::size_t bytes, stream_type) { return alloc_device(bytes); }
   /// Stream-ordered: the memory goes once the work enqueued before it on `s` has run.
@@ -93,14 +105,31 @@ struct backend_ops<backend::host> {
   static void fill_zero_async(void* dst, std::size_t bytes, stream_type s) {
     checked(s)->enqueue([dst, bytes] { std::memset(dst, 0, bytes); });
   }
-  /// A host-blocking copy (pin::allow_sync): counted as a synchronization.
+  /// A host-blocking copy (pin::allow_sync): counted as a synchronization. It waits for the
+  /// stream first, then copies; past the process-wide bound: ferry::timeout_error, nothing copied.
   static void copy_blocking(void* dst, const void* src, std::size_t bytes, stream_type s) {
+    host_queue* q = checked(s);
     count(counters<backend::host>().synchronizations);
-    checked(s)->drain();
+    wait_deadline d;
+    if (!q->wait_until(q->enqueued(), d.until()))
+      throw timeout_error("ferry: a blocking copy (pin::allow_sync) waits for its stream first; the wait " +
+                          timeout_text(d) + "; nothing was copied");
     std::memcpy(dst, src, bytes);
   }
 
  private:
+  // The frees' wait for every stream (as cudaFree's), bounded by the process-wide bound: false
+  // past it (or on a bad bound, the default's), and the memory is then leaked, never freed under
+  // work that may still use it (counted in ferry::swallowed_errors()).
+  static bool drained_for_free() noexcept {
+    try {
+      wait_deadline d = destructor_deadline();
+      if (host_queue::drain_all(d)) return true;
+    } catch (...) {
+    }
+    count_swallowed_error();
+    return false;
+  }
   static void release_device(void* p) noexcept {
     count(counters<backend::host>().device_frees);
     ::operator delete(p, std::align_val_t{alignment});
@@ -159,11 +188,39 @@ struct backend_ops<backend::cuda> {
   /// The stream's identity: its process-unique id (never reused by a later stream).
   static std::uint64_t stream_key(stream_type s) { return s.id(); }
 
-  /// cudaDeviceSynchronize on `device` (the caller's current device is kept); counted.
-  static void synchronize_device(int device) {
-    const detail::device_scope on_device(device);
+  /// cudaDeviceSynchronize on `device`, bounded by `d` (by default the process-wide bound): the
+  /// runtime's call cannot be given up, so a helper thread makes it while this one waits for it
+  /// until `d`; past it, ferry::timeout_error (the helper stays blocked until the device drains).
+  /// Counted, and in blocking_waits (sync_guard sees the helper's call as one of ferry's waits).
+  /// The caller's current device is kept. Called by destructors only: a thread each time.
+  static void synchronize_device(int device, wait_deadline& d) {
+    struct state {
+      std::mutex m;
+      std::condition_variable cv;
+      bool done = false;
+      cudaError_t result = cudaSuccess;
+    };
+    const auto until = d.until();
     count(counters<backend::cuda>().synchronizations);
-    FERRY_CUDA_CHECK(cudaDeviceSynchronize());
+    ++blocking_waits;
+    auto st = std::make_shared<state>();
+    std::thread([st, device] {
+      cudaError_t r = cudaSetDevice(device);
+      if (r == cudaSuccess) r = cudaDeviceSynchronize();
+      std::lock_guard lock(st->m);
+      st->result = r;
+      st->done = true;
+      st->cv.notify_all();
+    }).detach();
+    std::unique_lock lock(st->m);
+    if (!st->cv.wait_until(lock, until, [&] { return st->done; }))
+      throw timeout_error("ferry: the wait for device " + std::to_string(device) +
+                          " to run all its work (cudaDeviceSynchronize) " + timeout_text(d));
+    if (st->result != cudaSuccess) throw make_cuda_error(st->result, "cudaDeviceSynchronize", __FILE__, __LINE__);
+  }
+  static void synchronize_device(int device) {
+    wait_deadline d;
+    synchronize_device(device, d);
   }
 
   static void* alloc_pinned(std::size_t bytes) {
@@ -233,11 +290,25 @@ struct backend_ops<backend::cuda> {
     FERRY_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, s.get()));
     count(counters<backend::cuda>().enqueues);
   }
+  /// A host-blocking copy (pin::allow_sync): the copy, then a bounded wait for it (counted as one
+  /// synchronization, seen by sync_guard in blocking_waits). Past the process-wide bound:
+  /// ferry::timeout_error; the copy is enqueued and may still run.
   static void copy_blocking(void* dst, const void* src, std::size_t bytes, stream_type s) {
-    count(counters<backend::cuda>().synchronizations);
     FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s.get()));
     count(counters<backend::cuda>().enqueues);
-    FERRY_CUDA_CHECK(cudaStreamSynchronize(s.get()));
+    auto& core = shared_timeline<backend::cuda>();
+    const stamp p = core.mark(s);
+    wait_deadline d;
+    const wait_result r = core.wait_until(p, d);
+    if (r == wait_result::timed_out)
+      throw timeout_error("ferry: a blocking copy (pin::allow_sync) of " + std::to_string(bytes) +
+                          " bytes was enqueued, and the wait for it (" + point_name(p) + ") " + timeout_text(d) +
+                          "; the copy may still run: keep its source and destination until the stream "
+                          "has passed that point");
+    if (r == wait_result::passed) {  // done already: still the synchronization it was asked for
+      count(counters<backend::cuda>().synchronizations);
+      ++blocking_waits;
+    }
   }
 };
 #endif

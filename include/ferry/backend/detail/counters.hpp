@@ -1,5 +1,5 @@
 // ferry/backend/detail/counters.hpp: the process-wide counters behind backend_stats (one set per
-// backend) and the back-pressure waits sync scopes add to what they see.
+// backend) and the waits of ferry's own that sync scopes add to what they see.
 #pragma once
 
 #include <atomic>
@@ -28,9 +28,12 @@ inline void count(std::atomic<std::uint64_t>& c) noexcept {
   c.fetch_add(1, std::memory_order_relaxed);
 }
 
-/// Waits this thread made for a full ring's next slot (back-pressure, reuse::event_fenced),
-/// whichever backend call did the waiting, or none (a ferry kernel's counter polled): sync_guard
-/// adds them to what CUPTI saw, so that a zero-sync proof sees every back-pressure wait.
+/// Waits this thread made for a full ring's next slot (back-pressure, reuse::event_fenced).
 inline thread_local std::uint64_t ring_waits = 0;
+
+/// Waits of ferry's own on CUDA that this thread blocked in without a synchronizing runtime call
+/// (bounded waits poll: an event's, a ring's, a blocking copy's; a device synchronize runs on a
+/// helper thread): sync_guard adds them to what CUPTI saw, so that a zero-sync proof sees them.
+inline thread_local std::uint64_t blocking_waits = 0;
 
 }  // namespace ferry::detail

@@ -2,6 +2,7 @@
 // its own worker thread.
 #pragma once
 
+#include <ferry/backend/detail/wait_bound.hpp>
 #include <ferry/backend/stats.hpp>
 #include <ferry/detail/stream_errors.hpp>
 #include <ferry/error.hpp>
@@ -61,9 +62,10 @@ class host_queue : public std::enable_shared_from_this<host_queue> {
   }
 
   /// Blocks until everything enqueued so far on every live queue has finished (the host
-  /// backend's cudaDeviceSynchronize, and the implicit wait of its frees, as cudaFree's). Called
-  /// from a task, it skips the queue running that task (which cannot wait for itself).
-  static void drain_all() {
+  /// backend's cudaDeviceSynchronize, and the implicit wait of its frees, as cudaFree's), or `d`
+  /// expires (then false). Called from a task, it skips the queue running that task (which cannot
+  /// wait for itself).
+  [[nodiscard]] static bool drain_all(wait_deadline& d) {
     for (;;) {
       // Snapshot, then drain outside the registry lock: a queue's tasks may create or destroy
       // queues. A queue destroyed meanwhile has drained itself (its destructor does).
@@ -73,11 +75,11 @@ class host_queue : public std::enable_shared_from_this<host_queue> {
         if (q.get() == running_queue()) continue;
         const std::uint64_t upto = q->enqueued();
         if (q->completed() < upto) {
-          q->wait_for(upto);
+          if (!q->wait_until(upto, d.until())) return false;
           waited = true;
         }
       }
-      if (!waited) return;  // one more pass: work may have been enqueued on a drained queue
+      if (!waited) return true;  // one more pass: work may have been enqueued on a drained queue
     }
   }
 
@@ -117,6 +119,13 @@ class host_queue : public std::enable_shared_from_this<host_queue> {
     if (completed() >= seq) return;
     std::unique_lock lock(mutex_);
     done_cv_.wait(lock, [&] { return completed_->load(std::memory_order_acquire) >= seq; });
+  }
+
+  /// Blocks until task `seq` has finished (then true) or `until` (then false).
+  [[nodiscard]] bool wait_until(std::uint64_t seq, wait_clock::time_point until) {
+    if (completed() >= seq) return true;
+    std::unique_lock lock(mutex_);
+    return done_cv_.wait_until(lock, until, [&] { return completed_->load(std::memory_order_acquire) >= seq; });
   }
 
   /// Blocks until everything enqueued so far has finished.

@@ -3,6 +3,8 @@
 // "The reuse core").
 #pragma once
 
+#include <ferry/backend/detail/mapping.hpp>
+#include <ferry/backend/detail/wait_bound.hpp>
 #include <ferry/backend/stats.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/detail/ring.hpp>
@@ -14,7 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <thread>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -27,6 +29,25 @@ struct stamp {
   std::uint64_t seq = 0;
   [[nodiscard]] bool empty() const noexcept { return seq == 0; }
 };
+
+/// "stream point (line L, seq S)": how messages name a point.
+inline std::string point_name(stamp p) {
+  return "stream point (line " + std::to_string(p.line) + ", seq " + std::to_string(p.seq) + ")";
+}
+
+/// How a bounded wait for a point ended.
+enum class wait_result {
+  passed,     ///< it had passed: nothing blocked
+  waited,     ///< it passed while the host blocked (a synchronization, counted)
+  timed_out,  ///< the deadline expired first; nothing changed
+};
+
+/// A wait's result, or (timed out) ferry::timeout_error naming `p`. True when the wait blocked.
+inline bool waited_or_throw(wait_result r, stamp p, const wait_deadline& d) {
+  if (r == wait_result::timed_out)
+    throw timeout_error("ferry: the wait for " + point_name(p) + " " + timeout_text(d) + "; nothing was changed");
+  return r == wait_result::waited;
+}
 
 /// Where a ferry kernel records that it is done: its last block stores `value` into `*counter`
 /// (pinned, mapped) after every block has finished (`blocks_done` counts them; see
@@ -55,6 +76,18 @@ template <class B>
 timeline<B>& shared_timeline() {
   static auto* t = new timeline<B>();
   return *t;
+}
+
+/// For destructors: whether `p` passes before `d` expires. A wait that times out or fails is
+/// false, counted in ferry::swallowed_errors(): what `p` guards is then leaked, never freed or
+/// reused under work that may still use it.
+template <class B>
+bool passed_by(stamp p, wait_deadline& d) noexcept {
+  bool passed = false;
+  if (destructor_guard([&] { passed = shared_timeline<B>().wait_until(p, d) != wait_result::timed_out; }) &&
+      !passed)
+    count_swallowed_error();
+  return passed;
 }
 
 // ---- host -------------------------------------------------------------------------------------
@@ -86,22 +119,29 @@ class timeline<backend::host> {
     return passed_locked(p);
   }
   [[nodiscard]] bool known(stamp p) { return passed(p); }
-  /// Blocks until `p` has passed. Returns whether it had to block (then counted as a
-  /// synchronization).
-  bool wait(stamp p) {
+  /// Blocks until `p` has passed or `d` expires (a condition variable's timed wait); see
+  /// wait_result. A wait that blocks is counted as a synchronization.
+  wait_result wait_until(stamp p, wait_deadline& d) {
     std::shared_ptr<host_queue> q;
     std::uint64_t task = 0;
     {
       std::lock_guard lock(mutex_);
-      if (p.empty() || passed_locked(p)) return false;
+      if (p.empty() || passed_locked(p)) return wait_result::passed;
       const auto& l = lines_[p.line];
       q = l.queue.lock();
       task = p.seq - l.base;
     }
-    if (!q) return false;  // gone, so drained
+    if (!q) return wait_result::passed;  // gone, so drained
+    const auto until = d.until();
     count(counters<backend::host>().synchronizations);
-    q->wait_for(task);
-    return true;
+    return q->wait_until(task, until) ? wait_result::waited : wait_result::timed_out;
+  }
+  /// Blocks until `p` has passed; past `d` (by default the process-wide bound) throws
+  /// ferry::timeout_error naming `p`. Returns whether it had to block.
+  bool wait(stamp p, wait_deadline& d) { return waited_or_throw(wait_until(p, d), p, d); }
+  bool wait(stamp p) {
+    wait_deadline d;
+    return wait(p, d);
   }
   /// Makes work enqueued on `s` from now on wait for `p` (the host does not block).
   void order_after(stream_ref<backend::host> s, stamp p) {
@@ -213,34 +253,55 @@ class timeline<backend::cuda> {
     return p.seq <= lines_[p.line].known;
   }
 
-  /// Blocks until `p` has passed. Returns whether it had to block (then counted as a
-  /// synchronization). Blocks without the lock: other streams mark and ask meanwhile.
-  bool wait(stamp p) {
+  /// Blocks until `p` has passed or `d` expires; see wait_result. A wait that blocks is counted
+  /// as a synchronization (and in blocking_waits, for sync_guard). It polls, without the lock
+  /// (other streams mark and ask meanwhile): the event that covers `p` with cudaEventQuery
+  /// (cudaEventSynchronize cannot be given up at a deadline), else the line's mapped counter,
+  /// back to back at first, then sleeping (poll_until).
+  wait_result wait_until(stamp p, wait_deadline& d) {
     std::unique_lock lock(mutex_);
-    if (p.empty() || passed_locked(lines_[p.line], p.seq)) return false;
+    if (p.empty() || passed_locked(lines_[p.line], p.seq)) return wait_result::passed;
     count(counters<backend::cuda>().synchronizations);
+    ++blocking_waits;
     if (const cudaEvent_t ev = covering(lines_[p.line], p.seq)) {
       const std::uint64_t seq = covering_seq(lines_[p.line], p.seq);
       ++waiting_;  // no spare event is recorded again while ev may be one (record() creates)
       lock.unlock();
-      const cudaError_t r = cudaEventSynchronize(ev);
+      cudaError_t r = cudaErrorNotReady;
+      bool done = false;
+      try {
+        done = poll_until(d, [&] { return (r = cudaEventQuery(ev)) != cudaErrorNotReady; });
+      } catch (...) {
+        lock.lock();
+        --waiting_;
+        throw;
+      }
       lock.lock();
       --waiting_;
+      if (!done) return wait_result::timed_out;
       FERRY_CUDA_CHECK(r);
       retire(lines_[p.line], seq);
-      return true;
+      return wait_result::waited;
     }
     // Only a kernel's counter covers p: poll it (a fault shows as an error of any driver call).
     lock.unlock();
-    for (;;) {
-      std::this_thread::yield();
-      lock.lock();
-      if (passed_locked(lines_[p.line], p.seq)) return true;
-      lock.unlock();
-      if (const cudaError_t r = cudaStreamQuery(cudaStreamPerThread);
-          r != cudaSuccess && r != cudaErrorNotReady)
+    const bool done = poll_until(d, [&] {
+      {
+        std::lock_guard again(mutex_);
+        if (passed_locked(lines_[p.line], p.seq)) return true;
+      }
+      if (const cudaError_t r = cudaStreamQuery(cudaStreamPerThread); r != cudaSuccess && r != cudaErrorNotReady)
         throw_cuda(r, "waiting for a ferry kernel", __FILE__, __LINE__);
-    }
+      return false;
+    });
+    return done ? wait_result::waited : wait_result::timed_out;
+  }
+  /// Blocks until `p` has passed; past `d` (by default the process-wide bound) throws
+  /// ferry::timeout_error naming `p`. Returns whether it had to block.
+  bool wait(stamp p, wait_deadline& d) { return waited_or_throw(wait_until(p, d), p, d); }
+  bool wait(stamp p) {
+    wait_deadline d;
+    return wait(p, d);
   }
 
   /// Recorded events not yet known passed, over every line (a diagnostic for tests).
@@ -402,9 +463,11 @@ class timeline<backend::cuda> {
   }
 
   // The mapped counters and, per device, the blocks-done counts (allocated on the first kernel
-  // mark of the process and of each device; the kernels that use them are cold then anyway).
+  // mark of the process and of each device; the kernels that use them are cold then anyway). None
+  // on a device whose mapping the probe found dead: its kernels' stores would never show.
   bool counters_ready(int device) {
     if (device < 0 || device >= max_devices) return false;
+    if (mapping_verdicts<backend::cuda>::instance().known(device) == mapping_state::dead) return false;
     if (!counters_) {
       void* p = nullptr;
       FERRY_CUDA_CHECK_ALLOC(

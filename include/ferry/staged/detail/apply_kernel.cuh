@@ -18,6 +18,7 @@
 
 #include <ferry/backend/detail/cuda_runtime.hpp>
 #include <ferry/backend/detail/kernel_mark.cuh>
+#include <ferry/backend/detail/mapping_probe.cuh>
 #include <ferry/backend/stream.hpp>
 #include <ferry/config.hpp>
 #include <ferry/error.hpp>

@@ -73,23 +73,21 @@ class slot_pool {
   slot_pool& operator=(const slot_pool&) = delete;
   /// Waits for the stamps of every slot and scratch (destructors wait for their own fences), then
   /// gives the blocks back to the arena and frees the scratch. reuse::caller_fenced stamps
-  /// nothing: once a slot has been handed to a stream, it waits for the whole device instead.
+  /// nothing: once a slot has been handed to a stream, it waits for the whole device instead. All
+  /// the waits together end at one bound (the ReusePolicy's, else ferry::wait_timeout()); what
+  /// the stream may still read past it is leaked, never given back (ferry::swallowed_errors()).
   ~slot_pool() {
-    destructor_guard([&] {
-      if (!checked && handed_) ops::synchronize_device(device_);
-      auto& core = shared_timeline<B>();
-      core.wait(fill_);
-      for (auto& r : retired_) r.stamps.template wait_all<B>();
-      for (auto& e : scratch_) core.wait(e.used);
-      for (auto& e : retired_scratch_) core.wait(e.used);
-    });
-    ring_.release([&](slot& s) { arena_->release(s.block); });
-    destructor_guard([&] {
-      for (auto& r : retired_) arena_->release(r.block);
-      for (auto& e : scratch_)
-        if (!e.pending) free_scratch(e);  // a pending one's copy may still run: it leaks
-      for (auto& e : retired_scratch_) free_scratch(e);
-    });
+    wait_deadline d = destructor_deadline([] { return ring_type::wait_bound(); });
+    if (!checked && handed_ && !destructor_guard([&] { ops::synchronize_device(device_, d); }))
+      return;  // every slot and scratch handed to a stream may still be read: all leaked
+    (void)passed_by<B>(fill_, d);  // the target's zero fill: its memory goes in stream order, or after it
+    ring_.release([&](slot& s) { arena_->release(s.block); }, d);
+    for (auto& r : retired_)
+      if (r.stamps.template all_passed_by<B>(d)) destructor_guard([&] { arena_->release(r.block); });
+    for (auto& e : scratch_)
+      if (!e.pending && passed_by<B>(e.used, d)) free_scratch(e);  // a pending one's copy may still run
+    for (auto& e : retired_scratch_)
+      if (passed_by<B>(e.used, d)) free_scratch(e);
   }
 
   [[nodiscard]] bool has_current() const noexcept { return has_; }

@@ -101,9 +101,10 @@ class staging_core {
   }
 
   /// Capacity for `max_writes` writes of `max_elements` elements in all, allocated now for every
-  /// slot (and device scratch when `with_scratch`). Under growth::fixed this is the capacity.
-  /// A request whose sizes cannot be represented throws ferry::capacity_error with nothing changed.
-  void reserve(std::size_t max_writes, std::size_t max_elements, bool with_scratch) {
+  /// slot (and device scratch when `with_scratch`: for the contents, or for the whole slot, chunk
+  /// table included, when `whole_slot`). Under growth::fixed this is the capacity. A request whose
+  /// sizes cannot be represented throws ferry::capacity_error with nothing changed.
+  void reserve(std::size_t max_writes, std::size_t max_elements, bool with_scratch, bool whole_slot = false) {
     if constexpr (fixed) {  // the limits are the largest asked so far: size the slots for both
       max_writes = std::max(max_writes_, max_writes);
       max_elements = std::max(max_elements_, max_elements);
@@ -133,7 +134,7 @@ class staging_core {
       // hold. Only then the resolver's host memory, bounded by the descriptors a slot now holds.
       if (pool_.has_current() && (desc_cap_ < want_descs_ || content_cap_ < want_bytes_))
         regrow(want_descs_, want_bytes_);
-      pool_.reserve(slot_bytes(), with_scratch ? want_bytes_ : 0);
+      pool_.reserve(slot_bytes(), with_scratch ? (whole_slot ? slot_bytes() : want_bytes_) : 0);
       recorder_.reserve(want_descs_, "staged_write_tensor::reserve");
     } catch (...) {
       restore(was);  // a capacity no block can hold (a GrowthPolicy's answer) is not kept
@@ -180,6 +181,14 @@ class staging_core {
   /// slots' content capacity at once, so that it is allocated once, not at every larger apply.
   /// Allocated stream-ordered on `s` (the apply's stream) when it must grow.
   std::byte* scratch(stream_ref<B> s) { return pool_.scratch(std::max(used_, want_bytes_), s); }
+  /// The current slot's chunk table and contents as one range, the table first and the contents
+  /// from content_offset() (256-aligned): what an apply copies whole where no kernel may read
+  /// pinned memory in place; slot_bytes_used() of it are staged.
+  [[nodiscard]] const std::byte* slot_data() noexcept { return pool_.current().block.data; }
+  [[nodiscard]] std::size_t content_offset() const noexcept { return content_off_; }
+  [[nodiscard]] std::size_t slot_bytes_used() const noexcept { return content_off_ + used_; }
+  /// Device scratch for the whole current slot (scratch(), chunk table included).
+  std::byte* slot_scratch(stream_ref<B> s) { return pool_.scratch(content_off_ + std::max(used_, want_bytes_), s); }
   /// The launch has been enqueued without reading the slot (the inline path: the chunk table and
   /// contents travelled in the launch's parameters): the slot stays current, unfenced; a new
   /// batch starts in it.

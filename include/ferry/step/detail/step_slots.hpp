@@ -270,12 +270,15 @@ struct step_slots {
   /// The batch's end (destruction, or an assignment over it): its handles end, its open step is
   /// dropped, and every slot is given back. Destruction is a use of every slot: the last step's
   /// publishes may have readers that no stamp covers (the next submit would have stamped them):
-  /// the device is synchronized first, which needs no stream that may be gone by now.
+  /// the device is synchronized first, which needs no stream that may be gone by now. Past the
+  /// wait bound (or on a failed synchronize), nothing is given back: all leaked.
   static void close(core& k) noexcept {
     k.dead_ = true;
     k.open_ = false;
-    if (k.prev_published_) destructor_guard([&] { ops::synchronize_device(k.device_); });
-    release_all(k);
+    if (k.prev_published_ && !destructor_guard([&] { ops::synchronize_device(k.device_); }))
+      k.leaked_ = true;
+    else
+      release_all(k);
     if constexpr (Graphs) release_graph(k);
   }
 };
