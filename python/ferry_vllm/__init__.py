@@ -776,11 +776,11 @@ class VllmStepPrep(_C.Prep):
                      num_reqs_padded=..., num_tokens_padded=...)
 
     prepare() takes the scheduler's arrays (NumPy int32, or anything converted exactly), checks
-    all of it first (a `ferry:` error changes nothing), then writes the step into a pinned slot
-    and submits it: one launch on torch's current stream (on device="cpu" one host task, done
-    when it returns). A row is a prefill row while its request has prefill tokens left (its
-    tokens come from the host), else a decode row (its last sampled token and drafts are read on
-    the device). `inputs()` gives the step's outputs as views (VllmStepInputs); num_reqs,
+    them as it writes the step into a pinned slot (a `ferry:` error cancels the step and changes
+    nothing), then submits it: one launch on torch's current stream (on device="cpu" one host
+    task, done when it returns). A row is a prefill row while its request has prefill tokens
+    left (its tokens come from the host), else a decode row (its last sampled token and drafts
+    are read on the device). `inputs()` gives the step's outputs as views (VllmStepInputs); num_reqs,
     num_tokens, num_logits, num_reqs_padded and num_tokens_padded are the last step's sizes."""
 
     def __init__(
