@@ -63,7 +63,7 @@ includes = [str(root / "include"), str(root / "policies"), str(HERE / "csrc")]
 # The version and the torch it was built against reach the module as tokens it stringifies.
 info = [f"-DFERRY_VLLM_VERSION={version}", f"-DFERRY_VLLM_TORCH={torch_version}"]
 cxx = ["-std=c++20", "-O2", "-g0", "-fvisibility=hidden"]  # -g0: no debug info (Python's CFLAGS ask -g)
-sources = ["csrc/module.cpp", "csrc/values.cpp"]
+sources = ["csrc/module.cpp", "csrc/prep.cpp", "csrc/values.cpp"]
 if use_cuda:
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
     cuda_include = Path(cpp_extension.CUDA_HOME) / "include"

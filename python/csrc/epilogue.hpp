@@ -3,6 +3,8 @@
 // plan time, or nothing. Includes no torch header (nvcc builds it in apply.cu).
 #pragma once
 
+#include "prep_epilogue.hpp"
+
 #include <ferry/config.hpp>
 #include <ferry/step/step_context.hpp>
 
@@ -63,15 +65,18 @@ struct decode_epilogue {
   }
 };
 
-/// The functor of every StepBatch: the epilogue chosen at plan time (StepBatch.set_decode_epilogue),
-/// or none. Trivially copyable; value-initialized it does nothing.
+/// The functor of every step_batch of the package: the epilogue chosen at plan time
+/// (StepBatch.set_decode_epilogue, or VllmStepPrep's), or none. Trivially copyable;
+/// value-initialized it does nothing.
 struct step_epilogue {
-  enum class kind : std::uint32_t { none, decode };
+  enum class kind : std::uint32_t { none, decode, prep };
   kind which = kind::none;
   decode_epilogue decode;
+  prep_epilogue prep;
 
   FERRY_HOST_DEVICE void operator()(const ferry::step_context& ctx) const {
     if (which == kind::decode) decode(ctx);
+    else if (which == kind::prep) prep(ctx);
   }
 };
 

@@ -21,7 +21,9 @@ type), IndexError (out of bounds) or RuntimeError (capacity, stream or state). d
 lists what differs from vLLM.
 
 Beyond vLLM's interface, ferry's own StepBatch does a whole step's uploads, gathers and staged
-writes, and the derived inputs, in one Python call and one kernel launch (ferry::step_batch).
+writes, and the derived inputs, in one Python call and one kernel launch (ferry::step_batch), and
+VllmStepPrep prepares a whole step of vLLM's model runner v2 (prepare_inputs + prepare_attn) that
+way.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -57,6 +60,8 @@ __all__ = [
     "UvaBackedTensor",
     "UvaBuffer",
     "UvaBufferPool",
+    "VllmStepPrep",
+    "VllmStepInputs",
     "async_copy_to_gpu",
     "async_tensor_h2d",
     "backends",
@@ -727,6 +732,138 @@ class StepBatch(_C.Step):
         reads the step's results from these, which orders its reads after the step."""
         return torch.ops.ferry_vllm.step(self._key, list(uploads), list(gathers or []), list(host_values or []),
                                          list(publishes or []))
+
+
+class VllmStepInputs(NamedTuple):
+    """What vLLM's prepare_inputs + prepare_attn return for a step, as views of a VllmStepPrep's
+    buffers (vLLM's shapes: padded where vLLM pads)."""
+
+    input_ids: torch.Tensor  # [num_tokens_padded]
+    positions: torch.Tensor  # [num_tokens_padded]
+    seq_lens: torch.Tensor  # [num_reqs_padded]
+    query_start_loc: torch.Tensor  # [num_reqs_padded + 1]
+    idx_mapping: torch.Tensor  # [num_reqs]
+    cu_num_logits: torch.Tensor  # [num_reqs + 1]
+    logits_indices: torch.Tensor  # [num_logits]
+    expanded_idx_mapping: torch.Tensor  # [num_logits]
+    expanded_local_pos: torch.Tensor  # [num_logits]
+    block_tables: tuple[torch.Tensor, ...]  # each [num_reqs_padded, max_num_blocks]
+    slot_mappings: torch.Tensor  # [num_kv_cache_groups, num_tokens_padded]
+
+
+class VllmStepPrep(_C.Prep):
+    """The preparation of one step of vLLM's model runner v2 (vLLM 0.26.0: GPUModelRunner's
+    prepare_inputs and prepare_attn, and BlockTables.apply_staged_writes before them) in ONE
+    Python call and ONE kernel launch of ferry's step_batch, on the device of the state tensors.
+    Not a vLLM name: ferry's own addition (docs/python.md says which vLLM function each part
+    replaces).
+
+    The device state it reads, never brought to the host (vLLM's RequestState tensors):
+    num_computed_tokens int32 [max_num_reqs], last_sampled_tokens int64 [max_num_reqs, 1] (or
+    [max_num_reqs]) and draft_tokens int64 [max_num_reqs, num_speculative_steps] (None: no
+    speculative decoding). It owns the block tables (`block_tables`, one per KV-cache group, int32
+    [max_num_reqs, max_num_blocks * block_size // kernel_block_size]) and writes its outputs into
+    buffers at fixed addresses (given, or made here): input_ids, positions, seq_lens,
+    query_start_loc, input_block_tables, slot_mappings (vLLM's InputBuffers and BlockTables
+    tensors); idx_mapping, cu_num_logits, logits_indices, expanded_idx_mapping and
+    expanded_local_pos are made here; next_prefill_tokens (int32 [max_num_reqs], vLLM's
+    RequestState.next_prefill_tokens) is written where given.
+
+        prep.add_request(req_index, prefill_token_ids, block_ids, num_computed_tokens)  # a new request
+        prep.remove_request(req_index)                                                  # a finished one
+        prep.prepare(idx_mapping, num_scheduled_tokens, num_draft_tokens,               # every step
+                     new_block_ids=[(req_index, (ids_group0, ...)), ...],
+                     num_reqs_padded=..., num_tokens_padded=...)
+
+    prepare() takes the scheduler's arrays (NumPy int32, or anything converted exactly), checks
+    them as it writes the step into a pinned slot (a `ferry:` error cancels the step and changes
+    nothing), then submits it: one launch on torch's current stream (on device="cpu" one host
+    task, done when it returns). A row is a prefill row while its request has prefill tokens
+    left (its tokens come from the host), else a decode row (its last sampled token and drafts
+    are read on the device). `inputs()` gives the step's outputs as views (VllmStepInputs); num_reqs,
+    num_tokens, num_logits, num_reqs_padded and num_tokens_padded are the last step's sizes."""
+
+    def __init__(
+        self,
+        *,
+        max_num_reqs: int,
+        max_num_tokens: int,
+        block_sizes: Sequence[int],
+        max_num_blocks: Sequence[int],
+        num_computed_tokens: torch.Tensor,
+        last_sampled_tokens: torch.Tensor,
+        draft_tokens: torch.Tensor | None = None,
+        kernel_block_sizes: Sequence[int] | None = None,
+        max_concurrency: int | None = None,
+        input_ids: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        seq_lens: torch.Tensor | None = None,
+        query_start_loc: torch.Tensor | None = None,
+        input_block_tables: Sequence[torch.Tensor] | None = None,
+        slot_mappings: torch.Tensor | None = None,
+        next_prefill_tokens: torch.Tensor | None = None,
+    ):
+        api = "VllmStepPrep"
+        reqs = _int(max_num_reqs, api, "max_num_reqs", 1)
+        tokens = _int(max_num_tokens, api, "max_num_tokens", 1)
+        state = _tensor(num_computed_tokens, api, "num_computed_tokens")
+        cuda, index = _device(state.device, api)
+        self.device = _torch_device(cuda, index)
+        block_sizes = [_int(b, api, "block_sizes", 1) for b in block_sizes]
+        kernel = block_sizes if kernel_block_sizes is None else [_int(b, api, "kernel_block_sizes", 1) for b in kernel_block_sizes]
+        blocks = [_int(b, api, "max_num_blocks", 1) for b in max_num_blocks]
+        cols = [m * (b // k) if k and b % k == 0 else m for m, b, k in zip(blocks, block_sizes, kernel)]
+        groups = len(block_sizes)
+
+        def zeros(*size, dtype=torch.int32):
+            return torch.zeros(size, dtype=dtype, device=self.device)
+
+        self.max_num_reqs, self.max_num_tokens, self.num_kv_cache_groups = reqs, tokens, groups
+        self.input_ids = zeros(tokens) if input_ids is None else input_ids
+        self.positions = zeros(tokens, dtype=torch.int64) if positions is None else positions
+        self.seq_lens = zeros(reqs) if seq_lens is None else seq_lens
+        self.query_start_loc = zeros(reqs + 1) if query_start_loc is None else query_start_loc
+        self.idx_mapping = zeros(reqs)
+        self.cu_num_logits = zeros(reqs + 1)
+        self.logits_indices = zeros(tokens, dtype=torch.int64)
+        self.expanded_idx_mapping = zeros(tokens)
+        self.expanded_local_pos = zeros(tokens)
+        self.block_tables = tuple(zeros(reqs, c) for c in cols)
+        self.input_block_tables = (
+            tuple(zeros(reqs, c) for c in cols) if input_block_tables is None else tuple(input_block_tables)
+        )
+        # Past the most tokens of any step, a slot mapping made here is PAD_SLOT_ID already.
+        padded = slot_mappings is None
+        self.slot_mappings = torch.full((groups, tokens), -1, dtype=torch.int64, device=self.device) if padded else slot_mappings
+        self.num_computed_tokens, self.last_sampled_tokens, self.draft_tokens = state, last_sampled_tokens, draft_tokens
+        self.next_prefill_tokens = next_prefill_tokens
+        with _on(cuda, index):
+            _C.Prep.__init__(
+                self,
+                dict(
+                    max_num_reqs=reqs, max_num_tokens=tokens, block_sizes=block_sizes, kernel_block_sizes=kernel,
+                    max_num_blocks=blocks, num_computed_tokens=state, last_sampled_tokens=last_sampled_tokens,
+                    draft_tokens=draft_tokens, next_prefill_tokens=next_prefill_tokens, input_ids=self.input_ids, positions=self.positions,
+                    seq_lens=self.seq_lens, query_start_loc=self.query_start_loc, idx_mapping=self.idx_mapping,
+                    cu_num_logits=self.cu_num_logits, logits_indices=self.logits_indices,
+                    expanded_idx_mapping=self.expanded_idx_mapping, expanded_local_pos=self.expanded_local_pos,
+                    block_tables=list(self.block_tables), input_block_tables=list(self.input_block_tables),
+                    slot_mappings=self.slot_mappings, slot_mappings_padded=padded,
+                ),
+                cuda,
+                _max_concurrency(max_concurrency, api, 0),
+            )
+
+    def inputs(self) -> VllmStepInputs:
+        """The last step's outputs as vLLM's prepare_inputs and prepare_attn return them (views,
+        valid until the next prepare())."""
+        n, t, lg, rp, tp = self.num_reqs, self.num_tokens, self.num_logits, self.num_reqs_padded, self.num_tokens_padded
+        return VllmStepInputs(
+            self.input_ids[:tp], self.positions[:tp], self.seq_lens[:rp], self.query_start_loc[: rp + 1],
+            self.idx_mapping[:n], self.cu_num_logits[: n + 1], self.logits_indices[:lg],
+            self.expanded_idx_mapping[:lg], self.expanded_local_pos[:lg],
+            tuple(b[:rp] for b in self.input_block_tables), self.slot_mappings[:, :tp],
+        )
 
 
 from . import _ops  # noqa: E402  (registers the torch.library ops, which call back into this module)

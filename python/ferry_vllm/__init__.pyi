@@ -1,6 +1,6 @@
 # Type stubs of ferry_vllm: vLLM's buffer utilities over ferry's C++ components (docs/python.md).
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal, Union
+from typing import Any, Literal, NamedTuple, Union
 
 import numpy as np
 import torch
@@ -161,5 +161,93 @@ class StepBatch:
     ) -> list[torch.Tensor]: ...
     def publish_view(self, publish: int) -> torch.Tensor: ...
     def record_use(self) -> None: ...
+    @property
+    def steps(self) -> int: ...
+
+class VllmStepInputs(NamedTuple):
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    seq_lens: torch.Tensor
+    query_start_loc: torch.Tensor
+    idx_mapping: torch.Tensor
+    cu_num_logits: torch.Tensor
+    logits_indices: torch.Tensor
+    expanded_idx_mapping: torch.Tensor
+    expanded_local_pos: torch.Tensor
+    block_tables: tuple[torch.Tensor, ...]
+    slot_mappings: torch.Tensor
+
+class VllmStepPrep:
+    device: torch.device
+    max_num_reqs: int
+    max_num_tokens: int
+    num_kv_cache_groups: int
+    num_computed_tokens: torch.Tensor
+    last_sampled_tokens: torch.Tensor
+    draft_tokens: torch.Tensor | None
+    next_prefill_tokens: torch.Tensor | None
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    seq_lens: torch.Tensor
+    query_start_loc: torch.Tensor
+    idx_mapping: torch.Tensor
+    cu_num_logits: torch.Tensor
+    logits_indices: torch.Tensor
+    expanded_idx_mapping: torch.Tensor
+    expanded_local_pos: torch.Tensor
+    block_tables: tuple[torch.Tensor, ...]
+    input_block_tables: tuple[torch.Tensor, ...]
+    slot_mappings: torch.Tensor
+    def __init__(
+        self,
+        *,
+        max_num_reqs: int,
+        max_num_tokens: int,
+        block_sizes: Sequence[int],
+        max_num_blocks: Sequence[int],
+        num_computed_tokens: torch.Tensor,
+        last_sampled_tokens: torch.Tensor,
+        draft_tokens: torch.Tensor | None = ...,
+        kernel_block_sizes: Sequence[int] | None = ...,
+        max_concurrency: int | None = ...,
+        input_ids: torch.Tensor | None = ...,
+        positions: torch.Tensor | None = ...,
+        seq_lens: torch.Tensor | None = ...,
+        query_start_loc: torch.Tensor | None = ...,
+        input_block_tables: Sequence[torch.Tensor] | None = ...,
+        slot_mappings: torch.Tensor | None = ...,
+        next_prefill_tokens: torch.Tensor | None = ...,
+    ) -> None: ...
+    def add_request(
+        self,
+        req_index: int,
+        prefill_token_ids: _Values,
+        block_ids: Sequence[_Values],
+        num_computed_tokens: int = ...,
+    ) -> None: ...
+    def remove_request(self, req_index: int) -> None: ...
+    def prepare(
+        self,
+        idx_mapping: _Values,
+        num_scheduled_tokens: _Values,
+        num_draft_tokens: _Values | None = ...,
+        *,
+        new_block_ids: Sequence[tuple[int, Sequence[_Values]]] | None = ...,
+        num_reqs_padded: int | None = ...,
+        num_tokens_padded: int | None = ...,
+    ) -> None: ...
+    def inputs(self) -> VllmStepInputs: ...
+    def num_blocks(self, group: int, req_index: int) -> int: ...
+    def is_prefilling(self, req_index: int) -> bool: ...
+    @property
+    def num_reqs(self) -> int: ...
+    @property
+    def num_tokens(self) -> int: ...
+    @property
+    def num_logits(self) -> int: ...
+    @property
+    def num_reqs_padded(self) -> int: ...
+    @property
+    def num_tokens_padded(self) -> int: ...
     @property
     def steps(self) -> int: ...

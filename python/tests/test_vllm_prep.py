@@ -1,0 +1,339 @@
+# ferry_vllm.VllmStepPrep (vLLM's model runner v2 step preparation in one call and one launch)
+# against a NumPy reference of vLLM 0.26.0's prepare_inputs + prepare_attn (prep_trace.py) on random
+# scheduler traces, on each device the build serves here; and bad input: a ferry: error that
+# changes nothing (the next good step is still right).
+import numpy as np
+import pytest
+import torch
+
+import ferry_vllm as fv
+from prep_trace import Reference, Trace, ferry_outputs, prepare
+
+
+class Rig:
+    """A VllmStepPrep, its reference and a trace, over one device state."""
+
+    def __init__(self, device, seed, *, max_num_reqs=64, max_num_tokens=256, block_sizes=(16,),
+                 kernel_block_sizes=None, max_num_blocks=None, num_spec=0, **trace):
+        self.device = device
+        self.rng = np.random.default_rng(seed)
+        max_num_blocks = list(max_num_blocks or [64 * 16 // b for b in block_sizes])
+        self.num_computed = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
+        self.last_sampled = torch.zeros(max_num_reqs, 1, dtype=torch.int64, device=device)
+        self.draft_tokens = torch.zeros(max_num_reqs, num_spec, dtype=torch.int64, device=device) if num_spec else None
+        sizes = dict(max_num_reqs=max_num_reqs, max_num_tokens=max_num_tokens, block_sizes=list(block_sizes),
+                     max_num_blocks=max_num_blocks)
+        self.prep = fv.VllmStepPrep(**sizes, kernel_block_sizes=kernel_block_sizes,
+                                    num_computed_tokens=self.num_computed, last_sampled_tokens=self.last_sampled,
+                                    draft_tokens=self.draft_tokens,
+                                    next_prefill_tokens=torch.zeros(max_num_reqs, dtype=torch.int32, device=device))
+        self.ref = Reference(**sizes, kernel_block_sizes=kernel_block_sizes)
+        self.trace = Trace(self.rng, **sizes, num_spec=num_spec, **trace)
+        # the device state on the host, written to the device before each step
+        self.nc = np.zeros(max_num_reqs, np.int32)
+        self.last = np.zeros(max_num_reqs, np.int64)
+        self.drafts = np.zeros((max_num_reqs, num_spec), np.int64) if num_spec else None
+
+    def upload(self):
+        self.num_computed.copy_(torch.from_numpy(self.nc))
+        self.last_sampled.copy_(torch.from_numpy(self.last).view(-1, 1))
+        if self.drafts is not None:
+            self.draft_tokens.copy_(torch.from_numpy(self.drafts))
+
+    def next(self):
+        s = self.trace.next()
+        self.trace.joined(s, self.nc, self.drafts)
+        self.upload()
+        return s
+
+    def run(self, s):
+        """The step through ferry and the reference, then the sampler."""
+        prepare(self.prep, s)
+        self.ref.step(s, self.nc, self.last, self.drafts)
+        self.trace.sample(s, self.nc, self.last, self.drafts)
+
+    def check(self, s, where=""):
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        got, want = ferry_outputs(self.prep), self.ref.outputs()
+        for k, w in want.items():
+            if not np.array_equal(got[k], w):
+                bad = np.argwhere(got[k] != w)[:5].tolist()
+                pytest.fail(f"{where}{k} differs at {bad}: ferry {got[k][tuple(np.array(bad).T)]}, "
+                            f"reference {w[tuple(np.array(bad).T)]} (step: n={s.num_reqs}, tokens={s.num_tokens})")
+        assert (self.prep.num_reqs, self.prep.num_tokens) == (s.num_reqs, s.num_tokens)
+        assert self.prep.num_reqs_padded == s.num_reqs_padded and self.prep.num_tokens_padded == s.num_tokens_padded
+
+
+CONFIGS = {
+    "1 group, block 16, no drafts": dict(),
+    "1 group, block 32, 3 drafts": dict(block_sizes=(32,), num_spec=3),
+    "2 groups (16, 32), 4 drafts": dict(block_sizes=(16, 32), num_spec=4),
+    "2 groups, kernel blocks of 16 in blocks of 32": dict(block_sizes=(32, 16), kernel_block_sizes=[16, 16], num_spec=1),
+}
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_random_trace_matches_reference(device, config):
+    """Requests join (prefix-cached or not), prefill in chunks, decode with drafts and leave; every
+    buffer equals the reference's after every step, whole (what vLLM leaves, ferry leaves)."""
+    rig = Rig(device, 1 + list(CONFIGS).index(config), **CONFIGS[config])
+    kinds = set()
+    for k in range(300):
+        s = rig.next()
+        rig.run(s)
+        rig.check(s, f"step {k}: ")
+        kinds.update("prefill" if rig.prep.is_prefilling(int(r)) else "decode" for r in s.idx_mapping)
+        kinds.update(["joined"] * bool(s.added) + ["left"] * bool(s.removed))
+        kinds.update(["drafts"] * (s.num_draft_tokens is not None) + ["padded"] * (s.num_reqs_padded > s.num_reqs))
+    want = {"prefill", "decode", "joined", "left", "padded"} | ({"drafts"} if rig.drafts is not None else set())
+    assert want <= kinds, f"the trace never had {want - kinds}"
+    assert rig.prep.steps == 300
+
+
+def test_large_batches_grow_the_slots(device):
+    """Steps of 1 request, then of hundreds with prefill chunks, then of 1 again: the slots grow
+    to the largest step (growth::pow2) and every step is right."""
+    rig = Rig(device, 11, max_num_reqs=512, max_num_tokens=2048, num_spec=2, join=(0, 2))
+    for k in range(40):
+        s = rig.next()
+        rig.run(s)
+        rig.check(s, f"small step {k}: ")
+    rig.trace.join = (40, 120)
+    for k in range(40):
+        s = rig.next()
+        rig.run(s)
+        rig.check(s, f"large step {k}: ")
+    assert len(rig.trace.reqs) > 200
+    rig.trace.max_batch = 1
+    for k in range(20):
+        s = rig.next()
+        rig.run(s)
+        rig.check(s, f"small step again {k}: ")
+
+
+def test_inputs_are_vllms_views(device):
+    rig = Rig(device, 5, num_spec=2)
+    for _ in range(5):
+        s = rig.next()
+        rig.run(s)
+    x = rig.prep.inputs()
+    n, t, rp, tp, lg = s.num_reqs, s.num_tokens, s.num_reqs_padded, s.num_tokens_padded, rig.prep.num_logits
+    assert x.input_ids.shape == (tp,) and x.positions.shape == (tp,) and x.seq_lens.shape == (rp,)
+    assert x.query_start_loc.shape == (rp + 1,) and x.idx_mapping.shape == (n,) and x.cu_num_logits.shape == (n + 1,)
+    assert x.logits_indices.shape == (lg,) and x.expanded_idx_mapping.shape == (lg,) and x.slot_mappings.shape == (1, tp)
+    assert x.block_tables[0].shape == (rp, rig.prep.block_tables[0].shape[1])
+    assert x.input_ids.data_ptr() == rig.prep.input_ids.data_ptr()  # fixed addresses
+    d = 0 if s.num_draft_tokens is None else int(s.num_draft_tokens.sum())
+    assert lg == n + d and int(x.query_start_loc[rp]) == t
+
+
+# ---- bad input: a ferry: error, nothing changed --------------------------------------------------
+
+
+def bad_cases(rig, s):
+    """(name, call, exception): each a bad version of the step s (or of a call beside it)."""
+    p, n = rig.prep, s.num_reqs
+    idx, q = s.idx_mapping, s.num_scheduled_tokens
+    d = np.zeros(n, np.int32) if s.num_draft_tokens is None else s.num_draft_tokens
+    R, T = p.max_num_reqs, p.max_num_tokens
+    free = next(x for x in range(R) if x not in rig.trace.reqs)  # a slot no request holds
+
+    def step(**kw):
+        args = dict(idx_mapping=idx, num_scheduled_tokens=q, num_draft_tokens=s.num_draft_tokens,
+                    new_block_ids=s.new_block_ids, num_reqs_padded=s.num_reqs_padded,
+                    num_tokens_padded=s.num_tokens_padded)
+        args.update(kw)
+        return lambda: p.prepare(args.pop("idx_mapping"), args.pop("num_scheduled_tokens"),
+                                 args.pop("num_draft_tokens"), **args)
+
+    past = idx.copy()
+    past[-1] = R
+    twice = np.concatenate([idx, idx[:1]])
+    cols = p.block_tables[0].shape[1]
+    full = [(int(idx[0]), tuple([list(range(1, cols + 2))] * p.num_kv_cache_groups))]
+    more_drafts = d.copy()
+    more_drafts[0] = (0 if rig.drafts is None else rig.drafts.shape[1]) + 1
+    return [
+        ("a request index past the state", step(idx_mapping=past), IndexError),
+        ("a negative request index", step(idx_mapping=-1 - idx), IndexError),
+        ("a request not added", step(idx_mapping=np.array([free], np.int32), num_scheduled_tokens=q[:1],
+                                      num_draft_tokens=None, num_reqs_padded=None, num_tokens_padded=None),
+         ValueError),
+        ("a request twice", step(idx_mapping=twice, num_scheduled_tokens=np.concatenate([q, q[:1]]),
+                                 num_draft_tokens=np.concatenate([d, d[:1]]), num_reqs_padded=None,
+                                 num_tokens_padded=None), ValueError),
+        ("a draft count past the maximum", step(num_draft_tokens=more_drafts), ValueError),
+        ("negative drafts", step(num_draft_tokens=-1 - d), ValueError),
+        ("fewer token counts than rows", step(num_scheduled_tokens=q[:-1]), ValueError),
+        ("draft counts of another length", step(num_draft_tokens=np.zeros(n + 1, np.int32)), ValueError),
+        ("no tokens for a row", step(num_scheduled_tokens=np.where(np.arange(n) == 0, 0, q).astype(np.int32)),
+         ValueError),
+        ("more tokens than max_num_tokens", step(num_scheduled_tokens=np.full(n, T, np.int32), num_draft_tokens=None,
+                                                 num_tokens_padded=None), ValueError),
+        ("a batch larger than the captured size (num_reqs_padded)", step(num_reqs_padded=n - 1), ValueError),
+        ("num_reqs_padded past max_num_reqs", step(num_reqs_padded=R + 1), ValueError),
+        ("num_tokens_padded below the step's tokens", step(num_tokens_padded=s.num_tokens - 1), ValueError),
+        ("num_tokens_padded past max_num_tokens", step(num_tokens_padded=T + 1), ValueError),
+        ("a block table full", step(new_block_ids=full), RuntimeError),
+        ("block ids of too few groups", step(new_block_ids=[(int(idx[0]), ())]), ValueError),
+        ("block appends for a request past the state", step(new_block_ids=[(R, ([1],) * p.num_kv_cache_groups)]),
+         IndexError),
+        # after the step's own appends (written into the slot before the bad entry is met)
+        ("a negative block id", step(new_block_ids=[*s.new_block_ids, (int(idx[0]), ([-1], [1]))]), ValueError),
+        ("a block id past int32 once expanded to kernel blocks",
+         step(new_block_ids=[*s.new_block_ids, (int(idx[0]), ([1], [2**30]))]), ValueError),
+        ("an append that is not (req_index, block ids)", step(new_block_ids=[*s.new_block_ids, int(idx[0])]),
+         TypeError),
+        ("a token count that does not convert", step(num_scheduled_tokens=q.astype(np.float64) + 0.5), ValueError),
+        ("idx_mapping of strings", step(idx_mapping=["a"] * n), TypeError),
+        ("idx_mapping on the wrong device", step(idx_mapping=torch.zeros(n, dtype=torch.int32, device="meta")),
+         ValueError),
+        ("add_request past the state", lambda: p.add_request(R, [1, 2], ([1],) * p.num_kv_cache_groups), IndexError),
+        ("add_request of an active request", lambda: p.add_request(int(idx[0]), [1], ([1],) * p.num_kv_cache_groups),
+         ValueError),
+        ("add_request with a full block table", lambda: p.add_request(free, [1], ([0] * (cols + 1),) * p.num_kv_cache_groups),
+         RuntimeError),
+        ("add_request computing past its tokens", lambda: p.add_request(free, [1, 2], ([1],) * p.num_kv_cache_groups, 3),
+         ValueError),
+        ("remove_request of a request not added", lambda: p.remove_request(free), ValueError),
+    ]
+
+
+@pytest.mark.parametrize("num_spec", [0, 2])
+def test_bad_input_changes_nothing(device, num_spec):
+    """Each bad call raises a ferry: error and changes nothing: the good step after it (the one
+    the bad call was a bad version of) gives exactly the reference's buffers."""
+    # group 1: 2 kernel blocks of 16 per block of 32 (each block id b written as 2b, 2b + 1)
+    rig = Rig(device, 21 + num_spec, num_spec=num_spec, block_sizes=(16, 32), kernel_block_sizes=[16, 16],
+              join=(0, 1), leave=0.1)
+    for _ in range(30):
+        s = rig.next()
+        rig.run(s)
+    names = []
+    for k in range(len(bad_cases(rig, s))):
+        s = rig.next()
+        for slot in s.removed:
+            rig.prep.remove_request(slot)
+        for slot, tokens, ids, computed in s.added:
+            rig.prep.add_request(slot, tokens, ids, computed)
+        name, call, error = bad_cases(rig, s)[k]
+        before = ferry_outputs(rig.prep)
+        steps = rig.prep.steps
+        with pytest.raises(error, match="^ferry: ") as e:
+            call()
+        names.append((name, str(e.value)))
+        if device == "cuda":
+            torch.cuda.synchronize()
+        after = ferry_outputs(rig.prep)
+        assert rig.prep.steps == steps, name
+        for key in before:
+            assert np.array_equal(before[key], after[key]), f"{name}: {key} changed"
+        # the good step, as the reference has it (removals and additions already made above)
+        rig.prep.prepare(s.idx_mapping, s.num_scheduled_tokens, s.num_draft_tokens, new_block_ids=s.new_block_ids,
+                         num_reqs_padded=s.num_reqs_padded, num_tokens_padded=s.num_tokens_padded)
+        rig.ref.step(s, rig.nc, rig.last, rig.drafts)
+        rig.trace.sample(s, rig.nc, rig.last, rig.drafts)
+        rig.check(s, f"after {name}: ")
+    assert len(names) == 28
+
+
+def test_bad_state_tensors(device):
+    """The device state and the sizes are checked when the object is made."""
+    R = 8
+    ok = dict(max_num_reqs=R, max_num_tokens=32, block_sizes=[16], max_num_blocks=[4],
+              num_computed_tokens=torch.zeros(R, dtype=torch.int32, device=device),
+              last_sampled_tokens=torch.zeros(R, 1, dtype=torch.int64, device=device))
+    fv.VllmStepPrep(**ok)
+    bad = [
+        ("num_computed_tokens", torch.zeros(R, dtype=torch.int64, device=device), "must be Int"),
+        ("last_sampled_tokens", torch.zeros(R, 2, dtype=torch.int64, device=device), "max_num_reqs, 1"),
+        ("last_sampled_tokens", torch.zeros(R - 1, dtype=torch.int64, device=device), "at least"),
+        ("draft_tokens", torch.zeros(4, R, dtype=torch.int64, device=device).t(), "contiguous"),
+        ("draft_tokens", torch.zeros(R, 3, dtype=torch.int32, device=device), "must be Long"),
+        ("last_sampled_tokens", torch.zeros(R, 1, dtype=torch.int64, device="meta"), "is on meta"),
+        ("input_ids", torch.zeros(64, dtype=torch.int32, device=device)[::2], "contiguous"),
+        ("block_sizes", [16, 16, 16, 16, 16], "1 to 4"),
+        ("kernel_block_sizes", [12], "multiple"),
+        ("max_num_blocks", [0], "at least 1"),
+    ]
+    for key, value, match in bad:
+        with pytest.raises((ValueError, TypeError), match=f"^ferry: .*{match}"):
+            fv.VllmStepPrep(**{**ok, key: value})
+    with pytest.raises(TypeError, match="^ferry: "):
+        fv.VllmStepPrep(**{**ok, "num_computed_tokens": np.zeros(R, np.int32)})
+
+
+# ---- CUDA: the step beside a graph's replay, and capture -------------------------------------------
+
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available() or not fv.CUDA,
+                               reason="no CUDA device here, or a host-only build: the CUDA half runs on a GPU")
+
+
+@cuda_only
+def test_graph_replays_read_each_step():
+    """1,000 steps, each followed by the replay of a graph captured once over the object's
+    buffers (fixed addresses), with the batch size changing and the slots growing mid-run: each
+    replay computes from that step's inputs."""
+    rig = Rig("cuda", 31, max_num_reqs=256, max_num_tokens=1024, block_sizes=(16, 32), num_spec=3, join=(0, 2))
+    p = rig.prep
+    out = torch.zeros(5, dtype=torch.int64, device="cuda")
+
+    def model():  # a few kernels over whole buffers: a digest of the step's inputs
+        out[0] = (p.input_ids.long() * torch.arange(1, p.max_num_tokens + 1, device="cuda")).sum()
+        out[1] = (p.positions * 3 + 1).sum()
+        out[2] = p.slot_mappings.sum()
+        out[3] = p.seq_lens.long().sum() + p.query_start_loc.long().sum()
+        out[4] = p.input_block_tables[1].long().sum()
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        model()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        model()
+    weights = np.arange(1, p.max_num_tokens + 1, dtype=np.int64)
+    for k in range(1000):
+        if k == 500:
+            rig.trace.join = (20, 60)  # the batch grows: the slots grow with it
+        s = rig.next()
+        rig.run(s)
+        g.replay()
+        want = rig.ref.outputs()
+        digest = [int((want["input_ids"].astype(np.int64) * weights).sum()), int((want["positions"] * 3 + 1).sum()),
+                  int(want["slot_mappings"].sum()),
+                  int(want["seq_lens"].astype(np.int64).sum() + want["query_start_loc"].astype(np.int64).sum()),
+                  int(want["input_block_tables[1]"].astype(np.int64).sum())]
+        assert out.tolist() == digest, f"step {k}: the replay read other inputs than the step's"
+    assert len(rig.trace.reqs) > 100
+
+
+@cuda_only
+def test_prepare_while_capturing_raises_and_changes_nothing():
+    """prepare() on a capturing stream raises (a captured launch would replay a slot the ring has
+    moved past): nothing captured, nothing changed, the next step right."""
+    rig = Rig("cuda", 41, num_spec=2)
+    for _ in range(10):
+        s = rig.next()
+        rig.run(s)
+    s = rig.next()
+    for slot in s.removed:
+        rig.prep.remove_request(slot)
+    for slot, tokens, ids, computed in s.added:
+        rig.prep.add_request(slot, tokens, ids, computed)
+    torch.cuda.synchronize()
+    before = ferry_outputs(rig.prep)
+    g = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="^ferry: .*captur"):
+        with torch.cuda.graph(g):
+            rig.prep.prepare(s.idx_mapping, s.num_scheduled_tokens, s.num_draft_tokens, new_block_ids=s.new_block_ids,
+                             num_reqs_padded=s.num_reqs_padded, num_tokens_padded=s.num_tokens_padded)
+    torch.cuda.synchronize()
+    after = ferry_outputs(rig.prep)
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+    rig.prep.prepare(s.idx_mapping, s.num_scheduled_tokens, s.num_draft_tokens, new_block_ids=s.new_block_ids,
+                     num_reqs_padded=s.num_reqs_padded, num_tokens_padded=s.num_tokens_padded)
+    rig.ref.step(s, rig.nc, rig.last, rig.drafts)
+    rig.check(s, "after the capture: ")
