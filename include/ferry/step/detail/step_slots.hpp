@@ -105,7 +105,7 @@ struct step_slots {
       // Waiting for the slot coming into use (event_fenced, back-pressure: the host runs at most
       // max_slots - 1 steps ahead) or throwing (throw_when_full). Nothing has changed yet.
       next = ring.next();
-      if (ring.when_full(next, [&] {
+      const bool waited = ring.when_full(next, [&] {
         const stamp held = ring.stamps(next).template held<B>();
         return "ferry: step_batch: the next slot (slot " + std::to_string(next) +
                ") is still in use (its step or the readers of its publishes)" +
@@ -114,8 +114,8 @@ struct step_slots {
                                    std::to_string(held.seq) + ")") +
                " and the batch holds max_slots (" + std::to_string(ring.max_slots()) +
                ") slots; use more slots, or let the stream catch up";
-          }))
-        ++k.full_waits_;
+      });
+      if (waited) ++k.full_waits_;
     }
     if (next == none) {
       ring.reserve_for_one();
