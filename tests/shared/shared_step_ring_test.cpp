@@ -89,6 +89,7 @@ struct shared_board {
 // Runs `child` in a forked process, which exits with its return value (never returning here).
 template <class F>
 pid_t spawn(F&& child) {
+  std::fflush(nullptr);  // nothing buffered is written twice
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {

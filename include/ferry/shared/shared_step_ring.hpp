@@ -215,8 +215,7 @@ class shared_step_writer {
   void write(std::uint64_t w, Fill&& fill) {
     const std::size_t i = static_cast<std::size_t>(w % layout_.slots);
     auto seq = detail::shared_atomic(region_.slot_seq(i));
-    seq.store(detail::slot_writing, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
+    seq.exchange(detail::slot_writing, std::memory_order_acq_rel);  // before any byte of the data
     try {
       fill(std::span<T>(static_cast<T*>(region_.slot_data(i)), layout_.elements));
     } catch (...) {
