@@ -16,6 +16,7 @@
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -186,11 +187,20 @@ struct engine {
     want[step] = std::move(r);
   }
 
-  /// One step: begin, fill, commit, replay.
+  /// One step: begin, fill, commit, replay. The commit calls nothing of the backend's: no
+  /// enqueue (on CUDA: no launch, no event, no copy), no query, no wait, no allocation (the host
+  /// backend's commit enqueues its mark's wait on the batch's line).
   void step(std::uint64_t k) {
     batch.begin();
     fill_step(k);
+    const auto before = ferry::backend_stats_of<B>();
     batch.commit();
+    const auto after = ferry::backend_stats_of<B>();
+    CHECK(after.enqueues == before.enqueues + (std::is_same_v<B, ferry::backend::host> ? 1 : 0));
+    CHECK(after.completion_queries == before.completion_queries);
+    CHECK(after.synchronizations == before.synchronizations);
+    CHECK(after.pinned_allocations == before.pinned_allocations);
+    CHECK(after.device_allocations == before.device_allocations);
     replay();
   }
 
@@ -314,6 +324,33 @@ TEMPLATE_TEST_CASE("step_capture: a commit without a replay is reported once the
   e.check(4, 5);
 }
 
+TEMPLATE_TEST_CASE("step_capture: under event_fenced, a ring held by commits no replay ran waits up to the bound, "
+                   "then names them",
+                   "[step][capture]", FERRY_TEST_BACKENDS) {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  using Catch::Matchers::ContainsSubstring;
+  engine<B> e(7005, 2, 2);
+  e.step(0);
+  e.check(0, 1);
+  e.batch.begin();
+  e.fill_step(1);
+  e.batch.commit();  // and no replay
+  {
+    ferry_test::wait_bound bound(std::chrono::milliseconds(50));
+    REQUIRE_THROWS_MATCHES(e.batch.begin(), ferry::timeout_error,
+                           Catch::Matchers::MessageMatches(ContainsSubstring("1 committed step (from step 1) has not "
+                                                                             "been run by a replay") &&
+                                                           ContainsSubstring("a commit without a replay")));
+  }
+  CHECK_FALSE(e.batch.in_step());
+  e.replay();
+  e.check(1, 2);
+  e.step(2);
+  e.check(2, 3);
+  e.batch.check_replayed();
+}
+
 TEMPLATE_TEST_CASE("step_capture: a commit that throws commits nothing and leaves the step open", "[step][capture]",
                    FERRY_TEST_BACKENDS) {
   using B = TestType;
@@ -348,9 +385,7 @@ TEST_CASE("step_capture: record needs a reserved batch and a capturing stream of
   b.begin();
   (void)u.span(1);
   b.commit();  // committed, never replayed: the destructor waits for it up to the bound, then leaks
-  const auto bound = ferry::wait_timeout();
-  ferry::set_wait_timeout(std::chrono::milliseconds(50));
+  ferry_test::wait_bound bound(std::chrono::milliseconds(50));
   { auto gone = std::move(b); }
-  ferry::set_wait_timeout(bound);
 }
 #endif
