@@ -187,10 +187,15 @@ struct engine {
     want[step] = std::move(r);
   }
 
-  /// One step: begin, fill, commit, replay. The commit calls nothing of the backend's: no
-  /// enqueue (on CUDA: no launch, no event, no copy), no query, no wait, no allocation (the host
-  /// backend's commit enqueues its mark's wait on the batch's line).
+  /// One step: begin, fill, commit, replay.
   void step(std::uint64_t k) {
+    commit_only(k);
+    replay();
+  }
+  /// Step k begun, filled and committed, with no replay. The commit calls nothing of the
+  /// backend's: no enqueue (on CUDA: no launch, no event, no copy), no query, no wait, no
+  /// allocation (the host backend's commit enqueues its mark's wait on the batch's line).
+  void commit_only(std::uint64_t k) {
     batch.begin();
     fill_step(k);
     const auto before = ferry::backend_stats_of<B>();
@@ -201,7 +206,6 @@ struct engine {
     CHECK(after.synchronizations == before.synchronizations);
     CHECK(after.pinned_allocations == before.pinned_allocations);
     CHECK(after.device_allocations == before.device_allocations);
-    replay();
   }
 
   /// Synchronizes, then checks the model's row of every step in [from, to) (at most `keep`).
@@ -216,6 +220,15 @@ struct engine {
     }
   }
 };
+
+/// Requires `call` to throw E whose message names a commit without a replay, and `what`.
+template <class E, class Call>
+void require_unreplayed(Call&& call, const char* what) {
+  using Catch::Matchers::ContainsSubstring;
+  REQUIRE_THROWS_MATCHES(call(), E,
+                         Catch::Matchers::MessageMatches(ContainsSubstring(what) &&
+                                                         ContainsSubstring("a commit without a replay")));
+}
 
 /// Steps in chunks of up to `keep` without a synchronization (the host commits step k+1 while
 /// replay k may not have run), each chunk checked; a burst with the replays held in the middle,
@@ -288,32 +301,21 @@ TEMPLATE_TEST_CASE("step_capture: a commit without a replay is reported once the
                    "[step][capture]", FERRY_TEST_BACKENDS) {
   using B = TestType;
   FERRY_REQUIRE_BACKEND(B);
-  using Catch::Matchers::ContainsSubstring;
   engine<B, ferry::reuse::throw_when_full> e(7003, 2, 3);
   e.step(0);
   e.check(0, 1);
   // Two commits, one replay: steps 1 and 2 committed, one replay runs step 1.
-  for (std::uint64_t k = 1; k < 3; ++k) {
-    e.batch.begin();
-    e.fill_step(k);
-    e.batch.commit();
-  }
+  e.commit_only(1);
+  e.commit_only(2);
   e.replay();
   e.s.synchronize();
   CHECK(e.batch.replayed() == 2);
-  REQUIRE_THROWS_MATCHES(e.batch.check_replayed(), ferry::error,
-                         Catch::Matchers::MessageMatches(ContainsSubstring("step 2 was committed but no replay has "
-                                                                           "run it") &&
-                                                         ContainsSubstring("a commit without a replay")));
+  require_unreplayed<ferry::error>([&] { e.batch.check_replayed(); }, "step 2 was committed but no replay has run it");
   // The host goes on committing (as it may while replays are queued) until the ring (3 slots) is
   // held by commits no replay ran: begin names them.
-  e.batch.begin();
-  e.fill_step(3);
-  e.batch.commit();
-  REQUIRE_THROWS_MATCHES(e.batch.begin(), ferry::capacity_error,
-                         Catch::Matchers::MessageMatches(ContainsSubstring("2 committed steps (from step 2) have not "
-                                                                           "been run by a replay") &&
-                                                         ContainsSubstring("a commit without a replay")));
+  e.commit_only(3);
+  require_unreplayed<ferry::capacity_error>([&] { e.batch.begin(); },
+                                            "2 committed steps (from step 2) have not been run by a replay");
   CHECK_FALSE(e.batch.in_step());
   // The replays that were missing run steps 2 and 3, and the pairing is whole again.
   e.replay();
@@ -329,19 +331,14 @@ TEMPLATE_TEST_CASE("step_capture: under event_fenced, a ring held by commits no 
                    "[step][capture]", FERRY_TEST_BACKENDS) {
   using B = TestType;
   FERRY_REQUIRE_BACKEND(B);
-  using Catch::Matchers::ContainsSubstring;
   engine<B> e(7005, 2, 2);
   e.step(0);
   e.check(0, 1);
-  e.batch.begin();
-  e.fill_step(1);
-  e.batch.commit();  // and no replay
+  e.commit_only(1);
   {
     ferry_test::wait_bound bound(std::chrono::milliseconds(50));
-    REQUIRE_THROWS_MATCHES(e.batch.begin(), ferry::timeout_error,
-                           Catch::Matchers::MessageMatches(ContainsSubstring("1 committed step (from step 1) has not "
-                                                                             "been run by a replay") &&
-                                                           ContainsSubstring("a commit without a replay")));
+    require_unreplayed<ferry::timeout_error>([&] { e.batch.begin(); },
+                                             "1 committed step (from step 1) has not been run by a replay");
   }
   CHECK_FALSE(e.batch.in_step());
   e.replay();
