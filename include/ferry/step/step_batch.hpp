@@ -63,7 +63,9 @@ struct step_batch_access;
 /// Policies (any order, each family at most once): GrowthPolicy (`growth::pow2` default;
 /// `growth::fixed`: the declared maxima are the capacity), ReusePolicy (`reuse::event_fenced`
 /// default; `reuse::throw_when_full`; `reuse::caller_fenced`), LaunchPolicy (`launch::kernel`
-/// default; `launch::graph`, which needs growth::fixed), EpiloguePolicy (`epilogue::none`
+/// default; `launch::graph`, which needs growth::fixed; `launch::capture`, which also does: the
+/// step recorded once into the engine's own stream capture by record(), each step published by
+/// commit() with no CUDA call and run by the engine's replay), EpiloguePolicy (`epilogue::none`
 /// default; `epilogue::functor<F>`: F's `FERRY_HOST_DEVICE operator()(const step_context&) const`
 /// runs after every upload, write, gather and fill of the step has landed, on CUDA by every thread
 /// of the launch's last block, on the host backend once), Backend; and the presets.
@@ -83,6 +85,7 @@ struct step_batch_access;
 /// batch's kernels and its last publishes' readers. Its kernel reads the slots in place: on a
 /// device whose mapping ferry's probe finds dead, construction throws ferry::error. Move-only;
 /// not thread-safe.
+/// launch::capture's record() is the one call made on a capturing stream.
 template <class... Policies>
 class step_batch {
   using policies = detail::policies<
@@ -299,7 +302,7 @@ class step_batch {
   /// and its data as they were: fix it and submit again, or cancel().
   FERRY_KERNEL_VISIBILITY void submit(stream_ref<B> s) {
     static_assert(!capture, "ferry: a launch::capture batch's steps run in the engine's replays: commit() "
-                            "each step (docs/step_batch.md, \"Capture mode\")");
+                            "each step (docs/step_batch.md, launch::capture)");
     core& k = c();
     submitter::submit(k, s, [&](typename core::slot& sl, const void* table, std::size_t blocks) {
       if constexpr (graphs)
@@ -403,7 +406,7 @@ class step_batch {
   /// than the next submit's. Throws ferry::error on a capturing stream.
   void record_use(stream_ref<B> s) { submitter::record_use(c(), s); }
 
-  /// Steps submitted so far.
+  /// Steps submitted (launch::capture: committed) so far.
   [[nodiscard]] std::uint64_t steps() const noexcept { return core_ ? core_->steps_ : 0; }
   /// True between begin() and submit().
   [[nodiscard]] bool in_step() const noexcept { return core_ && core_->open_; }

@@ -226,8 +226,9 @@ struct step_graph {
 /// How backend B runs a step with epilogue F (void: none): `preload<F>()`, `launch<F>(stream,
 /// table, blocks, lane, f)` (the step kernel over `blocks` blocks; `table` is the mapped address), for
 /// launch::graph (`graphs`) the one graph of a batch: `make_graph<F>(locator, blocks, device, f)`,
-/// `replay(stream, graph)`, `destroy_graph(graph)`; and the device lanes (step_lane):
-/// `take_lane(device)`, `give_lane(device, lane)`. Specialized per backend (below;
+/// `replay(stream, graph)`, `destroy_graph(graph)`; for launch::capture on CUDA
+/// `record<F>(stream, locator, blocks, f)` (the step kernel launched on a capturing stream); and
+/// the device lanes (step_lane): `take_lane(device)`, `give_lane(device, lane)`. Specialized per backend (below;
 /// step_kernel.cuh, nvcc only); this primary template is what a translation unit not built by
 /// nvcc gets for CUDA: neither a construction (which preloads the step kernel) nor a submit
 /// compiles. What making and giving back slots needs (lanes, the graph) a batch reaches through the

@@ -195,8 +195,8 @@ class step_capture {
           // The host backend's kernel mark: this task ends once a replay has run the step (or
           // the batch closes), and the stamp after it passes then.
           std::atomic_ref<std::uint64_t> ran(st->ran);
-          for (std::uint64_t r = ran.load(std::memory_order_acquire); r <= step; r = ran.load(std::memory_order_acquire))
-            ran.wait(r, std::memory_order_acquire);
+          constexpr auto acquire = std::memory_order_acquire;
+          for (std::uint64_t r = ran.load(acquire); r <= step; r = ran.load(acquire)) ran.wait(r, acquire);
         });
       } else if (h->counter == 0) {
         throw capacity_error("ferry: step_batch::commit: the batch's line has no mapped counter any more (every "
