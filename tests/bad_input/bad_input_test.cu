@@ -144,6 +144,9 @@ constexpr row registry[] = {
     {"step.overlap.fill_upload", "std::invalid_argument", step_plan_kept},
     {"step.overlap.target_destination", "std::invalid_argument", step_plan_kept},
     {"step.overlap.fill_source", "std::invalid_argument", step_plan_kept},
+    {"step.capture.record_unreserved", "ferry::error", "nothing captured, the plan not fixed"},
+    {"step.capture.record_not_capturing", "ferry::error", "nothing enqueued"},
+    {"step.capture.replay_without_commit", "ferry::error", "no step open, nothing committed"},
 };
 
 const std::type_info* exception_type(std::string_view name) {
@@ -1635,6 +1638,80 @@ BAD_INPUT_ROW("step.overlap.fill_source") {
     sc.batch.add_fill(dst.span(), sc.device_value());
     sc.bad([&] { (void)sc.batch.add_upload(sc.value.span(), 1); });
   }
+}
+
+template <class B>
+using capture_batch = ferry::step_batch<B, ferry::presets::graph_safe, ferry::launch::capture>;
+
+BAD_INPUT_ROW("step.capture.record_unreserved") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  CUDA_ONLY(B) {
+#if FERRY_HAS_CUDA
+    ferry::stream<B> s;
+    ferry::device_buffer<i32, B> out(8);
+    capture_batch<B> batch;
+    (void)batch.add_upload(out.span(), 8);
+    CHECK(captured_nodes(s.get(), [&] { expect_throw([&] { batch.record(s); }); }) == 0);
+    CHECK(batch.slots() == 0);  // not reserved by the refused call
+    ferry::device_buffer<i32, B> more(4);
+    (void)batch.add_upload(more.span(), 4);  // the plan still open
+#endif
+  }
+}
+
+BAD_INPUT_ROW("step.capture.record_not_capturing") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  CUDA_ONLY(B) {
+#if FERRY_HAS_CUDA
+    ferry::stream<B> s;
+    ferry::device_buffer<i32, B> out(8);
+    capture_batch<B> batch;
+    (void)batch.add_upload(out.span(), 8);
+    batch.reserve();
+    const auto before = ferry::backend_stats_of<B>().enqueues;
+    expect_throw([&] { batch.record(s); });
+    CHECK(ferry::backend_stats_of<B>().enqueues == before);
+#endif
+  }
+}
+
+BAD_INPUT_ROW("step.capture.replay_without_commit") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::stream<B> s;
+  ferry::device_buffer<i32, B> out(8);
+  capture_batch<B> batch;
+  auto up = batch.add_upload(out.span(), 8);
+  batch.reserve();
+  if constexpr (std::is_same_v<B, host>) {
+    batch.replay_recorded(s);  // the host backend's stand-in for the engine's replay
+  } else {
+#if FERRY_HAS_CUDA
+    REQUIRE(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    batch.record(s);
+    cudaGraph_t g = nullptr;
+    REQUIRE(cudaStreamEndCapture(s.get(), &g) == cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    REQUIRE(cudaGraphInstantiate(&exec, g, 0) == cudaSuccess);
+    REQUIRE(cudaGraphLaunch(exec, s.get()) == cudaSuccess);  // a replay, no step committed
+    s.synchronize();
+    CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
+    CHECK(cudaGraphDestroy(g) == cudaSuccess);
+#endif
+  }
+  s.synchronize();
+  const std::string what = message_of([&] { batch.begin(); });
+  INFO(what);
+  CHECK(what.find("a replay without a commit") != std::string::npos);
+  CHECK(what.find("to run step 0") != std::string::npos);
+  expect_throw([&] { batch.begin(); });
+  CHECK_FALSE(batch.in_step());
+  expect_throw([&] { batch.commit(); });
+  CHECK(batch.steps() == 0);
+  CHECK(batch.replayed() == 0);
+  (void)up;
 }
 
 // ---- waits past their bound (the bound set to 50 ms; a gate holds the stream) ---------------------

@@ -21,6 +21,9 @@ namespace nvtx_names {
 struct step_submit {
   static constexpr const char* message = "ferry: step_batch::submit";
 };
+struct step_commit {
+  static constexpr const char* message = "ferry: step_batch::commit";
+};
 struct apply {
   static constexpr const char* message = "ferry: staged apply";
 };

@@ -20,6 +20,7 @@
 #include <ferry/policies/reuse.hpp>
 #include <ferry/staged/staged_write_tensor.hpp>
 #include <ferry/step/detail/plan.hpp>
+#include <ferry/step/detail/step_capture.hpp>
 #include <ferry/step/detail/step_handle.hpp>
 #include <ferry/step/detail/step_slots.hpp>
 #include <ferry/step/detail/step_submit.hpp>
@@ -64,7 +65,9 @@ struct step_batch_access;
 /// Policies (any order, each family at most once): GrowthPolicy (`growth::pow2` default;
 /// `growth::fixed`: the declared maxima are the capacity), ReusePolicy (`reuse::event_fenced`
 /// default; `reuse::throw_when_full`; `reuse::caller_fenced`), LaunchPolicy (`launch::kernel`
-/// default; `launch::graph`, which needs growth::fixed), EpiloguePolicy (`epilogue::none`
+/// default; `launch::graph`, which needs growth::fixed; `launch::capture`, which also does: the
+/// step recorded once into the engine's own stream capture by record(), each step published by
+/// commit() with no CUDA call and run by the engine's replay), EpiloguePolicy (`epilogue::none`
 /// default; `epilogue::functor<F>`: F's `FERRY_HOST_DEVICE operator()(const step_context&) const`
 /// runs after every upload, write, gather and fill of the step has landed, on CUDA by every thread
 /// of the launch's last block, on the host backend once), Backend; and the presets.
@@ -84,6 +87,7 @@ struct step_batch_access;
 /// batch's kernels and its last publishes' readers. Its kernel reads the slots in place: on a
 /// device whose mapping ferry's probe finds dead, construction throws ferry::error. Move-only;
 /// not thread-safe.
+/// launch::capture's record() is the one call made on a capturing stream.
 template <class... Policies>
 class step_batch {
   using policies = detail::policies<
@@ -103,10 +107,16 @@ class step_batch {
   using B = backend_type;
   using ops = detail::backend_ops<B>;
   using step_ops = detail::step_ops<B>;
-  static_assert(!launch_policy::replays_graph || growth_policy::stable_addresses,
+  static constexpr bool capture = detail::records_capture<launch_policy>;
+  static_assert(!launch_policy::replays_graph || capture || growth_policy::stable_addresses,
                 "ferry: launch::graph replays a graph over fixed slot addresses and needs "
                 "growth::fixed (presets::graph_safe)");
-  static constexpr bool graphs = launch_policy::replays_graph && step_ops::graphs;
+  static_assert(!capture || growth_policy::stable_addresses,
+                "ferry: launch::capture records one launch of the step kernel into the engine's graph, with a "
+                "grid of one block per descriptor of the plan's capacity and a ring of tables of that capacity "
+                "fixed there; a step grown past them would need a new recording: it needs growth::fixed "
+                "(presets::graph_safe)");
+  static constexpr bool graphs = launch_policy::replays_graph && (step_ops::graphs || capture);
   static_assert(detail::step_epilogue_callable<epilogue_type>(),
                 "ferry: step_batch's epilogue functor must be callable as `f(const ferry::step_context&)` "
                 "on a const functor (FERRY_HOST_DEVICE void operator()(const ferry::step_context&) const)");
@@ -114,6 +124,8 @@ class step_batch {
   using submitter = detail::step_submit<slots_of>;
   using core = typename slots_of::core;
   using handle = detail::step_handle<step_batch, core>;
+  using capture_state = std::conditional_t<capture, std::unique_ptr<detail::step_capture<B, slots_of, submitter>>,
+                                           detail::no_capture>;
   template <class, class>
   friend class step_upload;
   template <class, class>
@@ -156,6 +168,7 @@ class step_batch {
     step_ops::template preload<epilogue_type>();
     core_ = std::make_shared<core>(slots, max_slots, ops::current_device(), arena,
                                    detail::step_slot_ops_of<B, epilogue_type>);
+    if constexpr (capture) capture_ = std::make_unique<typename capture_state::element_type>(arena);
   }
   /// Takes over `o`'s slots and plan; handles and views handed out by `o` stay valid (they refer
   /// to the plan, which moves as a whole); `o` is left empty.
@@ -165,15 +178,16 @@ class step_batch {
   /// valid.
   step_batch& operator=(step_batch&& o) noexcept {
     if (this != &o) {
-      if (core_) slots_of::close(*core_);
+      if (core_) close();
       core_ = std::move(o.core_);
+      capture_ = std::move(o.capture_);
     }
     return *this;
   }
   /// Waits for the batch's kernels and for the readers of the last step's publishes, then gives
   /// every block back to the arena. Its handles end (each of their calls throws ferry::error).
   ~step_batch() {
-    if (core_) slots_of::close(*core_);
+    if (core_) close();
   }
 
   // ---- the plan --------------------------------------------------------------------------------
@@ -266,7 +280,12 @@ class step_batch {
   /// ferry::capacity_error naming the slot and the stream point it waits for, with nothing
   /// changed. Throws ferry::error when the step begun before was neither submitted nor
   /// cancelled. Blocks only on a full ring; never touches a stream.
-  void begin() { slots_of::begin_step(c()); }
+  void begin() {
+    if constexpr (capture)
+      capture_->begin(c());  // a replay without a commit reported first
+    else
+      slots_of::begin_step(c());
+  }
 
   /// Drops the open step: what its handles recorded is gone (pending() is 0, a publish's view()
   /// is empty), nothing is enqueued, and its slot is taken again by the next begin() as if this
@@ -284,6 +303,8 @@ class step_batch {
   /// more than a pinned block holds). Whatever throws has enqueued nothing and leaves the step open
   /// and its data as they were: fix it and submit again, or cancel().
   FERRY_KERNEL_VISIBILITY void submit(stream_ref<B> s) {
+    static_assert(!capture, "ferry: a launch::capture batch's steps run in the engine's replays: commit() "
+                            "each step (docs/step_batch.md, launch::capture)");
     [[maybe_unused]] const detail::nvtx_scope<detail::nvtx_names::step_submit> range;
     core& k = c();
     submitter::submit(k, s, [&](typename core::slot& sl, const void* table, std::size_t blocks) {
@@ -311,7 +332,7 @@ class step_batch {
   /// was built. `launch` runs while ferry's reuse core holds its lock, so that no other point of
   /// `s` is made between: it must not call ferry. Errors as submit().
   template <class Launch>
-    requires(graphs && std::invocable<Launch&, cudaGraph_t>)
+    requires(graphs && !capture && std::invocable<Launch&, cudaGraph_t>)
   FERRY_KERNEL_VISIBILITY void submit_with(stream_ref<B> s, Launch&& launch) {
     [[maybe_unused]] const detail::nvtx_scope<detail::nvtx_names::step_submit> range;
     core& k = c();
@@ -321,12 +342,76 @@ class step_batch {
   }
 #endif
 
+  // ---- launch::capture: the step inside the engine's own graph (docs/step_batch.md) ------------
+
+#if FERRY_HAS_CUDA
+  /// Records the batch's step into the engine's stream capture on `s` (cudaStreamBeginCapture's
+  /// stream, or torch.cuda.graph's): one launch of the step kernel, which at every replay of the
+  /// engine's graph reads the batch's step counter, finds the committed step's table in the
+  /// batch's ring (never an address growth may free: slots inserted later are reached through
+  /// the tables) and runs it (every upload, write, gather, fill and the epilogue), then advances
+  /// the counter and marks the step's slot passed; a replay that finds no committed step does no
+  /// work and reports it (the next begin() or commit() throws). The one call of ferry allowed on
+  /// a capturing stream; may be made once per graph the engine captures (every replay of any of
+  /// them runs the next committed step). Needs reserve() called before (a capture forbids
+  /// allocation): ferry::error otherwise, on a stream that is not capturing, or one of another
+  /// device. The graph must not be replayed once the batch is destroyed.
+  FERRY_KERNEL_VISIBILITY void record(stream_ref<B> s)
+    requires(capture && std::same_as<B, backend::cuda>)
+  {
+    core& k = c();
+    capture_->template record<epilogue_type>(k, s, &k.epilogue_);
+  }
+#endif
+
+  /// Commits the open step for the engine's next replay: submit()'s checks and errors (whatever
+  /// throws has committed nothing and leaves the step open), the step encoded into the table its
+  /// replay will find, its slot stamped with the replay's mark; then the step is published by a
+  /// store to mapped memory: NO CUDA call. One commit per replay, in order: the engine enqueues
+  /// the replay that runs this step after commit() returns (later replays may be enqueued
+  /// before this one has run: the host may commit step k+1 while replay k is queued). Throws
+  /// ferry::error first when a replay has found no committed step (see record()).
+  void commit()
+    requires(capture)
+  {
+    [[maybe_unused]] const detail::nvtx_scope<detail::nvtx_names::step_commit> range;
+    capture_->commit(c());
+  }
+
+  /// The host backend's stand-in for one replay of an engine's graph holding the recorded step
+  /// (the host backend has no stream capture): enqueues on `s` what the recorded kernel does at a
+  /// replay, with the same protocol (the table found through the step counter, the step run when
+  /// committed, else reported as a replay without a commit). Tests the commit protocol, not a
+  /// capture. Needs reserve() called before; the batch must outlive the enqueued work.
+  void replay_recorded(stream_ref<B> s)
+    requires(capture && std::same_as<B, backend::host>)
+  {
+    capture_->template replay<epilogue_type>(c(), s);
+  }
+
+  /// Committed steps that a replay has run so far (a load of mapped memory; no CUDA call).
+  [[nodiscard]] std::uint64_t replayed() const noexcept
+    requires(capture)
+  {
+    return core_ ? capture_->replayed(*core_) : 0;
+  }
+
+  /// Throws ferry::error when a replay found no committed step, or when a committed step has not
+  /// been run by a replay: call it where the engine knows that its replays have run (after
+  /// synchronizing the stream they run on), the one point where a commit without a replay can be
+  /// told from a replay still queued.
+  void check_replayed() const
+    requires(capture)
+  {
+    capture_->check_replayed(c());
+  }
+
   /// Declares that work enqueued on `s` so far reads the last submitted step's publishes: its
   /// slot is not rewritten before `s` has passed this point. Needed for readers on a stream other
   /// than the next submit's. Throws ferry::error on a capturing stream.
   void record_use(stream_ref<B> s) { submitter::record_use(c(), s); }
 
-  /// Steps submitted so far.
+  /// Steps submitted (launch::capture: committed) so far.
   [[nodiscard]] std::uint64_t steps() const noexcept { return core_ ? core_->steps_ : 0; }
   /// True between begin() and submit().
   [[nodiscard]] bool in_step() const noexcept { return core_ && core_->open_; }
@@ -346,7 +431,16 @@ class step_batch {
     return *core_;
   }
 
+  /// The batch's end: its slots (and, under launch::capture, its capture state) closed.
+  void close() noexcept {
+    if constexpr (capture)
+      capture_->close(*core_, [&] { slots_of::close(*core_); });
+    else
+      slots_of::close(*core_);
+  }
+
   std::shared_ptr<core> core_;  // shared with the handles, which outlive it only to report so
+  [[no_unique_address]] capture_state capture_;  // launch::capture's line and status
 };
 
 namespace detail {

@@ -31,7 +31,23 @@ struct graph {
   static constexpr bool replays_graph = true;     ///< One graph launch per step.
 };
 
+/// A step runs inside the engine's own graph: the batch's step kernel is recorded once into a
+/// stream capture the engine makes (step_batch::record), and each step is committed with no CUDA
+/// call (step_batch::commit) and run by the engine's next replay (docs/step_batch.md, "Capture
+/// mode").
+struct capture {
+  using ferry_policy_family = families::launch;  ///< Names the LaunchPolicy family.
+  static constexpr bool replays_graph = true;     ///< A step is one replay (the engine's).
+  static constexpr bool records_capture = true;   ///< Recorded into the engine's capture.
+};
+
 }  // namespace ferry::launch
+
+namespace ferry::detail {
+/// Whether LaunchPolicy L records its step into the engine's stream capture (launch::capture).
+template <class L>
+inline constexpr bool records_capture = requires { requires L::records_capture; };
+}  // namespace ferry::detail
 
 namespace ferry::families {
 /// The LaunchPolicy policy family: what a policy of it names in `ferry_policy_family`.

@@ -26,6 +26,7 @@
 #include <ferry/staged/detail/layout.hpp>
 #include <ferry/step/step_context.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -119,17 +120,93 @@ void call_epilogue_now(const void* table) noexcept {
   f(step_context(reinterpret_cast<const step_view_entry*>(h->views), h->number, 0, 1));
 }
 
+
 /// Where the step kernel finds its table and its lane (step_lane): launch::kernel (`count` 0):
-/// the table at `tables`, the lane of the step's slot; launch::graph: table `c % count` of the
-/// ring at `tables` (`stride` bytes apart), where c is the value of the batch lane's step counter;
-/// the table's header must name step c, else the launch is not a submitted step and does nothing
-/// (the counter stays).
+/// the table at `tables`, the lane of the step's slot; launch::graph and launch::capture: table
+/// `c % count` of the ring at `tables` (`stride` bytes apart, ring_table), where c is the value of
+/// the batch lane's step counter; the table's header must name step c, else the launch is not a
+/// submitted (committed) step and does nothing (the counter stays). launch::capture also names the
+/// batch's capture_status (`status`, mapped), where the launch reports what it found.
 struct step_locator {
   std::uint64_t tables;
   std::uint64_t stride;
   std::uint64_t count;
   std::uint64_t lane;
+  std::uint64_t status = 0;
 };
+
+/// The table of the ring at `loc` that the step counter's value `counted` finds.
+FERRY_HOST_DEVICE constexpr std::uint64_t ring_table(const step_locator& loc, std::uint64_t counted) noexcept {
+  return loc.tables + (counted % loc.count) * loc.stride;
+}
+
+// ---- launch::capture: the commit protocol, shared by the step kernel and the host runner --------
+//
+// A commit encodes the step into the ring's table for the counter value it will run at, and names
+// that value in the table's header last (a release store): the step is then committed. A replay
+// (the recorded kernel, or run_recorded_now) reads the counter, finds its table (ring_table), runs
+// it when its header names the counter's value (then advances the counter and reports `ran`), and
+// otherwise does no work and reports the first such replay in `missed` (a replay without a commit).
+
+/// What the replays of a recorded step report to the host: a pinned, mapped block of the batch,
+/// written by the step kernel (CUDA) or the host runner, read by the batch's next host call.
+struct capture_status {
+  std::uint64_t missed;   // 0, else 1 + the counter's value at the first replay that found no commit
+  std::uint64_t ran;     // the counter's value after the last step a replay ran (host: the counter)
+};
+
+/// Stores `v` at `at`, a word the host reads while another thread or the device may write it
+/// (CUDA: after every write of the kernel before it, through the system fence).
+FERRY_HOST_DEVICE inline void store_word(std::uint64_t* at, std::uint64_t v) noexcept {
+#if defined(__CUDA_ARCH__)
+  __threadfence_system();
+  *reinterpret_cast<volatile unsigned long long*>(at) = v;
+#else
+  std::atomic_ref<std::uint64_t>(*at).store(v, std::memory_order_release);
+#endif
+}
+/// Loads a word that another thread or the device stores with store_word.
+FERRY_HOST_DEVICE inline std::uint64_t load_word(const std::uint64_t* at) noexcept {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const volatile unsigned long long*>(at);
+#else
+  return std::atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(at)).load(std::memory_order_acquire);
+#endif
+}
+
+/// The report of a replay at the counter's value `counted` into the capture_status at `status`
+/// (0: none, launch::graph): `ran` when it found the committed step and ran it, else the first
+/// replay that found none is kept in `missed`.
+FERRY_HOST_DEVICE inline void report_replay(std::uint64_t status, std::uint64_t counted, bool ran) noexcept {
+  if (status == 0) return;
+  auto* st = reinterpret_cast<capture_status*>(status);
+  if (ran)
+    store_word(&st->ran, counted + 1);
+  else if (load_word(&st->missed) == 0)
+    store_word(&st->missed, counted + 1);
+}
+
+/// The host backend's replay of a recorded step (launch::capture, epilogue F; void: none): what the
+/// step kernel does when a replay of the engine's graph runs it, with the batch's step counter in
+/// the capture_status's `ran` word (one replay at a time: replays are ordered, as the engine's are;
+/// threads waiting on `ran` are woken). Returns the counter's value after the step it ran, 0 when
+/// it found none committed.
+template <class F>
+std::uint64_t run_recorded_now(const step_locator& loc) noexcept {
+  auto* st = reinterpret_cast<capture_status*>(loc.status);
+  const std::uint64_t counted = load_word(&st->ran);
+  const auto* table = reinterpret_cast<const step_header*>(ring_table(loc, counted));
+  const bool committed = load_word(&table->step) == counted;  // acquire: the commit's stores
+  if (committed) {
+    if constexpr (std::is_void_v<F>)
+      run_step_now(table, nullptr);
+    else
+      run_step_now(table, &call_epilogue_now<F>);
+  }
+  report_replay(loc.status, counted, committed);
+  std::atomic_ref<std::uint64_t>(st->ran).notify_all();
+  return committed ? counted + 1 : 0;
+}
 
 /// A device lane: the arrival count of one launch in flight and (launch::graph) the batch's step
 /// counter. Lanes are taken from a per-device pool, zero at the start; `step` is where the lane's
@@ -149,8 +226,9 @@ struct step_graph {
 /// How backend B runs a step with epilogue F (void: none): `preload<F>()`, `launch<F>(stream,
 /// table, blocks, lane, f)` (the step kernel over `blocks` blocks; `table` is the mapped address), for
 /// launch::graph (`graphs`) the one graph of a batch: `make_graph<F>(locator, blocks, device, f)`,
-/// `replay(stream, graph)`, `destroy_graph(graph)`; and the device lanes (step_lane):
-/// `take_lane(device)`, `give_lane(device, lane)`. Specialized per backend (below;
+/// `replay(stream, graph)`, `destroy_graph(graph)`; for launch::capture on CUDA
+/// `record<F>(stream, locator, blocks, f)` (the step kernel launched on a capturing stream); and
+/// the device lanes (step_lane): `take_lane(device)`, `give_lane(device, lane)`. Specialized per backend (below;
 /// step_kernel.cuh, nvcc only); this primary template is what a translation unit not built by
 /// nvcc gets for CUDA: neither a construction (which preloads the step kernel) nor a submit
 /// compiles. What making and giving back slots needs (lanes, the graph) a batch reaches through the
@@ -184,6 +262,12 @@ struct step_ops {
     static_assert(dependent_false<B, Args...>,
                   "ferry: step_batch::submit replays a CUDA graph: build this translation unit "
                   "with nvcc and include <ferry/ferry.cuh>.");
+  }
+  template <class F, class... Args>
+  static void record(Args&&...) {
+    static_assert(dependent_false<B, Args...>,
+                  "ferry: step_batch::record records the CUDA step kernel into a capture: build this "
+                  "translation unit with nvcc and include <ferry/ferry.cuh>.");
   }
 };
 

@@ -65,8 +65,9 @@ __device__ __forceinline__ void run_piece(U* dst, const detail::piece_record* re
 
 /// The step kernel: block b runs descriptor b of the step's table when b < its work count; the
 /// last block to arrive runs the epilogue `f` (F: no_step_epilogue for none), advances the step
-/// counter (launch::graph) and stores the kernel mark. Under launch::graph a launch whose table
-/// names another step than the counter's does nothing (not a submitted step).
+/// counter (launch::graph, launch::capture) and stores the kernel mark. Under launch::graph a
+/// launch whose table names another step than the counter's does nothing (not a submitted step);
+/// under launch::capture it reports so in the batch's capture_status (plan.hpp, report_replay).
 template <class F>
 FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::write_block_threads)
     run_step(detail::step_locator loc, F f) {
@@ -84,7 +85,7 @@ FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::write_block_th
   if (graph) {
     if (threadIdx.x == 0) {
       counted = *reinterpret_cast<volatile unsigned long long*>(&lane->step);
-      table = loc.tables + (counted % loc.count) * loc.stride;
+      table = detail::ring_table(loc, counted);
     }
     __syncthreads();
   }
@@ -133,8 +134,9 @@ FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::write_block_th
   }
   if (threadIdx.x != 0) return;
   lane->arrivals = 0;  // the lane's next launch starts after this one
+  if (graph && ours) lane->step = counted + 1;
+  if (graph) detail::report_replay(loc.status, counted, ours);  // launch::capture: what the replay found
   if (!ours) return;
-  if (graph) lane->step = counted + 1;
   if (w[1] != 0) {
     __threadfence_system();
     *reinterpret_cast<volatile unsigned long long*>(w[1]) = w[2];
@@ -216,14 +218,19 @@ FERRY_KERNEL_VISIBILITY inline step_lane_pool& step_lanes() {
   return *pool;
 }
 
+/// The grid of a step of `blocks` descriptors; ferry::capacity_error past CUDA's limit.
+inline unsigned step_grid(std::size_t blocks) {
+  if (blocks > static_cast<std::size_t>(INT_MAX))
+    throw capacity_error("ferry: a step of " + std::to_string(blocks) +
+                         " descriptors exceeds the grid limit of 2^31-1 blocks");
+  return static_cast<unsigned>(blocks);
+}
+
 /// The batch's one graph on `device`: the step kernel over `blocks` blocks finding its table
 /// through `loc`, with epilogue `f`, and its executable.
 template <class F>
 FERRY_KERNEL_VISIBILITY step_graph make_step_graph(const step_locator& loc, std::size_t blocks, int device,
                                                    const F* f) {
-  if (blocks > static_cast<std::size_t>(INT_MAX))
-    throw capacity_error("ferry: a step graph of " + std::to_string(blocks) +
-                         " descriptors exceeds the grid limit of 2^31-1 blocks");
   const device_scope on_device(device);
   cudaGraph_t g = nullptr;
   FERRY_CUDA_CHECK(cudaGraphCreate(&g, 0));
@@ -233,7 +240,7 @@ FERRY_KERNEL_VISIBILITY step_graph make_step_graph(const step_locator& loc, std:
   void* args[] = {&l, &fn};
   cudaKernelNodeParams p{};
   p.func = reinterpret_cast<void*>(&step_kernels::run_step<step_functor<F>>);
-  p.gridDim = dim3(static_cast<unsigned>(blocks));
+  p.gridDim = dim3(step_grid(blocks));
   p.blockDim = dim3(write_block_threads);
   p.kernelParams = args;
   cudaGraphNode_t node = nullptr;
@@ -260,19 +267,26 @@ struct step_ops<backend::cuda> {
   template <class F>
   FERRY_KERNEL_VISIBILITY static void launch(stream_ref<backend::cuda> s, const void* table, std::size_t blocks,
                                              const step_lane& lane, const F* f) {
-    if (blocks > static_cast<std::size_t>(INT_MAX))
-      throw capacity_error("ferry: a step of " + std::to_string(blocks) +
-                           " descriptors exceeds the grid limit of 2^31-1 blocks");
     step_functor<F> fn{};
     if constexpr (!std::is_void_v<F>) fn = *f;
     launch_kernel("launch of ferry::step_kernels::run_step", step_kernels::run_step<step_functor<F>>,
-                  static_cast<unsigned>(blocks), write_block_threads, s.get(),
+                  step_grid(blocks), write_block_threads, s.get(),
                   step_locator{reinterpret_cast<std::uintptr_t>(table), 0, 0, lane.address}, fn);
   }
   template <class F>
   FERRY_KERNEL_VISIBILITY static step_graph make_graph(const step_locator& loc, std::size_t blocks, int device,
                                                        const F* f) {
     return make_step_graph<F>(loc, blocks, device, f);
+  }
+  /// launch::capture: the step kernel over `blocks` blocks finding its table through `loc`,
+  /// launched on `s` (a capturing stream: recorded into the engine's graph).
+  template <class F>
+  FERRY_KERNEL_VISIBILITY static void record(stream_ref<backend::cuda> s, const step_locator& loc, std::size_t blocks,
+                                             const F* f) {
+    step_functor<F> fn{};
+    if constexpr (!std::is_void_v<F>) fn = *f;
+    launch_kernel("recording of ferry::step_kernels::run_step", step_kernels::run_step<step_functor<F>>,
+                  step_grid(blocks), write_block_threads, s.get(), loc, fn);
   }
   static void replay(stream_ref<backend::cuda> s, const step_graph& g) {
     launch_graph("cudaGraphLaunch of a step_batch's graph", static_cast<cudaGraphExec_t>(g.exec), s.get());

@@ -36,6 +36,12 @@ struct step_submit {
   template <class B, class Enqueue>
   FERRY_KERNEL_VISIBILITY static void submit(core& k, stream_ref<B> s, Enqueue&& enqueue) {
     [[maybe_unused]] const auto on_device = backend_ops<B>::enter(s, k.device_);
+    publish(k, s, std::forward<Enqueue>(enqueue));
+  }
+  /// submit() without the stream's checks and device switch (no CUDA call of its own): the
+  /// capture's commit, whose `s` is the batch's own line, on which nothing is launched.
+  template <class B, class Enqueue>
+  FERRY_KERNEL_VISIBILITY static void publish(core& k, stream_ref<B> s, Enqueue&& enqueue) {
     k.check_open("submit");
     auto& sl = k.slots_[k.cur_];
     check_fills(k);
