@@ -124,12 +124,14 @@ struct engine {
     batch.reserve();  // before the capture: it allocates
 #if FERRY_HAS_CUDA
     if constexpr (std::is_same_v<B, ferry::backend::cuda>) {
+      // [record]
       REQUIRE(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeGlobal) == cudaSuccess);
-      batch.record(s);
-      step_capture_test_model<<<1, 128, 0, s.get()>>>(the_model());
+      batch.record(s);  // the one ferry call on a capturing stream (after reserve(): it allocates)
+      step_capture_test_model<<<1, 128, 0, s.get()>>>(the_model());  // the model reads what the step wrote
       cudaGraph_t graph = nullptr;
       REQUIRE(cudaStreamEndCapture(s.get(), &graph) == cudaSuccess);
       REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+      // [/record]
       REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
     }
 #endif
