@@ -54,6 +54,15 @@ class Enc:
     def edge(self, v):
         self.byte(EDGE[v & MAX64])
 
+    def count(self, v, inside, beyond):
+        """A step's count: below `inside` (one byte in eight says so), else a size past it."""
+        if v < inside:
+            self.below(1, 8)
+            self.below(v, inside)
+        else:
+            self.below(0, 8)
+            self.size(v, beyond)
+
     def size(self, v, small):
         v &= MAX64
         if v < small:
@@ -444,12 +453,7 @@ class StepSeed:
         e.below(ty, 3)
         ups = self.uploads.get(ty, [])
         e.below(i, len(ups))
-        if n <= ups[i]:
-            e.below(1, 8)
-            e.below(n, ups[i] + 1)
-        else:
-            e.below(0, 8)
-            e.size(n, ups[i] + 2)
+        e.count(n, ups[i] + 1, ups[i] + 2)
         return self
 
     def span_publish(self, i, n, ty=1):
@@ -458,13 +462,7 @@ class StepSeed:
         e.below(ty, 3)
         pubs = self.publishes.get(ty, [])
         e.below(i, len(pubs))
-        small = min(pubs[i], 64) + 2
-        if n < small:
-            e.below(1, 8)
-            e.below(n, small)
-        else:
-            e.below(0, 8)
-            e.size(n, pubs[i] + 2)
+        e.count(n, min(pubs[i], 64) + 2, pubs[i] + 2)
         return self
 
     def stage(self, i, row, start, length, elem=False, contiguous=True, ty=1):
@@ -709,12 +707,7 @@ class PlanSeed:
             return self
         e.below(i, len(ups))
         limit = ups[i][0]
-        if n <= limit:
-            e.below(1, 8)
-            e.below(n, limit + 1)
-        else:
-            e.below(0, 8)
-            e.size(n, limit + 2)
+        e.count(n, limit + 1, limit + 2)
         return self
 
     def span_publish(self, i, n, ty=1):
@@ -724,13 +717,7 @@ class PlanSeed:
         if not pubs:
             return self
         e.below(i, len(pubs))
-        small = min(pubs[i], 64) + 2
-        if n < small:
-            e.below(1, 8)
-            e.below(n, small)
-        else:
-            e.below(0, 8)
-            e.size(n, pubs[i] + 2)
+        e.count(n, min(pubs[i], 64) + 2, pubs[i] + 2)
         return self
 
     def stage(self, i, row, start, length, elem=False, contiguous=True, ty=1):
