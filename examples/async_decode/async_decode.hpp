@@ -116,7 +116,8 @@ void enqueue_sampler(const sampler_args& a, ferry::stream_ref<B> s) {
 
 /// Runs after the step's uploads, gathers and writes have landed (on CUDA by the threads of one
 /// block; on the host backend once): derives the step's positions, sequence lengths and slot
-/// mappings from the gathered per-request state, and advances that state.
+/// mappings from the gathered per-request state, and advances that state (num_computed, which the
+/// `base` gather of the same step read before the epilogue ran: docs/step_batch.md allows it).
 // [epilogue]
 struct derive_positions {
   ferry::step_ref<std::int32_t> rows, base, drafts;  // the upload and two gathers

@@ -89,6 +89,7 @@ constexpr row registry[] = {
     {"h2d_packed.bytes_overflow", "std::out_of_range", enqueue_kept},
     {"h2d_packed.misaligned", "std::invalid_argument", enqueue_kept},
     {"d2h.too_small", "std::out_of_range", "nothing enqueued, out unchanged"},
+    {"to_host.too_large", "std::invalid_argument", "nothing enqueued, arena unchanged"},
     {"cpu_gpu_buffer.bytes_overflow", "std::invalid_argument", "nothing allocated"},
     {"cpu_gpu_buffer.copy_to_device.n_above_size", "std::out_of_range",
      "nothing enqueued, device() unchanged, arena unchanged"},
@@ -112,7 +113,9 @@ constexpr row registry[] = {
     {"uva_backed.publish_rows.n_above_rows", "std::out_of_range", pool_kept},
     {"uva_backed.max_slots", "ferry::capacity_error", pool_busy_kept},
     {"dlpack.byte_offset.wraps", "std::invalid_argument", "no view made, the tensor unchanged"},
+    {"dlpack.device_type.unknown", "std::invalid_argument", "no view made, the tensor unchanged"},
     {"dlpack.to_dlpack.too_many_elements", "std::invalid_argument", "no tensor made"},
+    {"dlpack.moved_from", "ferry::error", "the moved-to tensor unchanged"},
     {"staged.ctor.bytes_overflow", "std::invalid_argument", "nothing allocated"},
     {"staged.ctor.adopted_size", "std::invalid_argument", "nothing allocated, the memory unchanged"},
     {"staged.ctor.null_arena", "std::invalid_argument", "nothing leaked"},
@@ -144,6 +147,11 @@ constexpr row registry[] = {
     {"step.overlap.fill_upload", "std::invalid_argument", step_plan_kept},
     {"step.overlap.target_destination", "std::invalid_argument", step_plan_kept},
     {"step.overlap.fill_source", "std::invalid_argument", step_plan_kept},
+    {"step.overlap.gather_source", "std::invalid_argument", step_plan_kept},
+    {"step.gather.source_too_large", "std::invalid_argument", step_plan_kept},
+    {"step.span.past_arena", "ferry::capacity_error",
+     "the step open with what it held before the call: its submit carries the data written before and nothing else"},
+    {"step.epilogue.throws", "ferry::error", "the step's data landed, later steps run"},
     {"step.capture.record_unreserved", "ferry::error", "nothing captured, the plan not fixed"},
     {"step.capture.record_not_capturing", "ferry::error", "nothing enqueued"},
     {"step.capture.replay_without_commit", "ferry::error", "no step open, nothing committed"},
@@ -386,6 +394,9 @@ std::size_t captured_nodes(cudaStream_t s, F&& f) {
 #define BAD_INPUT_ROW(id) TEMPLATE_TEST_CASE(id, "[bad_input]", FERRY_TEST_BACKENDS)
 #define CUDA_ONLY(B)                                                       \
   if constexpr (std::is_same_v<B, host>) SKIP("a CUDA-only row");          \
+  else
+#define HOST_ONLY(B)                                                       \
+  if constexpr (!std::is_same_v<B, host>) SKIP("a host-backend-only row"); \
   else
 
 // ---- the page and the registry ----------------------------------------------------------------
@@ -673,6 +684,16 @@ BAD_INPUT_ROW("d2h.too_small") {
   CHECK(tasks_of<B>(s) == tasks);
   s.synchronize();
   CHECK(std::vector<i32>(out.host().begin(), out.host().end()) == before);
+}
+
+BAD_INPUT_ROW("to_host.too_large") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  transfer_scene<B> sc(16, 151, arena_kind::open);
+  const ferry::device_span<const i32> huge(sc.out.span().data(), std::size_t{1} << 62);  // never read
+  expect_throw([&] { (void)ferry::to_host(huge, ferry::stream_ref<B>(sc.s), sc.arena); });
+  sc.nothing_enqueued();
+  sc.arena_unchanged();
 }
 
 BAD_INPUT_ROW("cpu_gpu_buffer.bytes_overflow") {
@@ -1093,6 +1114,26 @@ BAD_INPUT_ROW("dlpack.byte_offset.wraps") {
 #endif
 }
 
+BAD_INPUT_ROW("dlpack.device_type.unknown") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+#if FERRY_TEST_DLPACK
+  alignas(16) i32 storage[12] = {};
+  std::int64_t shape[2] = {3, 4};
+  DLTensor t = dl_tensor<B>(storage, shape);
+  const int unknown = 1000;  // stored as the producer's integer: no enumerator of DLDeviceType
+  static_assert(sizeof(unknown) == sizeof(t.device.device_type));
+  std::memcpy(&t.device.device_type, &unknown, sizeof(unknown));
+  const DLTensor before = t;
+  expect_throw([&] { (void)ferry::from_dlpack<i32, B>(t); });
+  expect_throw([&] { (void)ferry::from_dlpack_pinned<i32, B>(t); });
+  expect_throw([&] { (void)ferry::from_dlpack_host<i32>(t); });
+  CHECK(std::memcmp(&before, &t, sizeof t) == 0);
+#else
+  SKIP("<dlpack/dlpack.h> not found");
+#endif
+}
+
 BAD_INPUT_ROW("dlpack.to_dlpack.too_many_elements") {
   using B = TestType;
   FERRY_REQUIRE_BACKEND(B);
@@ -1105,6 +1146,24 @@ BAD_INPUT_ROW("dlpack.to_dlpack.too_many_elements") {
   expect_throw([&] { (void)ferry::to_dlpack<B>(huge, device); });
   expect_throw([&] { (void)ferry::to_dlpack<B>(huge, device, split); });
   expect_throw([&] { (void)ferry::to_dlpack<B>(ferry::detail::make_pinned_span(&byte, two_63)); });
+#else
+  SKIP("<dlpack/dlpack.h> not found");
+#endif
+}
+
+BAD_INPUT_ROW("dlpack.moved_from") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+#if FERRY_TEST_DLPACK
+  ferry::device_buffer<i32, B> buf(12);
+  auto from = ferry::to_dlpack<B>(buf.span());
+  const DLTensor* at = &from.get();
+  const auto to = std::move(from);
+  expect_throw([&] { (void)from.get(); });  // NOLINT(bugprone-use-after-move): the case itself
+  CHECK(from.empty());                      // NOLINT(bugprone-use-after-move)
+  CHECK(&to.get() == at);
+  CHECK(to.get().data == buf.span().data());
+  CHECK(to.get().shape[0] == 12);
 #else
   SKIP("<dlpack/dlpack.h> not found");
 #endif
@@ -1383,11 +1442,24 @@ struct step_huge_above_64k {
   }
 };
 
+// An epilogue that throws at step 1 (host code only: on CUDA it is device code, which does not
+// throw, and the row is skipped).
+struct step_throwing_epilogue {
+  FERRY_HOST_DEVICE void operator()(const ferry::step_context& ctx) const {
+#if !defined(__CUDA_ARCH__)
+    if (ctx.step() == 1) throw std::runtime_error("the test's epilogue fails at step 1");
+#else
+    (void)ctx;
+#endif
+  }
+};
+
 }  // namespace bad_input_policies
 
 namespace {
 
 using bad_input_policies::step_huge_above_64k;
+using bad_input_policies::step_throwing_epilogue;
 using bad_input_policies::step_throws_above_64k;
 
 // A 128 KiB upload in one step under growth policy G: submit throws having enqueued nothing; the
@@ -1637,6 +1709,107 @@ BAD_INPUT_ROW("step.overlap.fill_source") {
     ferry::device_buffer<i32, B> dst(4);
     sc.batch.add_fill(dst.span(), sc.device_value());
     sc.bad([&] { (void)sc.batch.add_upload(sc.value.span(), 1); });
+  }
+  SECTION("a write target over a fill's source") {
+    ferry::device_buffer<i32, B> dst(4);
+    sc.batch.add_fill(dst.span(), sc.device_value());
+    sc.bad([&] { (void)sc.batch.add_writes(ferry::staged_view<i32>(sc.value.span().data(), 1, 1)); });
+  }
+  SECTION("a gather's destination over a fill's source") {
+    ferry::device_buffer<i32, B> dst(4), src(4);
+    sc.batch.add_fill(dst.span(), sc.device_value());
+    sc.bad([&] { (void)sc.batch.add_gather(sc.value.span(), ferry::device_span<const i32>(src.span()), 1); });
+  }
+}
+
+BAD_INPUT_ROW("step.overlap.gather_source") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  step_scene<B> sc(591);
+  ferry::device_buffer<i32, B> dst(4), src(8);
+  const ferry::device_span<const i32> from(src.span());
+  SECTION("a source the target covers") {
+    sc.bad([&] { (void)sc.batch.add_gather(dst.span(), ferry::device_span<const i32>(sc.at(40, 8)), 4); });
+  }
+  SECTION("a source its own destination covers") {
+    sc.bad([&] { (void)sc.batch.add_gather(src.span().subspan(4, 4), from, 4); });
+  }
+  SECTION("an upload, a write target, a fill and a gather's destination over a gather's source") {
+    (void)sc.batch.add_gather(dst.span(), from, 4);
+    ferry::device_buffer<i32, B> other(4);
+    expect_throw([&] { (void)sc.batch.add_upload(src.span().subspan(6, 2), 2); });
+    expect_throw([&] { (void)sc.batch.add_writes(ferry::staged_view<i32>(src.span().data() + 2, 1, 2)); });
+    expect_throw([&] { sc.batch.add_fill(src.span().subspan(7, 1), sc.device_value()); });
+    sc.bad([&] { (void)sc.batch.add_gather(src.span().first(1), ferry::device_span<const i32>(other.span()), 1); });
+  }
+}
+
+BAD_INPUT_ROW("step.gather.source_too_large") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  step_scene<B> sc(601);
+  ferry::device_buffer<i32, B> dst(4);
+  // A source never read, at an address below every allocation, so that no destination of the
+  // plan overlaps its 8 GiB: only its size is refused.
+  const ferry::device_span<const i32> huge(reinterpret_cast<const i32*>(std::uintptr_t{64}), (std::size_t{1} << 31) + 1);
+  sc.bad([&] { (void)sc.batch.add_gather(dst.span(), huge, 4); });
+}
+
+// A step that outgrows its slot under growth::pow2 takes more arena memory; a 1 MiB arena refuses
+// the room for 2^20 int32. The step stays as it was: the submit carries the upload's 16 elements
+// (its span of 2^20 refused after them), the publish's 4, and nothing of a second upload whose only
+// span was refused (it once carried 4 MiB from address 0).
+BAD_INPUT_ROW("step.span.past_arena") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  constexpr std::size_t big = std::size_t{1} << 20;
+  ferry::stream<B> s;
+  ferry::pinned_arena<B> arena(big);
+  ferry::device_buffer<i32, B> out(big), other(big), gd(big), src(4);
+  const auto before = ferry_test::random_values<i32>(big, 611);
+  upload(out.span(), before, ferry::stream_ref<B>(s));
+  upload(other.span(), before, ferry::stream_ref<B>(s));
+  ferry::step_batch<B> batch(2, 2, arena);
+  auto up = batch.add_upload(out.span(), 16);
+  auto up2 = batch.add_upload(other.span(), 16);
+  auto pub = batch.template add_publish<i32>(4);
+  auto g = batch.add_gather(gd.span(), ferry::device_span<const i32>(src.span()), 4);
+  batch.begin();
+  const auto data = ferry_test::random_values<i32>(16, 612);
+  std::copy(data.begin(), data.end(), up.span(16).begin());
+  std::fill_n(pub.span(4).begin(), 4, 7);
+  expect_throw([&] { (void)up.span(big); });
+  expect_throw([&] { (void)up2.span(big); });
+  expect_throw([&] { (void)pub.span(big); });
+  expect_throw([&] { (void)g.indices(big); });
+  CHECK(batch.in_step());
+  batch.submit(s);
+  auto want = before;
+  std::copy(data.begin(), data.end(), want.begin());
+  CHECK(download(ferry::device_span<const i32>(out.span()), ferry::stream_ref<B>(s)) == want);
+  CHECK(download(ferry::device_span<const i32>(other.span()), ferry::stream_ref<B>(s)) == before);
+  CHECK(download(pub.view(), ferry::stream_ref<B>(s)) == std::vector<i32>(4, 7));
+}
+
+BAD_INPUT_ROW("step.epilogue.throws") {
+  using B = TestType;
+  FERRY_REQUIRE_BACKEND(B);
+  HOST_ONLY(B) {
+    ferry::stream<B> s;
+    ferry::device_buffer<i32, B> out(4);
+    ferry::step_batch<B, ferry::epilogue::functor<step_throwing_epilogue>> batch;
+    auto up = batch.add_upload(out.span(), 4);
+    for (i32 k = 0; k < 3; ++k) {
+      batch.begin();
+      std::fill_n(up.span(4).begin(), 4, k);
+      batch.submit(s);
+      if (k == 1) {
+        expect_throw([&] { s.synchronize(); });
+        CHECK(download(ferry::device_span<const i32>(out.span()), ferry::stream_ref<B>(s)) == std::vector<i32>(4, 1));
+      }
+    }
+    s.synchronize();  // once: step 2 runs clean
+    CHECK(download(ferry::device_span<const i32>(out.span()), ferry::stream_ref<B>(s)) == std::vector<i32>(4, 2));
   }
 }
 

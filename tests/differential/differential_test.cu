@@ -1296,7 +1296,8 @@ TEMPLATE_TEST_CASE("differential: fused_staged_writer", "[differential]", DIFF_B
 // step_batch: a random plan (two uploads, two publishes, two write targets of different element
 // types, a fill from a publish's element and one from a device value, a gather from a device
 // array rewritten in stream order before some submits, with rows from the host, and an epilogue
-// that derives from the gathered rows and the upload's size), then random steps on
+// that derives from the gathered rows and the upload's size and advances the gather's source,
+// which the step's gather read before it ran), then random steps on
 // random streams against a host model: random sizes (span() called twice at times: the second
 // wins), overlapping writes (the later wins), sizes beyond growth::fixed's maxima (capacity_error,
 // nothing recorded), a fill index the publish does not hold (submit throws out_of_range), steps
@@ -1340,17 +1341,22 @@ struct step_huge_policy {
 };
 
 /// The differential step's epilogue: for each gathered row i, echo[i] = 3 * row + the upload's
-/// elements this step; meta = {step number, gathered rows, upload elements}. A batch made without
+/// elements this step, and source[i] (the gather's source: what the step's gather read, as an
+/// engine's epilogue advances the per-request state it gathered) += 1 for i < min(rows,
+/// source_n); meta = {step number, gathered rows, upload elements}. A batch made without
 /// set_epilogue (the one assigned over) has no echo and does nothing.
 struct step_digest {
   ferry::step_ref<std::int32_t> gathered, uploaded;
   std::int64_t* echo = nullptr;
   std::int64_t* meta = nullptr;
+  std::int32_t* source = nullptr;
+  std::size_t source_n = 0;
   FERRY_HOST_DEVICE void operator()(const ferry::step_context& ctx) const {
     if (echo == nullptr) return;
     const auto g = ctx.view(gathered);
     const auto up = static_cast<std::int64_t>(ctx.size(uploaded));
     for (std::size_t i = ctx.rank(); i < g.size(); i += ctx.threads()) echo[i] = std::int64_t{g[i]} * 3 + up;
+    for (std::size_t i = ctx.rank(); i < g.size() && i < source_n; i += ctx.threads()) source[i] += 1;
     if (ctx.rank() == 0) {
       meta[0] = static_cast<std::int64_t>(ctx.step());
       meta[1] = static_cast<std::int64_t>(g.size());
@@ -1443,7 +1449,7 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
   batch->add_fill(f2.span(), value.span().data());
   auto g32 = batch->add_gather(gd.span(), ferry::device_span<const i32>(gsrc.span()),
                                std::min(hint(ng), ng));  // max_n within the destination
-  batch->set_epilogue(step_digest{g32.ref(), u32.ref(), echo.span().data(), meta.span().data()});
+  batch->set_epilogue(step_digest{g32.ref(), u32.ref(), echo.span().data(), meta.span().data(), gsrc.span().data(), nsrc});
   b.template expect_throw<std::invalid_argument>([&] { (void)batch->add_upload(gsrc.span().first(1), 1); },
                                                  "an upload over a gather's source");
   // Destinations that overlap the plan's are rejected, and nothing is added (the steps show it).
@@ -1705,6 +1711,7 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
       mgd[i] = gidx[i] == ferry::from_host ? ghost[i] : msrc[static_cast<std::size_t>(gidx[i])];
       mecho[i] = i64{mgd[i]} * 3 + up_n;
     }
+    for (std::size_t i = 0; i < gidx.size() && i < nsrc; ++i) ++msrc[i];  // the epilogue, after the gather read
     mmeta = {static_cast<i64>(steps - 1), static_cast<i64>(gidx.size()), up_n};
     gathered += gidx.size();
     // readers
@@ -1732,6 +1739,7 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
       b.expect(m, ferry::device_span<const i32>(gd.span()), mgd, "gather destination");
       b.expect(m, ferry::device_span<const i64>(echo.span()), mecho, "epilogue's rows");
       b.expect(m, ferry::device_span<const i64>(meta.span()), mmeta, "epilogue's step, rows and upload size");
+      b.expect(m, ferry::device_span<const i32>(gsrc.span()), msrc, "gather source advanced by the epilogue");
     }
   };
 
@@ -1774,6 +1782,7 @@ void step_episode(bench<B>& b, std::uint64_t ops) {
   b.expect(m, ferry::device_span<const u8>(t8.span()), mt8, "write target (uint8) at the end");
   b.expect(m, ferry::device_span<const i32>(gd.span()), mgd, "gather destination at the end");
   b.expect(m, ferry::device_span<const i64>(echo.span()), mecho, "epilogue's rows at the end");
+  b.expect(m, ferry::device_span<const i32>(gsrc.span()), msrc, "gather source at the end");
   b.sync_all();
   const std::string name = std::string("step_batch [") + diff::backend_name<B>() + "]: ";
   diff::counts().add(name + "steps submitted", steps);

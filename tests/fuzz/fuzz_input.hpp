@@ -133,6 +133,10 @@ inline const char* name(outcome o) {
     default: return "ferry::error";
   }
 }
+/// `o` and the message of the exception the last attempt() reported (for a finding).
+inline std::string described(outcome o) {
+  return std::string(name(o)) + (last_message().empty() ? std::string() : " (" + last_message() + ")");
+}
 template <class F>
 outcome attempt(std::string_view where, F&& f) {
   if (tracing()) trace(std::string(where));

@@ -54,6 +54,15 @@ class Enc:
     def edge(self, v):
         self.byte(EDGE[v & MAX64])
 
+    def count(self, v, inside, beyond):
+        """A step's count: below `inside` (one byte in eight says so), else a size past it."""
+        if v < inside:
+            self.below(1, 8)
+            self.below(v, inside)
+        else:
+            self.below(0, 8)
+            self.size(v, beyond)
+
     def size(self, v, small):
         v &= MAX64
         if v < small:
@@ -444,12 +453,7 @@ class StepSeed:
         e.below(ty, 3)
         ups = self.uploads.get(ty, [])
         e.below(i, len(ups))
-        if n <= ups[i]:
-            e.below(1, 8)
-            e.below(n, ups[i] + 1)
-        else:
-            e.below(0, 8)
-            e.size(n, ups[i] + 2)
+        e.count(n, ups[i] + 1, ups[i] + 2)
         return self
 
     def span_publish(self, i, n, ty=1):
@@ -458,13 +462,7 @@ class StepSeed:
         e.below(ty, 3)
         pubs = self.publishes.get(ty, [])
         e.below(i, len(pubs))
-        small = min(pubs[i], 64) + 2
-        if n < small:
-            e.below(1, 8)
-            e.below(n, small)
-        else:
-            e.below(0, 8)
-            e.size(n, pubs[i] + 2)
+        e.count(n, min(pubs[i], 64) + 2, pubs[i] + 2)
         return self
 
     def stage(self, i, row, start, length, elem=False, contiguous=True, ty=1):
@@ -567,6 +565,311 @@ def step_seeds():
                           .submit().sync().bytes())
     s["bad-counts-one-slot"] = StepSeed.bad_counts(1, 2)
     s["bad-counts-above-max"] = StepSeed.bad_counts(2, 1)
+    return s
+
+
+# ---- step_plan ----------------------------------------------------------------------------------
+PLAN_REGION = 2048
+PLAN_SIZES = (1, 4, 8)  # type index 0, 1, 2: uint8, uint32, uint64
+
+
+class PlanSeed:
+    """A step_plan_fuzz input (see plan_run): entries at byte offsets of the region, in elements
+    of type index `ty` (0: uint8, 1: uint32, 2: uint64)."""
+
+    def __init__(self, fixed=False, pad=1, slots=2, max_slots=4, ceiling=None, arena_cap=None, fails=None,
+                 epilogue=True):
+        e = self.e = Enc()
+        # arena_cap None: 64 MiB; else 2^k bytes for k in [11, 15] (a tight arena)
+        e.byte(3 + 4 * (arena_cap - 11) if arena_cap is not None else 0)
+        e.flag(fixed)
+        e.below(pad, 3)  # the epilogue's state: 0, 200 or 5000 bytes beside its references
+        e.raw(0x5EED, 2)
+        e.below(slots - 2, 3)
+        e.below(max_slots - slots, 4)
+        if ceiling is None:
+            e.below(2, 8)
+        elif ceiling == "max":
+            e.below(0, 8)
+        else:
+            e.below(1, 8)
+            e.below(ceiling - 24, 24)
+        self.fixed = fixed
+        self.fails, self.epilogue = fails, epilogue
+        self.entries = []
+        self.lists = {k: {0: [], 1: [], 2: []} for k in ("upload", "publish", "writes", "gather", "fill")}
+        self.open = False
+
+    # The plan: (kind, type, args); plan() writes them and the epilogue's choices. Entries the
+    # library refuses still take their place in the input but are not listed.
+    def upload(self, at, n, max_n=None, ty=1, refused=False):
+        self.entries.append(("upload", ty, (at, n, n if max_n is None else max_n), refused))
+        return self
+
+    def publish(self, max_n, ty=1):
+        self.entries.append(("publish", ty, (max_n,), False))
+        return self
+
+    def writes(self, at, rows, cols, max_writes, max_elements, ty=1, refused=False):
+        self.entries.append(("writes", ty, (at, rows, cols, max_writes, max_elements), refused))
+        return self
+
+    def gather(self, at, n, src_at, src_n, max_n=None, ty=1, refused=False):
+        self.entries.append(("gather", ty, (at, n, src_at, src_n, n if max_n is None else max_n), refused))
+        return self
+
+    def fill(self, at, n, value_at=None, publish=None, index=0, ty=1, refused=False):
+        self.entries.append(("fill", ty, (at, n, value_at, publish, index), refused))
+        return self
+
+    def _place(self, ty, at, n, most):
+        size = PLAN_SIZES[ty]
+        assert at % size == 0
+        self.e.below(at // size, PLAN_REGION // size)
+        self.e.below(n, min((PLAN_REGION - at) // size, most) + 1)
+
+    def _max(self, n, max_n):
+        if max_n <= n:
+            self.e.below(1, 8)
+            self.e.below(max_n, n + 1)
+        else:
+            self.e.below(0, 8)
+            self.e.below(max_n - n - 1, 4)
+
+    def plan(self):
+        e = self.e
+        e.below(len(self.entries), 11)
+        for kind, ty, args, refused in self.entries:
+            e.below(["upload", "publish", "writes", "gather", "fill"].index(kind), 5)
+            e.below(ty, 3)
+            if kind == "upload":
+                at, n, max_n = args
+                self._place(ty, at, n, 64)
+                self._max(n, max_n)
+                entry = (n, max_n)
+            elif kind == "publish":
+                (max_n,) = args
+                e.size(max_n, 40)
+                entry = max_n
+            elif kind == "writes":
+                at, rows, cols, mw, me = args
+                self._place(ty, at, rows * cols, 256)
+                e.below(cols - 1, max(rows * cols, 1))
+                e.size(mw, 9)
+                e.size(me, 65)
+                entry = (rows, cols)
+            elif kind == "gather":
+                at, n, src_at, src_n, max_n = args
+                self._place(ty, at, n, 64)
+                self._place(ty, src_at, src_n, 64)
+                self._max(n, max_n)
+                entry = (n, src_n, max_n)
+            else:
+                at, n, value_at, publish, index = args
+                self._place(ty, at, n, 64)
+                pubs = self.lists["publish"][ty]
+                if pubs:
+                    e.flag(publish is not None)
+                if publish is not None:
+                    e.below(publish, len(pubs))
+                    e.below(index, min(pubs[publish], 64) + 2)
+                else:
+                    size = PLAN_SIZES[ty]
+                    e.below(value_at // size, PLAN_REGION // size)
+                entry = n
+            if not refused:
+                self.lists[kind][ty].append(entry)
+        if not self.epilogue:
+            e.below(0, 8)
+            return self
+        e.below(1, 8)
+        if self.fails is None:
+            e.below(1, 4)
+        else:
+            e.below(0, 4)
+            e.below(self.fails, 6)
+        return self
+
+    # The steps.
+    def op(self, k):
+        self.e.below(k, 16)
+        return self
+
+    def begin(self):
+        self.open = True
+        return self.op(0)
+
+    def span_upload(self, i, n, ty=1):
+        e = self.op(1).e
+        e.below(ty, 3)
+        ups = self.lists["upload"][ty]
+        if not ups:
+            return self
+        e.below(i, len(ups))
+        limit = ups[i][0]
+        e.count(n, limit + 1, limit + 2)
+        return self
+
+    def span_publish(self, i, n, ty=1):
+        e = self.op(3).e
+        e.below(ty, 3)
+        pubs = self.lists["publish"][ty]
+        if not pubs:
+            return self
+        e.below(i, len(pubs))
+        e.count(n, min(pubs[i], 64) + 2, pubs[i] + 2)
+        return self
+
+    def stage(self, i, row, start, length, elem=False, contiguous=True, ty=1):
+        e = self.op(4).e
+        e.below(ty, 3)
+        ws = self.lists["writes"][ty]
+        if not ws:
+            return self
+        e.below(i, len(ws))
+        rows, cols = ws[i]
+        e.below(0 if elem else 1, 4)
+        e.below(1, 8)
+        e.below(row, rows)
+        e.below(1, 8)
+        e.below(start, cols + 1)
+        e.below(1, 8)
+        e.below(length, cols - start + 1)
+        e.flag(contiguous)
+        return self
+
+    def indices(self, i, rows, host_values=False, bad=None, ty=1):
+        """gather i's indices: `rows` a list of source rows, None for ferry::from_host; `bad`
+        (position, value) a bad row; then host_values() if asked."""
+        e = self.op(6).e
+        e.below(ty, 3)
+        gs = self.lists["gather"][ty]
+        if not gs:
+            return self
+        e.below(i, len(gs))
+        limit, src_n, max_n = gs[i]
+        n = len(rows)
+        assert n <= limit
+        e.below(1, 8)
+        e.below(n, limit + 1)
+        if not self.open or (self.fixed and n > max_n):
+            return self
+        with_host = any(r is None for r in rows)
+        e.flag(with_host)
+        for r in rows:
+            if src_n == 0:
+                assert r is None
+                continue
+            if with_host:
+                e.below(0 if r is None else 1, 4)
+            if r is not None:
+                e.below(r, src_n)
+        if n != 0:
+            if bad is None:
+                e.below(1, 8)
+            else:
+                e.below(0, 8)
+                at, value = bad
+                if value >= 0:
+                    e.flag(True)
+                    e.below(value - src_n, 3)
+                else:
+                    e.flag(False)
+                    e.below(-2 - value, 3)
+                e.below(at, n)
+        e.flag(host_values)
+        return self
+
+    def host_values(self, i, ty=1):
+        e = self.op(8).e
+        e.below(ty, 3)
+        if self.lists["gather"][ty]:
+            e.below(i, len(self.lists["gather"][ty]))
+        return self
+
+    def submit(self, refused=False):
+        self.open = refused  # a refused submit leaves the step open
+        return self.op(9)
+
+    def sync(self):
+        return self.op(11)
+
+    def reserve(self):
+        return self.op(12)
+
+    def cancel(self):
+        self.open = False
+        return self.op(13)
+
+    def poke(self, at, values):
+        self.op(14)
+        self.e.below(at, PLAN_REGION)
+        self.e.below(len(values) - 1, 64)
+        for v in values:
+            self.e.byte(v)
+        return self
+
+    def bytes(self):
+        return bytes(self.e.b)
+
+
+def step_plan_seeds():
+    s = {}
+    # Every kind of entry, apart, and steps that fill each: the epilogue logs what it sees.
+    for fixed in (False, True):
+        g = "fixed" if fixed else "pow2"
+        x = (PlanSeed(fixed).upload(0, 16).publish(8).writes(128, 4, 8, 6, 32).gather(256, 12, 512, 20)
+             .fill(640, 10, value_at=700).fill(720, 3, publish=0, index=2).upload(800, 5, ty=2).plan())
+        for k in range(4):
+            (x.begin().span_upload(0, 10 + k).span_publish(0, 3 + k).stage(0, k, 1, 5).stage(0, k, 3, 1, elem=True)
+             .indices(0, [k, 19, None, 3], host_values=True).span_upload(0, 5, ty=2).submit())
+        s[f"every-kind-{g}"] = x.sync().bytes()
+    # Overlaps in every order: each refused entry covers what one before it writes or reads.
+    s["overlaps-every-order"] = (
+        PlanSeed().gather(0, 8, 64, 16).fill(200, 4, value_at=300)
+        .writes(72, 2, 4, 4, 8, refused=True)       # a write target over the gather's source
+        .upload(296, 4, refused=True)               # an upload over the fill's value
+        .gather(96, 2, 0, 4, refused=True)          # a gather from the other's destination
+        .fill(60, 2, value_at=600, refused=True)    # a fill's destination over the gather's source
+        .gather(400, 4, 304, 1).writes(440, 1, 4, 1, 4)
+        .plan().begin().indices(0, [1, 2, 3]).indices(1, [0, 0]).stage(0, 0, 0, 4).submit().sync().bytes())
+    s["gather-own-source"] = PlanSeed().gather(0, 8, 16, 8, refused=True).gather(64, 4, 128, 4).plan().sync().bytes()
+    s["gather-bad-rows"] = (PlanSeed().gather(0, 8, 64, 4).plan().begin().indices(0, [1, 2, 3], bad=(1, 4))
+                            .submit(refused=True).indices(0, [0, None], bad=(0, -3)).submit(refused=True)
+                            .indices(0, [None, 1]).submit(refused=True).host_values(0).submit().sync().bytes())
+    s["epilogue-throws"] = (PlanSeed(fails=1).upload(0, 8).gather(64, 4, 128, 4).plan()
+                            .begin().span_upload(0, 8).indices(0, [3, 2]).submit()
+                            .begin().span_upload(0, 7).submit().begin().span_upload(0, 6).submit().sync()
+                            .begin().span_upload(0, 2).submit().sync().bytes())
+    s["epilogue-state-5000-bytes"] = (PlanSeed(pad=2).upload(0, 4).publish(4, ty=2).gather(64, 4, 128, 4, ty=0).plan()
+                                      .begin().span_upload(0, 4).span_publish(0, 4, ty=2).indices(0, [1, 3], ty=0)
+                                      .submit().sync().bytes())
+    s["no-epilogue"] = PlanSeed(epilogue=False).upload(0, 8).plan().begin().span_upload(0, 8).submit().sync().bytes()
+    # A tight arena: spans that outgrow the slot may be refused, losing nothing (the step's earlier
+    # spans and indices are what its submit carries).
+    tight = (PlanSeed(arena_cap=13).upload(0, 64, max_n=1, ty=2).publish(1, ty=2).gather(1024, 64, 1536, 64, max_n=1, ty=2)
+             .plan())
+    for k in range(3):
+        (tight.begin().indices(0, [k, 63, None], host_values=True, ty=2).span_upload(0, 8, ty=2)
+         .span_publish(0, 40 + k, ty=2).span_upload(0, 64, ty=2).span_publish(0, 60, ty=2).submit())
+    s["tight-arena-growth"] = tight.sync().bytes()
+    # A 4 KiB arena whose three slots hold it nearly all once step 1's publish grew its slot: the
+    # upload's first span of step 1 is refused, and the submit, which needs no more room, carries
+    # nothing of it (the step once read the refused size from address 0).
+    s["span-refused-in-a-full-slot"] = (
+        PlanSeed(arena_cap=12, slots=3, max_slots=3, epilogue=False).upload(0, 64, max_n=1, ty=2).publish(1, ty=0)
+        .plan().begin().span_publish(0, 500, ty=0).submit().sync().begin().span_publish(0, 1000, ty=0)
+        .span_upload(0, 64, ty=2).submit().sync().bytes())
+    ceiling = PlanSeed(ceiling="max").upload(0, 32).publish(4).plan()
+    for k in range(8):
+        ceiling.begin().span_upload(0, 32 - k).span_publish(0, 4).submit()
+    s["ceiling-size-max"] = ceiling.sync().bytes()
+    s["ceiling-2^40"] = PlanSeed(ceiling=40).upload(0, 8).plan().begin().span_upload(0, 8).submit().sync().bytes()
+    s["cancel-then-steps"] = (PlanSeed().upload(0, 8).gather(64, 4, 128, 4).plan().begin().span_upload(0, 8)
+                              .indices(0, [1]).cancel().begin().span_upload(0, 3).submit().sync().bytes())
+    s["poke-sources"] = (PlanSeed().gather(0, 4, 64, 4).fill(128, 4, value_at=256).plan().begin().indices(0, [3, 0])
+                         .submit().sync().poke(64, [9, 8, 7, 6, 5]).poke(256, [1, 2, 3, 4]).begin()
+                         .indices(0, [1, 2]).submit().sync().bytes())
     return s
 
 
@@ -800,7 +1103,7 @@ def values_seeds():
 def main():
     root = pathlib.Path(__file__).resolve().parent / "corpus"
     for target, seeds in (("dlpack", dlpack_seeds()), ("staged", staged_seeds()), ("step", step_seeds()),
-                          ("growth", growth_seeds()), ("values", values_seeds())):
+                          ("step_plan", step_plan_seeds()), ("growth", growth_seeds()), ("values", values_seeds())):
         d = root / target
         d.mkdir(parents=True, exist_ok=True)
         for old in d.glob("seed-*"):

@@ -107,20 +107,24 @@ void with_range(const write_args& w, const std::vector<T>& values, F&& f) {
   }
 }
 
+/// `n` distinct values.
+template <class T>
+std::vector<T> values_of(std::size_t n, std::uint64_t& counter) {
+  std::vector<T> v(n);
+  for (auto& x : v) x = next_value<T>(counter);
+  return v;
+}
+
 /// Values for a write: `len` of them when that is small, else none (the write is out of bounds).
 template <class T>
 std::vector<T> values_for(const write_args& w, std::uint64_t& counter) {
-  std::vector<T> v;
-  if (w.len <= 4096) {
-    v.resize(w.len);
-    for (auto& x : v) x = next_value<T>(counter);
-  }
-  return v;
+  return w.len <= 4096 ? values_of<T>(w.len, counter) : std::vector<T>{};
 }
 
 /// A staged write the model holds until the apply.
 template <class T>
 struct model_write {
+  using value_type = T;
   std::size_t row, start;
   std::vector<T> values;
 };

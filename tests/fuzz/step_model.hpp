@@ -22,6 +22,110 @@
 
 namespace ferry_fuzz {
 
+/// The calls that fill a step, shared by the step targets (step_run, and step_plan_fuzz.cpp's
+/// plan_run): each decodes its arguments from `in` after the entry was chosen, makes the call and
+/// checks the outcome against the documented rules, and records what was written in the entry's
+/// `step` (a span's values; the staged writes and their elements). `room(o)` says whether `o` may
+/// be a refusal for want of room beyond the documented limits (a fuzzed growth policy, the arena's
+/// cap): such a call must change nothing, so the entry keeps what the step gave it before.
+template <bool Fixed>
+struct step_calls {
+  input& in;
+  std::uint64_t& counter;
+  const std::string& at;
+  bool open;
+
+  // An upload entry: `h`, `max_n`, `step`; `limit` elements in its destination.
+  template <class Upload, class Room>
+  void span_upload(Upload& u, std::size_t limit, Room&& room) {
+    using T = typename std::remove_reference_t<decltype(*u.step)>::value_type;
+    const std::size_t n = in.below(8) == 0 ? in.size(limit + 2) : in.below(limit + 1);
+    const std::string what = at + ": upload::span(" + std::to_string(n) + ") of " + std::to_string(limit);
+    std::span<T> got;
+    const outcome o = attempt(what, [&] { got = u.h.span(n); });
+    if (!open) return expect(o == outcome::ferry_error, what + ": outside a step, threw " + described(o));
+    if (n > limit) return expect(o == outcome::out_of_range, what + ": threw " + described(o));
+    if (Fixed && n > u.max_n) return expect(o == outcome::capacity, what + ": beyond max_n, threw " + described(o));
+    if (room(o)) return;  // the upload keeps this step's earlier span
+    expect(o == outcome::ok, what + ": threw " + described(o));
+    expect(got.size() == n, what + ": span of the wrong size");
+    u.step = values_of<T>(n, counter);
+    std::copy(u.step->begin(), u.step->end(), got.begin());
+  }
+  // A publish entry: `h`, `max_n`, `step`.
+  template <class Publish, class Room>
+  void span_publish(Publish& p, Room&& room) {
+    using T = typename std::remove_reference_t<decltype(*p.step)>::value_type;
+    std::size_t n = in.below(8) == 0 ? in.size(p.max_n + 2) : in.below(std::min<std::size_t>(p.max_n, 64) + 2);
+    if (n > (1u << 16) && n < (std::uint64_t{1} << 62)) n %= 1u << 16;
+    const std::string what = at + ": publish::span(" + std::to_string(n) + ") of max_n " + std::to_string(p.max_n);
+    std::span<T> got;
+    const outcome o = attempt(what, [&] { got = p.h.span(n); });
+    if (!open) return expect(o == outcome::ferry_error, what + ": outside a step, threw " + described(o));
+    if (Fixed && n > p.max_n) return expect(o == outcome::capacity, what + ": beyond max_n, threw " + described(o));
+    if (room(o) || (o == outcome::capacity && n >= (std::uint64_t{1} << 62))) return;  // room, or overflow
+    expect(o == outcome::ok, what + ": threw " + described(o));
+    expect(got.size() == n, what + ": span of the wrong size");
+    p.step = values_of<T>(n, counter);
+    std::copy(p.step->begin(), p.step->end(), got.begin());
+  }
+  // A writes entry: `h`, `rows`, `cols`, `max_writes`, `max_elements`, `step`, `elements`.
+  template <class Writes, class Room>
+  void stage(Writes& w, Room&& room) {
+    using T = typename decltype(w.step)::value_type::value_type;
+    const bool elem = in.below(4) == 0;
+    write_args a = decode_write(in, w.rows, w.cols);
+    if (elem) a.start = 0, a.len = 1;
+    const std::vector<T> v = values_for<T>(a, counter);
+    const std::string what = at + (elem ? ": writes::stage_write_elem " : ": writes::stage_write ") + a.str() +
+                             " into " + std::to_string(w.rows) + " x " + std::to_string(w.cols);
+    const outcome o = attempt(what, [&] {
+      if (elem)
+        w.h.stage_write_elem(a.row, v[0]);
+      else
+        with_range(a, v, [&](auto&& r) { w.h.stage_write(a.row, a.start, r); });
+    });
+    const auto check_pending = [&] {
+      expect(w.h.pending() == w.step.size() && w.h.pending_elements() == w.elements,
+             what + ": pending() / pending_elements() disagree with the model");
+    };
+    if (!a.in_bounds(w.rows, w.cols)) {
+      expect(o == outcome::out_of_range || (!open && o == outcome::ferry_error), what + ": out of bounds, threw " + described(o));
+      if (open) check_pending();
+      return;
+    }
+    if (!open) return expect(o == outcome::ferry_error, what + ": outside a step, threw " + described(o));
+    if (a.len != 0 && Fixed && (w.step.size() + 1 > w.max_writes || w.elements + a.len > w.max_elements)) {
+      expect(o == outcome::capacity, what + ": beyond the declared maxima, threw " + described(o));
+      return check_pending();
+    }
+    if (room(o)) return check_pending();
+    expect(o == outcome::ok, what + ": threw " + described(o));
+    if (a.len != 0) {
+      w.step.push_back({a.row, a.start, v});
+      w.elements += a.len;
+    }
+    check_pending();
+  }
+};
+
+/// Calls `f` with the list of one element type of `lists` (a tuple of the uint8, uint32 and
+/// uint64 lists), chosen by `in`; each_type calls it with each.
+template <class Lists, class F>
+void with_type(input& in, Lists& lists, F&& f) {
+  switch (in.below(3)) {
+    case 0: f(std::get<0>(lists)); break;
+    case 1: f(std::get<1>(lists)); break;
+    default: f(std::get<2>(lists)); break;
+  }
+}
+template <class Lists, class F>
+void each_type(Lists& lists, F&& f) {
+  f(std::get<0>(lists));
+  f(std::get<1>(lists));
+  f(std::get<2>(lists));
+}
+
 template <class Batch>
 class step_run {
   static constexpr bool fixed = std::is_same_v<typename Batch::growth_policy, ferry::growth::fixed>;
@@ -112,17 +216,11 @@ class step_run {
  private:
   template <class F>
   void with_type(F&& f) {
-    switch (in_.below(3)) {
-      case 0: f(std::get<0>(lists_)); break;
-      case 1: f(std::get<1>(lists_)); break;
-      default: f(std::get<2>(lists_)); break;
-    }
+    ferry_fuzz::with_type(in_, lists_, f);
   }
   template <class F>
   void each_type(F&& f) {
-    f(std::get<0>(lists_));
-    f(std::get<1>(lists_));
-    f(std::get<2>(lists_));
+    ferry_fuzz::each_type(lists_, f);
   }
   // A declared maximum: small, or an edge (those between 2^20 and 2^62 folded below 2^20, so
   // that a legal plan never asks for more memory than the arena's cap by design).
@@ -132,9 +230,7 @@ class step_run {
   }
   template <class T>
   std::vector<T> values(std::size_t n) {
-    std::vector<T> v(n);
-    for (auto& x : v) x = next_value<T>(counter_);
-    return v;
+    return values_of<T>(n, counter_);
   }
 
   void plan() {
@@ -257,77 +353,25 @@ class step_run {
     expect(batch_->in_step() == open_, what + ": in_step() disagrees with the model");
   }
 
+  // A refusal for want of room beyond the documented limits: the fuzzed growth policy's.
+  [[nodiscard]] bool room_refused(outcome o) const { return fuzzed_growth && refused(o, true); }
+  step_calls<fixed> calls() { return {in_, counter_, at_, open_}; }
+
   template <class T>
   void span_upload(lists<T>& l) {
     if (l.uploads.empty()) return;
     auto& u = l.uploads[in_.below(l.uploads.size())];
-    const std::size_t n = in_.below(8) == 0 ? in_.size(u.dst.size() + 2) : in_.below(u.dst.size() + 1);
-    const std::string what = at_ + ": upload::span(" + std::to_string(n) + ") of " + std::to_string(u.dst.size());
-    std::span<T> got;
-    const outcome o = attempt(what, [&] { got = u.h.span(n); });
-    if (!open_) return expect(o == outcome::ferry_error, what + ": outside a step, threw " + name(o));
-    if (n > u.dst.size()) return expect(o == outcome::out_of_range, what + ": threw " + std::string(name(o)));
-    if (fixed && n > u.max_n) return expect(o == outcome::capacity, what + ": beyond max_n, threw " + name(o));
-    if (fuzzed_growth && refused(o, true)) return;
-    expect(o == outcome::ok, what + ": threw " + std::string(name(o)));
-    expect(got.size() == n, what + ": span of the wrong size");
-    u.step = values<T>(n);
-    std::copy(u.step->begin(), u.step->end(), got.begin());
+    calls().span_upload(u, u.dst.size(), [&](outcome o) { return room_refused(o); });
   }
   template <class T>
   void span_publish(lists<T>& l) {
     if (l.publishes.empty()) return;
-    auto& p = l.publishes[in_.below(l.publishes.size())];
-    std::size_t n = in_.below(8) == 0 ? in_.size(p.max_n + 2) : in_.below(std::min<std::size_t>(p.max_n, 64) + 2);
-    if (n > (1u << 16) && n < (std::uint64_t{1} << 62)) n %= 1u << 16;
-    const std::string what = at_ + ": publish::span(" + std::to_string(n) + ") of max_n " + std::to_string(p.max_n);
-    std::span<T> got;
-    const outcome o = attempt(what, [&] { got = p.h.span(n); });
-    if (!open_) return expect(o == outcome::ferry_error, what + ": outside a step, threw " + name(o));
-    if (fixed && n > p.max_n) return expect(o == outcome::capacity, what + ": beyond max_n, threw " + name(o));
-    if (refused(o, fuzzed_growth) && (fuzzed_growth || n >= (std::uint64_t{1} << 62))) return;  // arena cap / overflow
-    expect(o == outcome::ok, what + ": threw " + std::string(name(o)));
-    expect(got.size() == n, what + ": span of the wrong size");
-    p.step = values<T>(n);
-    std::copy(p.step->begin(), p.step->end(), got.begin());
+    calls().span_publish(l.publishes[in_.below(l.publishes.size())], [&](outcome o) { return room_refused(o); });
   }
   template <class T>
   void stage(lists<T>& l) {
     if (l.writes_.empty()) return;
-    auto& w = l.writes_[in_.below(l.writes_.size())];
-    const bool elem = in_.below(4) == 0;
-    write_args a = decode_write(in_, w.rows, w.cols);
-    if (elem) a.start = 0, a.len = 1;
-    const std::vector<T> v = values_for<T>(a, counter_);
-    const std::string what = at_ + (elem ? ": writes::stage_write_elem " : ": writes::stage_write ") + a.str() +
-                             " into " + std::to_string(w.rows) + " x " + std::to_string(w.cols);
-    const outcome o = attempt(what, [&] {
-      if (elem)
-        w.h.stage_write_elem(a.row, v[0]);
-      else
-        with_range(a, v, [&](auto&& r) { w.h.stage_write(a.row, a.start, r); });
-    });
-    const auto check_pending = [&] {
-      expect(w.h.pending() == w.step.size() && w.h.pending_elements() == w.elements,
-             what + ": pending() / pending_elements() disagree with the model");
-    };
-    if (!a.in_bounds(w.rows, w.cols)) {
-      expect(o == outcome::out_of_range || (!open_ && o == outcome::ferry_error), what + ": out of bounds, threw " + name(o));
-      if (open_) check_pending();
-      return;
-    }
-    if (!open_) return expect(o == outcome::ferry_error, what + ": outside a step, threw " + name(o));
-    if (a.len != 0 && fixed && (w.step.size() + 1 > w.max_writes || w.elements + a.len > w.max_elements)) {
-      expect(o == outcome::capacity, what + ": beyond the declared maxima, threw " + name(o));
-      return check_pending();
-    }
-    if (fuzzed_growth && refused(o, true)) return check_pending();
-    expect(o == outcome::ok, what + ": threw " + std::string(name(o)));
-    if (a.len != 0) {
-      w.step.push_back({a.row, a.start, v});
-      w.elements += a.len;
-    }
-    check_pending();
+    calls().stage(l.writes_[in_.below(l.writes_.size())], [&](outcome o) { return room_refused(o); });
   }
   template <class T>
   void set_cell(lists<T>& l) {

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -163,6 +164,16 @@ TEST_CASE("from_dlpack names every mismatch, expected vs got", "[interop][dlpack
         (ferry::from_dlpack_pinned<std::int32_t, ferry::backend::host>(h.t)),
         ContainsSubstring("ferry: from_dlpack_pinned: device type mismatch: expected kDLCPU, got kDLCUDA"));
   }
+  SECTION("a device type outside DLDeviceType") {
+    // The integer a producer stored, not one of the enum's values: refused as a number, never
+    // loaded as the enum (UndefinedBehaviorSanitizer once reported that load inside ferry).
+    const int unknown = 1000;
+    static_assert(sizeof(unknown) == sizeof(h.t.device.device_type));
+    std::memcpy(&h.t.device.device_type, &unknown, sizeof(unknown));
+    CHECK_THAT(rejection<std::int32_t>(h.t),
+               ContainsSubstring("ferry: from_dlpack: device type mismatch: expected kDLCPU, got device type 1000"));
+    CHECK_THROWS_AS(ferry::from_dlpack_host<std::int32_t>(h.t), std::invalid_argument);
+  }
   SECTION("device id") {
     h.t.device.device_id = 1;
     CHECK_THAT(rejection<std::int32_t>(h.t), ContainsSubstring("device id mismatch: expected 0, got 1"));
@@ -230,6 +241,12 @@ TEST_CASE("to_dlpack describes a ferry span; shape storage is owned and stable",
   auto y = std::move(x);  // moving keeps the DLTensor and its shape where they were
   const DLTensor& t = y.get();
   CHECK(&t == before);
+  // The moved-from object is empty: get() is a ferry::error, never a read through null.
+  CHECK(x.empty());  // NOLINT(bugprone-use-after-move)
+  CHECK_FALSE(y.empty());
+  CHECK_THROWS_MATCHES(x.get(), ferry::error,  // NOLINT(bugprone-use-after-move)
+                       Catch::Matchers::MessageMatches(ContainsSubstring("ferry: dlpack_tensor::get") &&
+                                                       ContainsSubstring("moved from")));
   CHECK(t.data == buf.span().data());
   CHECK(t.device.device_type == kDLCPU);
   CHECK(t.device.device_id == 0);

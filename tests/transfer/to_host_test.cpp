@@ -1,10 +1,11 @@
 // Tests for include/ferry/transfer/to_host.hpp: device data back into a std::vector in one call,
 // equal to what was uploaded for every element type; it waits for the work enqueued before it,
-// counts exactly one synchronization, gives its staging block back, and rethrows the stream's
-// pending error.
+// counts exactly one synchronization, gives its staging block back, rethrows the stream's pending
+// error, and refuses a span no vector holds.
 #include "transfer_support.hpp"
 
 #include <catch2/catch_template_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <atomic>
 #include <stdexcept>
@@ -97,4 +98,24 @@ TEMPLATE_TEST_CASE("to_host rethrows an error of earlier stream work and keeps t
   s.synchronize();  // the error was taken once
   CHECK(arena.stats().bytes_in_use == 0);
   CHECK(ferry::to_host(d.span(), s, arena) == v);
+}
+
+// A span of more elements than a std::vector<T> holds (2^62 int32: max_size() is 2^61 - 1) is
+// refused before anything is staged or enqueued, with ferry's message (std::vector's own
+// std::length_error once escaped); the span is never read.
+TEMPLATE_TEST_CASE("to_host refuses a span larger than any vector holds, enqueuing nothing",
+                   "[transfer][to_host][bad_input]", FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  ferry::stream<TestType> s;
+  ferry::pinned_arena<TestType> arena;
+  ferry::device_buffer<std::int32_t, TestType> d(1);
+  const ferry::device_span<const std::int32_t> huge(d.span().data(), std::size_t{1} << 62);
+  const auto stats = arena.stats();
+  const auto tasks = ferry_test::enqueued<TestType>(s);
+  CHECK_THROWS_AS(ferry::to_host(huge, s, arena), std::invalid_argument);
+  CHECK_THROWS_WITH(ferry::to_host(huge, s, arena),
+                    Catch::Matchers::StartsWith("ferry: to_host: a span of 4611686018427387904 elements"));
+  CHECK(ferry_test::enqueued<TestType>(s) == tasks);
+  CHECK(arena.stats().allocations == stats.allocations);
+  CHECK(arena.stats().bytes_in_use == 0);
 }

@@ -5,6 +5,7 @@
 
 #include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/config.hpp>
+#include <ferry/error.hpp>
 #include <ferry/interop/detail/tensor_check.hpp>
 #include <ferry/memory/device_span.hpp>
 #include <ferry/memory/pinned_span.hpp>
@@ -14,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <span>
@@ -30,12 +32,17 @@ namespace ferry {
 
 namespace detail::dl {
 inline tensor describe(const DLTensor& t, const char* api) {
+  // The device type as the integer the producer stored: a value outside DLDeviceType's
+  // enumerators is refused by the checker, never loaded as the enum (undefined behaviour).
+  std::underlying_type_t<DLDeviceType> device_type;
+  static_assert(sizeof(device_type) == sizeof(t.device.device_type));
+  std::memcpy(&device_type, &t.device.device_type, sizeof(device_type));
   return {api,
           t.data,
           t.byte_offset,
           {t.dtype.code, t.dtype.bits, t.dtype.lanes},
           {},
-          static_cast<int>(t.device.device_type),
+          static_cast<int>(device_type),
           t.device.device_id,
           t.ndim,
           t.shape,
@@ -87,13 +94,21 @@ template <class T>
 
 /// A DLPack tensor viewing memory that ferry does not own through it: it owns only its shape and
 /// strides, which `get()` points at. Move-only; `get()` and the DLTensor's shape and strides stay
-/// at the same addresses for the object's lifetime (moves included). The viewed memory must
-/// outlive every use of the DLTensor, and this object must outlive every use of its shape and
-/// strides: a consumer that keeps the tensor longer copies them.
+/// at the same addresses for the object's lifetime (moves included: the moved-to object has them,
+/// and the moved-from one is empty). The viewed memory must outlive every use of the DLTensor, and
+/// this object must outlive every use of its shape and strides: a consumer that keeps the tensor
+/// longer copies them.
 class dlpack_tensor {
  public:
-  /// The DLTensor (byte_offset 0, strides compact row-major, never null).
-  [[nodiscard]] const DLTensor& get() const noexcept { return state_->tensor; }
+  /// The DLTensor (byte_offset 0, strides compact row-major, never null). ferry::error on an
+  /// empty (moved-from) object.
+  [[nodiscard]] const DLTensor& get() const {
+    if (!state_) [[unlikely]]
+      throw error("ferry: dlpack_tensor::get: the object is empty (moved from); its tensor went with the move");
+    return state_->tensor;
+  }
+  /// True for an empty (moved-from) object, whose get() throws.
+  [[nodiscard]] bool empty() const noexcept { return state_ == nullptr; }
 
  private:
   struct state {

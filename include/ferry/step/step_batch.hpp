@@ -70,15 +70,20 @@ struct step_batch_access;
 /// commit() with no CUDA call and run by the engine's replay), EpiloguePolicy (`epilogue::none`
 /// default; `epilogue::functor<F>`: F's `FERRY_HOST_DEVICE operator()(const step_context&) const`
 /// runs after every upload, write, gather and fill of the step has landed, on CUDA by every thread
-/// of the launch's last block, on the host backend once), Backend; and the presets.
+/// of the launch's last block, on the host backend once: what it throws there comes back once, as
+/// ferry::error, from the next synchronizing call on the stream, as an enqueue_host task's
+/// error does), Backend; and the presets.
 ///
 /// Rules (checked, not only documented; docs/step_batch.md): a step's destinations are disjoint,
 /// except writes into one target (the later staged wins); fill and gather sources are not written
-/// by the step; **a published view stays valid for work enqueued on the submit's stream before
+/// by the step's uploads, writes, gathers or fills (its epilogue runs after they were read, and
+/// may write them); **a published view stays valid for work enqueued on the submit's stream before
 /// the next submit** (on another stream: record_use(stream)). Under event_fenced a slot is
-/// rewritten only once its kernel and its publishes' readers have passed: begin() takes a free
-/// slot, else inserts one up to max_slots, else (a full ring) waits for the next slot (a
-/// synchronization, counted by sync_guard; throw_when_full throws ferry::capacity_error). Under
+/// rewritten only once its kernel and its publishes' readers have passed (the readers of a step
+/// that published are stamped by the next submit, so its slot is held until that step has run):
+/// begin() takes a free slot, else inserts one up to max_slots, else (a full ring) waits for the
+/// next slot (a synchronization, counted by sync_guard; throw_when_full throws
+/// ferry::capacity_error). Under
 /// caller_fenced the caller makes sure a slot's step and readers are done `slots` steps later.
 /// begin(), cancel(), the handles' calls, reserve(), set_epilogue() and the add_* calls touch no
 /// stream (capture-safe); submit(), submit_with() and record_use() throw ferry::error on a
@@ -227,9 +232,10 @@ class step_batch {
   }
 
   /// Declares a gather of up to `max_n` elements per step into `dst` from `src` (device memory or
-  /// UVA, read by the step's launch: never by the host; no destination of the plan may cover it):
-  /// max_n <= dst.size(), else std::invalid_argument (under growth::fixed max_n is the limit,
-  /// under pow2 a hint). Indices are int32: rows of src beyond 2^31 - 1 are out of reach.
+  /// UVA, read by the step's launch: never by the host; no destination of the plan may cover it,
+  /// whichever is declared first): max_n <= dst.size(), else std::invalid_argument (under
+  /// growth::fixed max_n is the limit, under pow2 a hint). Indices are int32, so a source of more
+  /// than 2^31 elements (rows an index cannot reach) is std::invalid_argument too.
   template <class T>
   [[nodiscard]] gather<T> add_gather(device_span<T> dst, device_span<const T> src, std::size_t max_n) {
     static_assert((detail::check_element<T>(), true));
@@ -288,9 +294,11 @@ class step_batch {
   }
 
   /// Drops the open step: what its handles recorded is gone (pending() is 0, a publish's view()
-  /// is empty), nothing is enqueued, and its slot is taken again by the next begin() as if this
-  /// step had not begun. Touches no stream (capture-safe); outside a step it does nothing. The
-  /// way out of a step that submit() refused and that the engine will not fix.
+  /// is empty), nothing is enqueued, and its slot is free again: under caller_fenced the next
+  /// begin() takes it again (the rotation follows submitted steps), otherwise it chooses among the
+  /// free slots as after the step before (it may take another first, e.g. one never used yet).
+  /// Touches no stream (capture-safe); outside a step it does nothing. The way out of a
+  /// step that submit() refused and that the engine will not fix.
   void cancel() { slots_of::cancel_step(c()); }
 
   /// Submits the open step on `s`: ONE kernel launch (launch::kernel) or graph replay

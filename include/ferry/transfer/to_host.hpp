@@ -6,6 +6,7 @@
 #include <ferry/backend/event.hpp>
 #include <ferry/backend/stream.hpp>
 #include <ferry/element.hpp>
+#include <ferry/error.hpp>
 #include <ferry/memory/device_span.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/memory/pinned_span.hpp>
@@ -14,6 +15,9 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <new>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -27,8 +31,10 @@ namespace ferry {
 /// For checks, tests and start-up: a hot path reads back with async_d2h into a pinned buffer it
 /// keeps, and an event it waits for only when it needs the data.
 ///
-/// Errors: rethrows (once) an error raised by host work enqueued on `s` before the call, as
-/// event::synchronize does; the staging block goes back to the arena whatever happens.
+/// Errors: a span of more elements than a std::vector holds (its max_size()) is
+/// std::invalid_argument, and a vector that cannot be allocated ferry::out_of_memory, before
+/// anything is enqueued; rethrows (once) an error raised by host work enqueued on `s` before the
+/// call, as event::synchronize does; the staging block goes back to the arena whatever happens.
 template <class T, class B>
 [[nodiscard]] std::vector<std::remove_cv_t<T>> to_host(device_span<T> src, stream_ref<B> s,
                                                        pinned_arena<B>& arena) {
@@ -44,7 +50,17 @@ template <class T, class B>
     done.synchronize();
     return out;
   }
-  out.resize(n);  // before the copy is enqueued: a bad_alloc here leaves nothing in flight
+  // The vector before the copy is enqueued: a refusal here leaves nothing in flight.
+  if (n > out.max_size())
+    throw std::invalid_argument("ferry: to_host: a span of " + std::to_string(n) +
+                                " elements is more than a std::vector holds (max_size " +
+                                std::to_string(out.max_size()) + ")");
+  try {
+    out.resize(n);
+  } catch (const std::bad_alloc&) {
+    throw out_of_memory("ferry: to_host: a std::vector of " + std::to_string(n) + " elements (" +
+                        std::to_string(n * sizeof(U)) + " bytes) cannot be allocated");
+  }
   detail::block_guard<B> staging(arena, arena.acquire(n * sizeof(U)));
   const pinned_span<U> block = detail::make_pinned_span(static_cast<U*>(static_cast<void*>(staging.get().data)), n);
   try {

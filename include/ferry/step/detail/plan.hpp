@@ -98,8 +98,10 @@ inline void run_piece_now(const chunk_desc& d) noexcept {
 }
 
 /// The step kernel's work on the host backend: every descriptor of the table, in order, then the
-/// epilogue (`epilogue`: how to call the functor whose bytes the table holds; null: none).
-inline void run_step_now(const void* table, void (*epilogue)(const void* table)) noexcept {
+/// epilogue (`epilogue`: how to call the functor whose bytes the table holds; null: none). What
+/// the epilogue throws leaves here, after the step's data has landed: the stream keeps it for its
+/// next synchronizing call (SPEC §2), as it keeps an enqueue_host task's.
+inline void run_step_now(const void* table, void (*epilogue)(const void* table)) {
   const auto* h = static_cast<const step_header*>(table);
   const chunk_desc* d = step_descs(const_cast<void*>(table));
   for (std::uint64_t i = 0; i < h->work; ++i) {
@@ -111,9 +113,10 @@ inline void run_step_now(const void* table, void (*epilogue)(const void* table))
   if (epilogue) epilogue(table);
 }
 
-/// Calls the epilogue F whose bytes the table holds, on the host, as one thread.
+/// Calls the epilogue F whose bytes the table holds, on the host, as one thread (what it throws
+/// goes to the stream: run_step_now).
 template <class F>
-void call_epilogue_now(const void* table) noexcept {
+void call_epilogue_now(const void* table) {
   const auto* h = static_cast<const step_header*>(table);
   F f;
   std::memcpy(static_cast<void*>(&f), reinterpret_cast<const void*>(h->epilogue), sizeof(F));

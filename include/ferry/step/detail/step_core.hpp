@@ -49,6 +49,8 @@ class step_core {
 
  public:
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
+  /// The most rows a gather's source may have: its int32 indices reach rows [0, 2^31).
+  static constexpr std::size_t max_gather_source = std::size_t{1} << 31;
 
   struct slot {
     pinned_block table;                // step_header + chunk_desc[table_cap]
@@ -119,11 +121,14 @@ class step_core {
                   "declare every upload, publish, write target and fill before");
   }
 
-  /// Throws std::invalid_argument when `bytes` at `at`, declared by `what` as a `kind` (a
-  /// "destination" or a fill's "source"), overlap a destination declared before (or, for a
-  /// destination, a fill's device source): a step's destinations are disjoint, and no step writes
-  /// what a fill reads. Empty ranges overlap nothing. Setup only (it walks the whole plan).
-  void check_disjoint(const char* what, const char* kind, std::uintptr_t at, std::size_t bytes) const {
+  /// What a range given to check_disjoint is: memory the step writes, or memory it reads.
+  enum class range_kind { written, read };
+  /// Throws std::invalid_argument when `bytes` at `at`, declared by `what` as its `kind` (a
+  /// "destination", a "target", a "source"), overlap a destination declared before, or, for memory
+  /// the step writes (`role`), a fill's device value or a gather's source declared before: a
+  /// step's destinations are disjoint, and no step writes what a fill or gather reads, whichever
+  /// is declared first. Empty ranges overlap nothing. Setup only (it walks the whole plan).
+  void check_disjoint(const char* what, const char* kind, range_kind role, std::uintptr_t at, std::size_t bytes) const {
     if (bytes == 0) return;
     auto clash = [&](const char* other, std::uintptr_t o, std::size_t n) {
       if (n != 0 && at < o + n && o < at + bytes) throw_overlap(what, kind, at, bytes, other, o, n);
@@ -132,9 +137,9 @@ class step_core {
     for (const auto& w : writes_) clash("a write target", w.base, w.rec.rows() * w.rec.cols() * w.elem);
     for (const auto& g : gathers_) clash("a gather's destination", g.dst, g.limit * g.elem);
     for (const auto& f : fills_) clash("a fill's destination", f.dst, f.bytes);
-    if (kind[0] == 'd') {
+    if (role == range_kind::written) {
       for (const auto& f : fills_)
-        if (f.publish == none) clash("a fill's device source", f.src, f.elem);
+        if (f.publish == none) clash("a fill's device value", f.src, f.elem);
       for (const auto& g : gathers_) clash("a gather's source", g.src, g.src_n * g.elem);
     }
   }
@@ -159,7 +164,7 @@ class step_core {
     if (max_n > limit)
       throw std::invalid_argument("ferry: step_batch::add_upload: max_n " + std::to_string(max_n) +
                                   " exceeds the destination's " + std::to_string(limit) + " elements");
-    check_disjoint("add_upload", "destination", dst, limit * elem);
+    check_disjoint("add_upload", "destination", range_kind::written, dst, limit * elem);
     uploads_.push_back({dst, elem, limit, max_n, views_});
     ++views_;
     return uploads_.size() - 1;
@@ -178,7 +183,7 @@ class step_core {
     check_planning("add_writes");
     (void)checked_bytes<capacity_error>(max_elements, elem, "step_batch writes");
     const std::size_t bytes = checked_bytes(checked_bytes(rows, cols, "a write target"), elem, "a write target");
-    check_disjoint("add_writes", "target", base, bytes);
+    check_disjoint("add_writes", "target", range_kind::written, base, bytes);
     const bool scatters = (elem == 1 || elem == 2 || elem == 4 || elem == 8) && rows * cols <= UINT32_MAX;
     writes_.push_back({base, elem, max_writes, max_elements, write_recorder(rows, cols), {}, 0, 0, scatters, {}, nullptr, 0});
     return writes_.size() - 1;
@@ -192,8 +197,12 @@ class step_core {
       throw std::invalid_argument("ferry: step_batch::add_gather: max_n " + std::to_string(max_n) +
                                   " exceeds the destination's " + std::to_string(limit) + " elements");
     (void)checked_bytes<capacity_error>(max_n, sizeof(std::int32_t) + elem, "a gather");
-    check_disjoint("add_gather", "destination", dst, limit * elem);
-    check_disjoint("add_gather", "source", src, src_n * elem);
+    if (src_n > max_gather_source) [[unlikely]]
+      throw std::invalid_argument("ferry: step_batch::add_gather: a source of " + std::to_string(src_n) +
+                                  " elements; gather indices are int32, so the rows from 2^31 on could never "
+                                  "be read: pass the rows the gather reads (at most 2^31, e.g. src.first(n))");
+    check_disjoint("add_gather", "destination", range_kind::written, dst, limit * elem);
+    check_disjoint("add_gather", "source", range_kind::read, src, src_n * elem);
     if (limit * elem != 0 && src_n * elem != 0 && src < dst + limit * elem && dst < src + src_n * elem)
       throw std::invalid_argument("ferry: step_batch::add_gather: the gather's source overlaps its own destination");
     gathers_.push_back({dst, src, elem, limit, src_n, max_n, views_});
@@ -205,9 +214,9 @@ class step_core {
   void add_fill(std::uintptr_t dst, std::size_t bytes, std::uintptr_t src, std::size_t elem, std::size_t publish,
                 std::size_t index) {
     check_planning("add_fill");
-    check_disjoint("add_fill", "destination", dst, bytes);
+    check_disjoint("add_fill", "destination", range_kind::written, dst, bytes);
     if (publish == none) {
-      check_disjoint("add_fill", "source", src, elem);
+      check_disjoint("add_fill", "source", range_kind::read, src, elem);
       if (bytes != 0 && src < dst + bytes && dst < src + elem)
         throw std::invalid_argument("ferry: step_batch::add_fill: the fill's source lies in its own destination");
     }
@@ -288,8 +297,10 @@ class step_core {
                              "slot's " + std::to_string(room_) + " bytes");
       } else {
         const std::size_t need = checked_add<capacity_error>(bytes, write_vector_bytes, "step contents");
+        auto& extra = slots_[cur_].extra;
+        extra.reserve(extra.size() + 1);  // first: the block taken is never lost
         const pinned_block b = arena_->acquire(std::max(need, room_));  // a power of two
-        slots_[cur_].extra.push_back(b);
+        extra.push_back(b);
         ++grows_;
         base_ = b.data;
         room_ = b.capacity;
@@ -317,8 +328,11 @@ class step_core {
     auto& r = uploads_[i];
     check_open("upload::span");
     check_count(r, n, "an upload");
+    // max_n * elem: checked when declared. The count only once the room is had: a span refused
+    // (the arena's cap) leaves the step's earlier span of this upload, or none, as it was.
+    std::byte* const at = room_for(r.at, r.room, n * elem, r.max_n * elem, r.dst);
     r.bytes = n * elem;
-    return room_for(r.at, r.room, r.bytes, r.max_n * elem, r.dst);  // max_n * elem: checked when declared
+    return at;
   }
   /// This step's `n` indices for gather `i`: where the host writes them (the record's indices).
   std::int32_t* gather_indices(std::size_t i, std::size_t n) {
@@ -351,7 +365,7 @@ class step_core {
       const auto& r = gathers_[g];
       if (r.at == nullptr) continue;
       const auto* idx = reinterpret_cast<const std::int32_t*>(r.at + sizeof(piece_record));
-      const auto src_n = static_cast<std::int64_t>(std::min<std::size_t>(r.src_n, INT32_MAX));
+      const auto src_n = static_cast<std::int64_t>(r.src_n);  // at most 2^31 (add_gather)
       const std::int32_t lowest = r.has_values ? from_host : 0;
       std::int32_t lo = 0, hi = 0;  // one pass without branches; the bad row is looked for after
       for (std::size_t i = 0; i < r.n; ++i) {
@@ -675,8 +689,8 @@ class step_core {
                                                     std::size_t n) {
     throw std::invalid_argument(std::string("ferry: step_batch::") + what + ": the " + kind + " " +
                                 range(at, bytes) + " overlaps " + other + " " + range(o, n) +
-                                " declared before; a step's destinations must be disjoint, and a fill's "
-                                "source is not written by the step");
+                                " declared before; a step's destinations must be disjoint, and the memory a "
+                                "fill or gather reads is not written by the step");
   }
 };
 

@@ -74,7 +74,15 @@ struct step_slots {
     const auto [table, content] = planned_capacity(k);
     k.want_table_ = table;
     k.want_content_ = content;
-    k.slots_.reserve(k.slots_.max_slots());
+    try {
+      // Room for the initial slots only, as uva_pool: a slot inserted later makes its own room
+      // (max_slots is a ceiling, up to SIZE_MAX: "no limit", and sizes nothing).
+      k.slots_.reserve(k.initial_slots_);
+    } catch (const std::exception&) {  // std::length_error, std::bad_alloc
+      k.want_table_ = k.want_content_ = 0;
+      throw out_of_memory("ferry: step_batch::reserve: the host memory for " + std::to_string(k.initial_slots_) +
+                          " slots cannot be allocated");
+    }
     try {
       // The pinned slots first: the arena (its cap, its largest block) refuses a plan no slot can
       // hold. Only then each target's host memory, bounded by the descriptors a slot now holds.

@@ -65,7 +65,10 @@ struct step_submit {
         want_content = Slots::grown_content(k, z.bytes);
     }
     k.slots_.reserve_stamp(k.cur_);
-    const bool stamps_prev = k.prev_ != none && k.prev_ != k.cur_;
+    // The previous step's slot is stamped only for the readers of its publishes (work enqueued
+    // on `s` before this step's kernel): a step that published nothing has none, and its slot is
+    // free once its own kernel has run, so the host may prepare a step while the one before runs.
+    const bool stamps_prev = k.prev_ != none && k.prev_ != k.cur_ && k.prev_published_;
     if (stamps_prev) k.slots_.reserve_stamp(k.prev_);
     k.place_scatters();
     std::uint64_t step = 0;
