@@ -30,9 +30,9 @@ namespace ferry {
 /// and an opener of another shape is refused): `elements` values of T per step, `slots` steps in
 /// flight (at least 2), `ranks` readers (1 to 1024), numbered 0 to ranks - 1.
 struct shared_step_layout {
-  std::size_t elements = 0;
-  std::uint32_t slots = 0;
-  std::uint32_t ranks = 0;
+  std::size_t elements = 0;  ///< values of T per step
+  std::uint32_t slots = 0;   ///< steps in flight (at least 2)
+  std::uint32_t ranks = 0;   ///< readers (1 to 1024)
 };
 
 /// One step as a rank reads it: `size` values at `data` (on the CUDA backend the mapped device
@@ -40,11 +40,12 @@ struct shared_step_layout {
 /// valid until this rank passes the step. Trivially copyable: pass it to a kernel by value.
 template <class T>
 struct shared_step {
-  const T* data = nullptr;
-  std::size_t size = 0;
-  std::uint64_t step = 0;
-  std::uint64_t* mark = nullptr;  // this rank's mark (the same address space as `data`)
+  const T* data = nullptr;        ///< the step's values (mapped device address on CUDA)
+  std::size_t size = 0;           ///< values at `data`
+  std::uint64_t step = 0;         ///< the step's number
+  std::uint64_t* mark = nullptr;  ///< this rank's mark (the same address space as `data`)
 
+  /// Value i of the step (no bounds check: i < size).
   FERRY_HOST_DEVICE const T& operator[](std::size_t i) const noexcept { return data[i]; }
 
   /// Marks the step passed: the writer may reuse its slot once every rank has. In a kernel, the
@@ -181,7 +182,9 @@ class shared_step_writer {
   [[nodiscard]] std::uint64_t steps() const noexcept { return head(); }
   /// publish() calls that waited for a rank.
   [[nodiscard]] std::uint64_t waits() const noexcept { return waits_; }
+  /// The shared memory's name.
   [[nodiscard]] const std::string& name() const noexcept { return region_.name(); }
+  /// The ring's shape.
   [[nodiscard]] const shared_step_layout& layout() const noexcept { return layout_; }
 
  private:
@@ -270,8 +273,11 @@ class shared_step_reader {
 
   /// The next step acquire() gives.
   [[nodiscard]] std::uint64_t next_step() const noexcept { return next_; }
+  /// This reader's rank.
   [[nodiscard]] std::uint32_t rank() const noexcept { return rank_; }
+  /// The shared memory's name.
   [[nodiscard]] const std::string& name() const noexcept { return region_.name(); }
+  /// The ring's shape.
   [[nodiscard]] const shared_step_layout& layout() const noexcept { return layout_; }
 
   /// The next step, once the writer has published it; past the bound ferry::timeout_error, a rank
