@@ -100,6 +100,18 @@ class Rig:
         the sampler."""
         prepare(self.prep, s)
         self.replay()
+        self.after(s)
+
+    def run_checked(self, n, where=""):
+        """n steps run and checked; the last one."""
+        for k in range(n):
+            s = self.next()
+            self.run(s)
+            self.check(s, f"{where}step {k}: ")
+        return s
+
+    def after(self, s):
+        """Once ferry's step ran: the reference's step, then the sampler."""
         self.ref.step(s, self.nc, self.last, self.drafts)
         self.trace.sample(s, self.nc, self.last, self.drafts)
 
@@ -296,8 +308,7 @@ def test_bad_input_changes_nothing(device, num_spec, mode):
         # the good step, as the reference has it (removals and additions already made above)
         submit(rig.prep, s)
         rig.replay()
-        rig.ref.step(s, rig.nc, rig.last, rig.drafts)
-        rig.trace.sample(s, rig.nc, rig.last, rig.drafts)
+        rig.after(s)
         rig.check(s, f"after {name}: ")
     assert len(names) == 29
 
@@ -431,8 +442,7 @@ def test_graph_commit_writes_nothing_until_the_replay_runs_it(device):
         with pytest.raises(RuntimeError, match=f"^ferry: .*step {k} was committed but no replay has run it"):
             rig.prep.check_replayed()
         rig.replay()
-        rig.ref.step(s, rig.nc, rig.last, rig.drafts)
-        rig.trace.sample(s, rig.nc, rig.last, rig.drafts)
+        rig.after(s)
         rig.check(s, f"step {k}: ")  # replayed == steps, check_replayed() passes
 
 
@@ -441,10 +451,7 @@ def test_graph_replay_without_commit_is_reported(device):
     before) and makes the next commit() and check_replayed() raise a ferry: RuntimeError that
     commits nothing; the pairing stays broken (a new object and graph are needed)."""
     rig = Rig(device, 52, num_spec=1, graph=True)
-    for k in range(10):
-        s = rig.next()
-        rig.run(s)
-        rig.check(s, f"step {k}: ")
+    rig.run_checked(10)
     before = ferry_outputs(rig.prep)
     digest = rig.out.tolist() if rig.g is not None else None
     rig.replay()  # no commit before it
@@ -466,10 +473,7 @@ def test_graph_commit_without_replay_is_reported(device):
     """A commit no replay ran is named by check_replayed() once the replays' stream is
     synchronized; the late replay then runs it, and the steps go on right."""
     rig = Rig(device, 53, num_spec=2, graph=True)
-    for k in range(10):
-        s = rig.next()
-        rig.run(s)
-        rig.check(s, f"step {k}: ")
+    rig.run_checked(10)
     s = rig.next()
     prepare(rig.prep, s)
     sync(device)
@@ -478,13 +482,9 @@ def test_graph_commit_without_replay_is_reported(device):
         rig.prep.check_replayed()
     assert (rig.prep.steps, rig.prep.replayed) == (11, 10)
     rig.replay()  # the replay that was missing
-    rig.ref.step(s, rig.nc, rig.last, rig.drafts)
-    rig.trace.sample(s, rig.nc, rig.last, rig.drafts)
+    rig.after(s)
     rig.check(s, "the late replay: ")
-    for k in range(10):
-        s = rig.next()
-        rig.run(s)
-        rig.check(s, f"after it, step {k}: ")
+    rig.run_checked(10, "after it, ")
 
 
 def test_graph_mode_calls_of_the_other_mode_raise():
@@ -555,10 +555,6 @@ def test_graph_commit_before_record_and_record_outside_a_capture_raise():
     rig.g = rig.capture()
     submit(rig.prep, s)
     rig.replay()
-    rig.ref.step(s, rig.nc, rig.last, rig.drafts)
-    rig.trace.sample(s, rig.nc, rig.last, rig.drafts)
+    rig.after(s)
     rig.check(s, "after recording: ")
-    for k in range(20):
-        s = rig.next()
-        rig.run(s)
-        rig.check(s, f"step {k}: ")
+    rig.run_checked(20)
