@@ -198,6 +198,7 @@ class VllmStepPrep:
     block_tables: tuple[torch.Tensor, ...]
     input_block_tables: tuple[torch.Tensor, ...]
     slot_mappings: torch.Tensor
+    graph: bool
     def __init__(
         self,
         *,
@@ -219,7 +220,6 @@ class VllmStepPrep:
         next_prefill_tokens: torch.Tensor | None = ...,
         graph: bool = ...,
     ) -> None: ...
-    graph: bool
     def add_request(
         self,
         req_index: int,
