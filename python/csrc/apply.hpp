@@ -71,4 +71,22 @@ std::unique_ptr<step_batch<B>> make_step_batch(std::size_t slots);
 template <class B>
 void submit_step(step_batch<B>& b, stream_t<B> s);
 
+/// A whole step inside the engine's CUDA graph (docs/step_batch.md, launch::capture): fixed
+/// capacities (the plan's maxima), the step kernel recorded once into the engine's capture, each
+/// step committed with no CUDA call and run by the engine's replay.
+template <class B>
+using capture_batch = ferry::step_batch<ferry::presets::graph_safe, ferry::launch::capture,
+                                        ferry::epilogue::functor<step_epilogue>, B>;
+
+// A capture_batch as make_step_batch makes a step_batch; record_step records its step into the
+// capture on `s` (CUDA), replay_step enqueues the host backend's stand-in for one replay of the
+// engine's graph on `s`. begin(), the handles, commit() and check_replayed() are called from
+// prep.cpp.
+template <class B>
+std::unique_ptr<capture_batch<B>> make_capture_batch(std::size_t slots);
+#if FERRY_HAS_CUDA
+void record_step(capture_batch<cuda_backend>& b, stream_t<cuda_backend> s);
+#endif
+void replay_step(capture_batch<host_backend>& b, stream_t<host_backend> s);
+
 }  // namespace ferry_vllm

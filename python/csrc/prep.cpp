@@ -9,9 +9,10 @@
 // A step is checked as it is written into its slot, in one pass over the scheduler's arrays:
 // whatever throws cancels the step (step_batch::cancel: nothing enqueued, the slot taken again by
 // the next begin) before the host state changes, so a call that throws changes nothing.
-// prepare() = fill() + submit: fill() begins the step and writes it (no stream touched); the
-// submit is the one part a capture mode of step_batch (SPEC §12.4) changes (commit() = fill()
-// with no CUDA call, the launch recorded once into the engine's graph).
+// prepare() = fill() + submit: fill() begins the step and writes it (no stream touched). With
+// graph=True the batch is a capture_batch (launch::capture) and only the submit changes:
+// commit() = fill() + step_batch::commit (no CUDA call), the launch recorded once into the
+// engine's graph by record(), run by each of its replays.
 #include "torch_glue.hpp"
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -197,6 +199,13 @@ struct Prep {
   virtual void remove_request(py::handle req) = 0;
   virtual void prepare(py::handle idx, py::handle q, py::handle drafts, py::handle new_blocks, py::handle reqs_padded,
                        py::handle tokens_padded) = 0;
+  // graph=True (launch::capture): the step recorded into the graph's capture, committed each step
+  virtual void commit(py::handle idx, py::handle q, py::handle drafts, py::handle new_blocks, py::handle reqs_padded,
+                      py::handle tokens_padded) = 0;
+  virtual void record() = 0;
+  virtual void replay_recorded() = 0;
+  virtual void check_replayed() const = 0;
+  virtual std::uint64_t replayed() const = 0;
   virtual const prep_state& state() const = 0;
   virtual std::uint64_t steps() const = 0;
 };
@@ -209,16 +218,20 @@ struct prep_tensors {
   std::vector<at::Tensor> block_tables, input_block_tables;
 };
 
-template <class B>
+/// A VllmStepPrep of backend B on a step_batch of type Batch: step_batch<B> (prepare(): one
+/// launch per step) or capture_batch<B> (graph=True: record() once into the graph's capture,
+/// commit() each step with no CUDA call, the graph's replay runs it).
+template <class B, class Batch>
 class PrepT final : public Prep {
  public:
-  using batch_type = step_batch<B>;
+  using batch_type = Batch;
+  static constexpr bool captures = std::is_same_v<typename Batch::launch_policy, ferry::launch::capture>;
   template <class T>
   using upload = typename batch_type::template upload<T>;
   using writes = typename batch_type::template writes<std::int32_t>;
 
   PrepT(const prep_config& c, prep_tensors t, std::size_t slots, bool slots_padded)
-      : tensors(std::move(t)), st(c), batch(make_step_batch<B>(slots)) {
+      : tensors(std::move(t)), st(c), batch(make_batch(slots)) {
     if (!slots_padded) st.slot_high = tensors.slot_mappings.size(1);
     auto up = [&](const at::Tensor& dst) {
       return batch->template add_upload<std::int32_t>(span_of<std::int32_t, B>(dst), static_cast<std::size_t>(dst.numel()));
@@ -258,9 +271,11 @@ class PrepT final : public Prep {
       const bool vector = c.cols[g] % table_chunk == 0 && reinterpret_cast<std::uintptr_t>(table) % 16 == 0 &&
                           reinterpret_cast<std::uintptr_t>(gathered) % 16 == 0;
       p.group[g] = {table, gathered, c.cols[g], c.kernel_block_size[g], vector};
-      tables[g] = batch->template add_writes<std::int32_t>(
-          ferry::staged_view<std::int32_t>(table, static_cast<std::size_t>(c.max_reqs), static_cast<std::size_t>(c.cols[g])),
-          static_cast<std::size_t>(c.max_reqs), static_cast<std::size_t>(c.max_reqs));
+      // pow2: the sizes slots start at. Fixed (graph=True): the capacity, each row written whole
+      // by an add_request and appended to once in a step.
+      const auto rows = static_cast<std::size_t>(c.max_reqs), cols = static_cast<std::size_t>(c.cols[g]);
+      tables[g] = batch->template add_writes<std::int32_t>(ferry::staged_view<std::int32_t>(table, rows, cols),
+                                                           captures ? 2 * rows : rows, captures ? rows * cols : rows);
     }
     batch->set_epilogue(e);
     batch->reserve();
@@ -274,27 +289,97 @@ class PrepT final : public Prep {
   void prepare(py::handle idx_arg, py::handle q_arg, py::handle drafts_arg, py::handle new_blocks,
                py::handle reqs_padded, py::handle tokens_padded) override {
     const char* api = "VllmStepPrep.prepare";
-    const host_values<std::int32_t> rows(idx_arg, api), q(q_arg, api);
-    std::unique_ptr<host_values<std::int32_t>> d;
-    if (!drafts_arg.is_none()) d = std::make_unique<host_values<std::int32_t>>(drafts_arg, api);
-    const prep_state::sizes s =
-        fill(rows.span(), q.span(), d ? d->span() : std::span<const std::int32_t>(), d != nullptr, new_blocks,
-             reqs_padded, tokens_padded);
-    try {
-      const auto stream = on<B>::stream();
-      submit_step<B>(*batch, stream);
-      on<B>::finish(stream);
-    } catch (...) {
-      batch->cancel();
-      throw;
+    if constexpr (captures) {
+      throw ferry::error(prefix(api) + "a graph=True object's steps run in the graph's replays: commit() each step, "
+                                       "then replay the graph recorded with record()");
+    } else {
+      step(api, idx_arg, q_arg, drafts_arg, new_blocks, reqs_padded, tokens_padded, [&] {
+        const auto stream = on<B>::stream();
+        submit_step<B>(*batch, stream);
+        on<B>::finish(stream);
+      });
     }
-    commit(s, rows.span(), q.span());
+  }
+
+  void commit(py::handle idx_arg, py::handle q_arg, py::handle drafts_arg, py::handle new_blocks,
+              py::handle reqs_padded, py::handle tokens_padded) override {
+    const char* api = "VllmStepPrep.commit";
+    if constexpr (!captures) {
+      throw ferry::error(prefix(api) + "the object was made without graph=True: prepare() each step");
+    } else {
+      if (!is_host<B> && !recorded)
+        throw ferry::error(prefix(api) + "no step recorded yet: call record() inside torch.cuda.graph(g) first, "
+                                         "then commit() before each g.replay()");
+      step(api, idx_arg, q_arg, drafts_arg, new_blocks, reqs_padded, tokens_padded, [&] { batch->commit(); });
+    }
+  }
+
+  void record() override {
+    const char* api = "VllmStepPrep.record";
+    if constexpr (!captures) {
+      throw ferry::error(prefix(api) + "the object was made without graph=True (its steps are launched by prepare())");
+    } else if constexpr (is_host<B>) {
+      throw ferry::error(prefix(api) + "device='cpu' has no CUDA graph to record into: its stand-in for the "
+                                       "graph's replay is replay_recorded(), after each commit()");
+    } else {
+#if FERRY_HAS_CUDA
+      record_step(*batch, on<B>::stream());
+      recorded = true;
+#endif
+    }
+  }
+
+  void replay_recorded() override {
+    if constexpr (captures && is_host<B>) {
+      const auto stream = on<B>::stream();
+      replay_step(*batch, stream);
+      on<B>::finish(stream);
+    } else {
+      throw ferry::error(prefix("VllmStepPrep.replay_recorded") +
+                         (captures ? "the stand-in replay is device='cpu''s: on CUDA, g.replay() runs the recorded step"
+                                   : "the object was made without graph=True"));
+    }
+  }
+
+  void check_replayed() const override {
+    if constexpr (captures) batch->check_replayed();
+    else throw ferry::error(prefix("VllmStepPrep.check_replayed") + "the object was made without graph=True");
+  }
+
+  std::uint64_t replayed() const override {
+    if constexpr (captures) return batch->replayed();
+    else throw ferry::error(prefix("VllmStepPrep.replayed") + "the object was made without graph=True");
   }
 
   const prep_state& state() const override { return st; }
   std::uint64_t steps() const override { return batch->steps(); }
 
  private:
+  static std::unique_ptr<Batch> make_batch(std::size_t slots) {
+    if constexpr (captures) return make_capture_batch<B>(slots);
+    else return make_step_batch<B>(slots);
+  }
+
+  /// One step: the scheduler's arrays read, checked and written into the step (fill), then
+  /// `run` (the submit, or the commit); whatever throws cancels the step, the host state as it
+  /// was, else the host state advances.
+  template <class Run>
+  void step(const char* api, py::handle idx_arg, py::handle q_arg, py::handle drafts_arg, py::handle new_blocks,
+            py::handle reqs_padded, py::handle tokens_padded, Run&& run) {
+    const host_values<std::int32_t> rows(idx_arg, api), q(q_arg, api);
+    std::unique_ptr<host_values<std::int32_t>> d;
+    if (!drafts_arg.is_none()) d = std::make_unique<host_values<std::int32_t>>(drafts_arg, api);
+    const prep_state::sizes s = fill(api, rows.span(), q.span(), d ? d->span() : std::span<const std::int32_t>(),
+                                     d != nullptr, new_blocks, reqs_padded, tokens_padded);
+    try {
+      run();
+    } catch (...) {
+      batch->cancel();
+      throw;
+    }
+    advance(s, rows.span(), q.span());
+  }
+
   template <class T>
   static T* data(const at::Tensor& t) {
     return t.defined() && t.numel() > 0 ? span_of<T, B>(t).data() : nullptr;
@@ -302,10 +387,9 @@ class PrepT final : public Prep {
 
   /// Reads and checks the step's scheduler data and writes it into a step it begins (no stream
   /// touched); an error cancels the step, the host state as it was.
-  prep_state::sizes fill(std::span<const std::int32_t> r_of, std::span<const std::int32_t> q_of,
+  prep_state::sizes fill(const char* api, std::span<const std::int32_t> r_of, std::span<const std::int32_t> q_of,
                          std::span<const std::int32_t> d, bool has_drafts, py::handle new_blocks,
                          py::handle reqs_padded, py::handle tokens_padded) {
-    const char* api = "VllmStepPrep.prepare";
     const prep_config& c = st.cfg;
     prep_state::sizes s;
     s.n = static_cast<std::int64_t>(r_of.size());
@@ -400,7 +484,7 @@ class PrepT final : public Prep {
       }
       // the block tables: add_request's writes, then this step's appends
       for (const block_write& w : st.pending) stage(w.group, w.row, w.start, st.pending_ids.data() + w.at, w.n);
-      if (!new_blocks.is_none()) append(new_blocks);
+      if (!new_blocks.is_none()) append(api, new_blocks);
       for (std::size_t g = 0; g < c.groups; ++g) {
         std::int32_t* const blocks = a.data() + at.group_at(static_cast<std::int64_t>(g));
         std::int32_t* const chunk_start = blocks + s.n;
@@ -429,11 +513,10 @@ class PrepT final : public Prep {
 
   // new_block_ids: a sequence of (req_index, block ids per group) (vLLM: update_requests's
   // append_block_ids(req_index, new_block_ids, overwrite=False) for each): checked and staged.
-  void append(py::handle new_blocks) {
-    const char* api = "VllmStepPrep.prepare";
+  void append(const char* api, py::handle new_blocks) {
     const prep_config& c = st.cfg;
     const py::object seq = py::reinterpret_steal<py::object>(PySequence_Fast(
-        new_blocks.ptr(), "ferry: VllmStepPrep.prepare: new_block_ids must be a sequence of (req_index, block ids per "
+        new_blocks.ptr(), "ferry: VllmStepPrep: new_block_ids must be a sequence of (req_index, block ids per "
                           "KV-cache group)"));
     if (!seq) throw py::error_already_set();
     for (Py_ssize_t k = 0, m = PySequence_Fast_GET_SIZE(seq.ptr()); k < m; ++k) {
@@ -465,8 +548,8 @@ class PrepT final : public Prep {
     }
   }
 
-  /// After the step was submitted: the host state advances.
-  void commit(const prep_state::sizes& s, std::span<const std::int32_t> rows, std::span<const std::int32_t> q) {
+  /// After the step was submitted (or committed): the host state advances.
+  void advance(const prep_state::sizes& s, std::span<const std::int32_t> rows, std::span<const std::int32_t> q) {
     for (std::int64_t i = 0; i < s.n; ++i) {
       auto& left = st.left[static_cast<std::size_t>(rows[i])];
       if (left > 0) left -= q[i];
@@ -483,6 +566,7 @@ class PrepT final : public Prep {
   std::unique_ptr<batch_type> batch;
   upload<std::int32_t> idx, qsl, cu, aux, prefill;
   std::array<writes, max_kv_groups> tables;
+  bool recorded = false;  ///< record() has recorded the step into a capture (graph=True, CUDA)
 };
 
 // ---- construction from Python --------------------------------------------------------------------
@@ -510,7 +594,7 @@ at::Tensor checked_tensor(py::handle h, const at::Device& device, at::ScalarType
 
 py::object item(const py::dict& a, const char* key) { return a[key]; }
 
-std::shared_ptr<Prep> make_prep(const py::dict& a, bool cuda, std::int64_t slots) {
+std::shared_ptr<Prep> make_prep(const py::dict& a, bool cuda, std::int64_t slots, bool graph) {
   const char* api = "VllmStepPrep";
   prep_config c;
   c.max_reqs = int_argument(item(a, "max_num_reqs"), api, "max_num_reqs");
@@ -591,7 +675,8 @@ std::shared_ptr<Prep> make_prep(const py::dict& a, bool cuda, std::int64_t slots
       }
     }
     const bool padded = py::cast<bool>(item(a, "slot_mappings_padded"));
-    return std::make_shared<PrepT<B>>(c, std::move(t), static_cast<std::size_t>(slots), padded);
+    if (graph) return std::make_shared<PrepT<B, capture_batch<B>>>(c, std::move(t), static_cast<std::size_t>(slots), padded);
+    return std::make_shared<PrepT<B, step_batch<B>>>(c, std::move(t), static_cast<std::size_t>(slots), padded);
   });
 }
 
@@ -600,7 +685,7 @@ std::shared_ptr<Prep> make_prep(const py::dict& a, bool cuda, std::int64_t slots
 void register_prep(py::module_& m) {
   using held = const std::shared_ptr<Prep>&;
   py::class_<Prep, std::shared_ptr<Prep>>(m, "Prep")
-      .def(py::init(&make_prep), py::arg("tensors"), py::arg("cuda"), py::arg("slots"))
+      .def(py::init(&make_prep), py::arg("tensors"), py::arg("cuda"), py::arg("slots"), py::arg("graph") = false)
       .def(
           "add_request",
           [](held p, py::handle req, py::handle tokens, py::handle blocks, py::handle computed) {
@@ -616,6 +701,17 @@ void register_prep(py::module_& m) {
           py::arg("idx_mapping"), py::arg("num_scheduled_tokens"), py::arg("num_draft_tokens") = py::none(),
           py::kw_only(), py::arg("new_block_ids") = py::none(), py::arg("num_reqs_padded") = py::none(),
           py::arg("num_tokens_padded") = py::none())
+      .def(
+          "commit",
+          [](held p, py::handle idx, py::handle q, py::handle drafts, py::handle blocks, py::handle reqs_padded,
+             py::handle tokens_padded) { p->commit(idx, q, drafts, blocks, reqs_padded, tokens_padded); },
+          py::arg("idx_mapping"), py::arg("num_scheduled_tokens"), py::arg("num_draft_tokens") = py::none(),
+          py::kw_only(), py::arg("new_block_ids") = py::none(), py::arg("num_reqs_padded") = py::none(),
+          py::arg("num_tokens_padded") = py::none())
+      .def("record", [](held p) { p->record(); })
+      .def("replay_recorded", [](held p) { p->replay_recorded(); })
+      .def("check_replayed", [](held p) { p->check_replayed(); })
+      .def_property_readonly("replayed", [](held p) { return p->replayed(); })
       .def_property_readonly("num_reqs", [](held p) { return p->state().last.n; })
       .def_property_readonly("num_tokens", [](held p) { return p->state().last.tokens; })
       .def_property_readonly("num_logits", [](held p) { return p->state().last.logits; })

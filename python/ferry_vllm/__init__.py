@@ -781,7 +781,18 @@ class VllmStepPrep(_C.Prep):
     task, done when it returns). A row is a prefill row while its request has prefill tokens
     left (its tokens come from the host), else a decode row (its last sampled token and drafts
     are read on the device). `inputs()` gives the step's outputs as views (VllmStepInputs); num_reqs,
-    num_tokens, num_logits, num_reqs_padded and num_tokens_padded are the last step's sizes."""
+    num_tokens, num_logits, num_reqs_padded and num_tokens_padded are the last step's sizes.
+
+    graph=True: the step inside the model's CUDA graph (ferry's step_batch under launch::capture,
+    fixed capacities: max_num_reqs and max_num_tokens, the padded batch sizes' maximum).
+    `record()`, inside `torch.cuda.graph(g)` before the model, records the step into the capture
+    (one kernel node); each step `commit(...)` (prepare()'s arguments) checks the scheduler data and
+    writes it into its slot with NO CUDA call, and the next `g.replay()` runs it, then the model.
+    A replay that found no committed step does nothing (the model reads the step before) and
+    makes the next commit() or check_replayed() raise RuntimeError; a commit no replay ran is
+    reported by check_replayed() (called after the replays' stream was synchronized) or by the
+    commit that finds the ring of slots full. On device="cpu" there is no capture:
+    `replay_recorded()` stands in for the replay (the same protocol, run as host work)."""
 
     def __init__(
         self,
@@ -802,8 +813,12 @@ class VllmStepPrep(_C.Prep):
         input_block_tables: Sequence[torch.Tensor] | None = None,
         slot_mappings: torch.Tensor | None = None,
         next_prefill_tokens: torch.Tensor | None = None,
+        graph: bool = False,
     ):
         api = "VllmStepPrep"
+        if not isinstance(graph, bool):
+            raise TypeError(f"ferry: {api}: graph must be True or False, got {type(graph).__name__}")
+        self.graph = graph
         reqs = _int(max_num_reqs, api, "max_num_reqs", 1)
         tokens = _int(max_num_tokens, api, "max_num_tokens", 1)
         state = _tensor(num_computed_tokens, api, "num_computed_tokens")
@@ -852,6 +867,7 @@ class VllmStepPrep(_C.Prep):
                 ),
                 cuda,
                 _max_concurrency(max_concurrency, api, 0),
+                graph,
             )
 
     def inputs(self) -> VllmStepInputs:

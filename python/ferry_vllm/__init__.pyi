@@ -198,6 +198,7 @@ class VllmStepPrep:
     block_tables: tuple[torch.Tensor, ...]
     input_block_tables: tuple[torch.Tensor, ...]
     slot_mappings: torch.Tensor
+    graph: bool
     def __init__(
         self,
         *,
@@ -217,6 +218,7 @@ class VllmStepPrep:
         input_block_tables: Sequence[torch.Tensor] | None = ...,
         slot_mappings: torch.Tensor | None = ...,
         next_prefill_tokens: torch.Tensor | None = ...,
+        graph: bool = ...,
     ) -> None: ...
     def add_request(
         self,
@@ -236,6 +238,22 @@ class VllmStepPrep:
         num_reqs_padded: int | None = ...,
         num_tokens_padded: int | None = ...,
     ) -> None: ...
+    # graph=True: record() once inside torch.cuda.graph(g), then commit() before each g.replay()
+    def record(self) -> None: ...
+    def commit(
+        self,
+        idx_mapping: _Values,
+        num_scheduled_tokens: _Values,
+        num_draft_tokens: _Values | None = ...,
+        *,
+        new_block_ids: Sequence[tuple[int, Sequence[_Values]]] | None = ...,
+        num_reqs_padded: int | None = ...,
+        num_tokens_padded: int | None = ...,
+    ) -> None: ...
+    def replay_recorded(self) -> None: ...
+    def check_replayed(self) -> None: ...
+    @property
+    def replayed(self) -> int: ...
     def inputs(self) -> VllmStepInputs: ...
     def num_blocks(self, group: int, req_index: int) -> int: ...
     def is_prefilling(self, req_index: int) -> bool: ...

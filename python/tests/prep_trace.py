@@ -316,5 +316,11 @@ def prepare(prep, s: Step) -> None:
         prep.remove_request(slot)
     for slot, tokens, ids, computed in s.added:
         prep.add_request(slot, tokens, ids, computed)
-    prep.prepare(s.idx_mapping, s.num_scheduled_tokens, s.num_draft_tokens, new_block_ids=s.new_block_ids,
-                 num_reqs_padded=s.num_reqs_padded, num_tokens_padded=s.num_tokens_padded)
+    submit(prep, s)
+
+
+def submit(prep, s: Step) -> None:
+    """The step itself: prepare(), or on a graph=True object commit() (its graph's replay runs it)."""
+    call = prep.commit if getattr(prep, "graph", False) else prep.prepare
+    call(s.idx_mapping, s.num_scheduled_tokens, s.num_draft_tokens, new_block_ids=s.new_block_ids,
+         num_reqs_padded=s.num_reqs_padded, num_tokens_padded=s.num_tokens_padded)

@@ -1,20 +1,35 @@
 # ferry_vllm.VllmStepPrep (vLLM's model runner v2 step preparation in one call and one launch)
 # against a NumPy reference of vLLM 0.26.0's prepare_inputs + prepare_attn (prep_trace.py) on random
 # scheduler traces, on each device the build serves here; and bad input: a ferry: error that
-# changes nothing (the next good step is still right).
+# changes nothing (the next good step is still right). Each runs as prepare() (one launch a step)
+# and as graph=True: the step recorded into a torch.cuda.graph with a stand-in model after it,
+# committed each step and run by the graph's replay (on device="cpu", the stand-in replay
+# replay_recorded(): the same commit protocol, without a GPU).
 import numpy as np
 import pytest
 import torch
 
 import ferry_vllm as fv
-from prep_trace import Reference, Trace, ferry_outputs, prepare
+from prep_trace import Reference, Trace, ferry_outputs, prepare, submit
+
+MODES = ["prepare", "graph"]
+
+
+def digest_of(ins, weights):
+    """The stand-in model's reads of a step's inputs (the buffers whole), in NumPy."""
+    return [int((ins["input_ids"].astype(np.int64) * weights).sum()), int((ins["positions"] * 3 + 1).sum()),
+            int(ins["slot_mappings"].sum()),
+            int(ins["seq_lens"].astype(np.int64).sum() + ins["query_start_loc"].astype(np.int64).sum()),
+            int(ins["input_block_tables[0]"].astype(np.int64).sum())]
 
 
 class Rig:
-    """A VllmStepPrep, its reference and a trace, over one device state."""
+    """A VllmStepPrep, its reference and a trace, over one device state. graph=True: on CUDA, a
+    torch.cuda.graph of the recorded step and a stand-in model (a digest of the step's inputs
+    into `out`), replayed after each commit; on the CPU, replay_recorded() after each commit."""
 
     def __init__(self, device, seed, *, max_num_reqs=64, max_num_tokens=256, block_sizes=(16,),
-                 kernel_block_sizes=None, max_num_blocks=None, num_spec=0, **trace):
+                 kernel_block_sizes=None, max_num_blocks=None, num_spec=0, graph=False, record=True, **trace):
         self.device = device
         self.rng = np.random.default_rng(seed)
         max_num_blocks = list(max_num_blocks or [64 * 16 // b for b in block_sizes])
@@ -26,13 +41,47 @@ class Rig:
         self.prep = fv.VllmStepPrep(**sizes, kernel_block_sizes=kernel_block_sizes,
                                     num_computed_tokens=self.num_computed, last_sampled_tokens=self.last_sampled,
                                     draft_tokens=self.draft_tokens,
-                                    next_prefill_tokens=torch.zeros(max_num_reqs, dtype=torch.int32, device=device))
+                                    next_prefill_tokens=torch.zeros(max_num_reqs, dtype=torch.int32, device=device),
+                                    graph=graph)
         self.ref = Reference(**sizes, kernel_block_sizes=kernel_block_sizes)
         self.trace = Trace(self.rng, **sizes, num_spec=num_spec, **trace)
         # the device state on the host, written to the device before each step
         self.nc = np.zeros(max_num_reqs, np.int32)
         self.last = np.zeros(max_num_reqs, np.int64)
         self.drafts = np.zeros((max_num_reqs, num_spec), np.int64) if num_spec else None
+        self.g = self.capture() if graph and device == "cuda" and record else None
+
+    def model(self):
+        """The stand-in model: a few kernels reading the step's outputs whole into `out`."""
+        p = self.prep
+        self.out[0] = (p.input_ids.long() * self.weights_dev).sum()
+        self.out[1] = (p.positions * 3 + 1).sum()
+        self.out[2] = p.slot_mappings.sum()
+        self.out[3] = p.seq_lens.long().sum() + p.query_start_loc.long().sum()
+        self.out[4] = p.input_block_tables[0].long().sum()
+
+    def capture(self):
+        """The engine's graph: the recorded step, then the model (warmed up first, as torch asks)."""
+        self.out = torch.zeros(5, dtype=torch.int64, device="cuda")
+        self.weights = np.arange(1, self.prep.max_num_tokens + 1, dtype=np.int64)
+        self.weights_dev = torch.from_numpy(self.weights).cuda()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self.model()
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            self.prep.record()
+            self.model()
+        return g
+
+    def replay(self):
+        """graph=True: the replay that runs the committed step (and the model)."""
+        if self.g is not None:
+            self.g.replay()
+        elif self.prep.graph:
+            self.prep.replay_recorded()
 
     def upload(self):
         self.num_computed.copy_(torch.from_numpy(self.nc))
@@ -47,8 +96,22 @@ class Rig:
         return s
 
     def run(self, s):
-        """The step through ferry and the reference, then the sampler."""
+        """The step through ferry (graph=True: committed, then replayed) and the reference, then
+        the sampler."""
         prepare(self.prep, s)
+        self.replay()
+        self.after(s)
+
+    def run_checked(self, n, where=""):
+        """n steps run and checked; the last one."""
+        for k in range(n):
+            s = self.next()
+            self.run(s)
+            self.check(s, f"{where}step {k}: ")
+        return s
+
+    def after(self, s):
+        """Once ferry's step ran: the reference's step, then the sampler."""
         self.ref.step(s, self.nc, self.last, self.drafts)
         self.trace.sample(s, self.nc, self.last, self.drafts)
 
@@ -61,6 +124,12 @@ class Rig:
                 bad = np.argwhere(got[k] != w)[:5].tolist()
                 pytest.fail(f"{where}{k} differs at {bad}: ferry {got[k][tuple(np.array(bad).T)]}, "
                             f"reference {w[tuple(np.array(bad).T)]} (step: n={s.num_reqs}, tokens={s.num_tokens})")
+        if self.g is not None:
+            assert self.out.tolist() == digest_of(want, self.weights), \
+                f"{where}the model's replay read other inputs than the step's"
+        if self.prep.graph:
+            assert self.prep.replayed == self.prep.steps
+            self.prep.check_replayed()
         assert (self.prep.num_reqs, self.prep.num_tokens) == (s.num_reqs, s.num_tokens)
         assert self.prep.num_reqs_padded == s.num_reqs_padded and self.prep.num_tokens_padded == s.num_tokens_padded
 
@@ -73,11 +142,12 @@ CONFIGS = {
 }
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("config", list(CONFIGS))
-def test_random_trace_matches_reference(device, config):
+def test_random_trace_matches_reference(device, config, mode):
     """Requests join (prefix-cached or not), prefill in chunks, decode with drafts and leave; every
     buffer equals the reference's after every step, whole (what vLLM leaves, ferry leaves)."""
-    rig = Rig(device, 1 + list(CONFIGS).index(config), **CONFIGS[config])
+    rig = Rig(device, 1 + list(CONFIGS).index(config), graph=mode == "graph", **CONFIGS[config])
     kinds = set()
     for k in range(300):
         s = rig.next()
@@ -144,8 +214,9 @@ def bad_cases(rig, s):
                     new_block_ids=s.new_block_ids, num_reqs_padded=s.num_reqs_padded,
                     num_tokens_padded=s.num_tokens_padded)
         args.update(kw)
-        return lambda: p.prepare(args.pop("idx_mapping"), args.pop("num_scheduled_tokens"),
-                                 args.pop("num_draft_tokens"), **args)
+        call = p.commit if p.graph else p.prepare
+        return lambda: call(args.pop("idx_mapping"), args.pop("num_scheduled_tokens"), args.pop("num_draft_tokens"),
+                            **args)
 
     past = idx.copy()
     past[-1] = R
@@ -172,6 +243,9 @@ def bad_cases(rig, s):
         ("more tokens than max_num_tokens", step(num_scheduled_tokens=np.full(n, T, np.int32), num_draft_tokens=None,
                                                  num_tokens_padded=None), ValueError),
         ("a batch larger than the captured size (num_reqs_padded)", step(num_reqs_padded=n - 1), ValueError),
+        ("a batch larger than max_num_reqs (graph=True: the capacity)",
+         step(idx_mapping=np.arange(R + 1, dtype=np.int32), num_scheduled_tokens=np.ones(R + 1, np.int32),
+              num_draft_tokens=None, num_reqs_padded=None, num_tokens_padded=None), ValueError),
         ("num_reqs_padded past max_num_reqs", step(num_reqs_padded=R + 1), ValueError),
         ("num_tokens_padded below the step's tokens", step(num_tokens_padded=s.num_tokens - 1), ValueError),
         ("num_tokens_padded past max_num_tokens", step(num_tokens_padded=T + 1), ValueError),
@@ -200,13 +274,15 @@ def bad_cases(rig, s):
     ]
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("num_spec", [0, 2])
-def test_bad_input_changes_nothing(device, num_spec):
+def test_bad_input_changes_nothing(device, num_spec, mode):
     """Each bad call raises a ferry: error and changes nothing: the good step after it (the one
-    the bad call was a bad version of) gives exactly the reference's buffers."""
+    the bad call was a bad version of) gives exactly the reference's buffers. graph=True: a bad
+    commit() commits nothing, so the replay after the good commit runs the good step."""
     # group 1: 2 kernel blocks of 16 per block of 32 (each block id b written as 2b, 2b + 1)
     rig = Rig(device, 21 + num_spec, num_spec=num_spec, block_sizes=(16, 32), kernel_block_sizes=[16, 16],
-              join=(0, 1), leave=0.1)
+              join=(0, 1), leave=0.1, graph=mode == "graph")
     for _ in range(30):
         s = rig.next()
         rig.run(s)
@@ -230,12 +306,11 @@ def test_bad_input_changes_nothing(device, num_spec):
         for key in before:
             assert np.array_equal(before[key], after[key]), f"{name}: {key} changed"
         # the good step, as the reference has it (removals and additions already made above)
-        rig.prep.prepare(s.idx_mapping, s.num_scheduled_tokens, s.num_draft_tokens, new_block_ids=s.new_block_ids,
-                         num_reqs_padded=s.num_reqs_padded, num_tokens_padded=s.num_tokens_padded)
-        rig.ref.step(s, rig.nc, rig.last, rig.drafts)
-        rig.trace.sample(s, rig.nc, rig.last, rig.drafts)
+        submit(rig.prep, s)
+        rig.replay()
+        rig.after(s)
         rig.check(s, f"after {name}: ")
-    assert len(names) == 28
+    assert len(names) == 29
 
 
 def test_bad_state_tensors(device):
@@ -337,3 +412,149 @@ def test_prepare_while_capturing_raises_and_changes_nothing():
                      num_reqs_padded=s.num_reqs_padded, num_tokens_padded=s.num_tokens_padded)
     rig.ref.step(s, rig.nc, rig.last, rig.drafts)
     rig.check(s, "after the capture: ")
+
+
+# ---- graph=True: the commit protocol (both devices), then CUDA's capture -----------------------------
+
+
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def same(a, b):
+    return all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_graph_commit_writes_nothing_until_the_replay_runs_it(device):
+    """graph=True: commit() checks and writes the step into its slot and nothing the model reads
+    (no CUDA call: every buffer keeps the step before) until the replay after it runs the step;
+    check_replayed() names the committed step no replay has run yet."""
+    rig = Rig(device, 51, num_spec=2, block_sizes=(16, 32), graph=True)
+    for k in range(60):
+        s = rig.next()
+        sync(device)
+        before = ferry_outputs(rig.prep)
+        prepare(rig.prep, s)
+        assert (rig.prep.steps, rig.prep.replayed) == (k + 1, k)
+        sync(device)
+        assert same(before, ferry_outputs(rig.prep)), f"step {k}: the commit wrote what the replay writes"
+        with pytest.raises(RuntimeError, match=f"^ferry: .*step {k} was committed but no replay has run it"):
+            rig.prep.check_replayed()
+        rig.replay()
+        rig.after(s)
+        rig.check(s, f"step {k}: ")  # replayed == steps, check_replayed() passes
+
+
+def test_graph_replay_without_commit_is_reported(device):
+    """A replay with no committed step does none of the step's work (the model reads the step
+    before) and makes the next commit() and check_replayed() raise a ferry: RuntimeError that
+    commits nothing; the pairing stays broken (a new object and graph are needed)."""
+    rig = Rig(device, 52, num_spec=1, graph=True)
+    rig.run_checked(10)
+    before = ferry_outputs(rig.prep)
+    digest = rig.out.tolist() if rig.g is not None else None
+    rig.replay()  # no commit before it
+    sync(device)
+    assert same(before, ferry_outputs(rig.prep)), "a replay without a commit did step work"
+    if rig.g is not None:
+        assert rig.out.tolist() == digest  # the model read the step before
+    assert (rig.prep.steps, rig.prep.replayed) == (10, 10)
+    s = rig.next()
+    for call in (lambda: prepare(rig.prep, s), rig.prep.check_replayed, lambda: submit(rig.prep, s)):
+        with pytest.raises(RuntimeError, match="^ferry: .*a replay without a commit.*the replay that was to run "
+                                               "step 10 found it not committed"):
+            call()
+    sync(device)
+    assert rig.prep.steps == 10 and same(before, ferry_outputs(rig.prep))
+
+
+def test_graph_commit_without_replay_is_reported(device):
+    """A commit no replay ran is named by check_replayed() once the replays' stream is
+    synchronized; the late replay then runs it, and the steps go on right."""
+    rig = Rig(device, 53, num_spec=2, graph=True)
+    rig.run_checked(10)
+    s = rig.next()
+    prepare(rig.prep, s)
+    sync(device)
+    with pytest.raises(RuntimeError, match="^ferry: .*step 10 was committed but no replay has run it .*a commit "
+                                           "without a replay"):
+        rig.prep.check_replayed()
+    assert (rig.prep.steps, rig.prep.replayed) == (11, 10)
+    rig.replay()  # the replay that was missing
+    rig.after(s)
+    rig.check(s, "the late replay: ")
+    rig.run_checked(10, "after it, ")
+
+
+def test_graph_mode_calls_of_the_other_mode_raise():
+    """device="cpu" has no capture (record() raises, replay_recorded() stands in); prepare() is
+    not a graph=True object's, commit() and the replay checks are only theirs. Nothing changes."""
+    graph, plain = Rig("cpu", 54, graph=True), Rig("cpu", 54)
+    with pytest.raises(RuntimeError, match="^ferry: VllmStepPrep.record: device='cpu' has no CUDA graph"):
+        graph.prep.record()
+    s = graph.next()
+    plain.next()
+    for slot, tokens, ids, computed in s.added:
+        graph.prep.add_request(slot, tokens, ids, computed)
+        plain.prep.add_request(slot, tokens, ids, computed)
+    with pytest.raises(RuntimeError, match="^ferry: VllmStepPrep.prepare: a graph=True object's steps run in the"):
+        graph.prep.prepare(s.idx_mapping, s.num_scheduled_tokens)
+    for call in (lambda: plain.prep.commit(s.idx_mapping, s.num_scheduled_tokens), plain.prep.record,
+                 plain.prep.replay_recorded, plain.prep.check_replayed, lambda: plain.prep.replayed):
+        with pytest.raises(RuntimeError, match="^ferry: VllmStepPrep.* made without graph=True"):
+            call()
+    with pytest.raises(TypeError, match="^ferry: VllmStepPrep: graph must be True or False"):
+        Rig("cpu", 54, graph=1)
+    assert graph.prep.steps == plain.prep.steps == 0
+    submit(graph.prep, s)
+    graph.replay()
+    graph.ref.step(s, graph.nc, graph.last, graph.drafts)
+    graph.check(s)
+
+
+@cuda_only
+def test_graph_1000_replays_with_changing_sizes():
+    """1,000 steps in a torch.cuda.graph of the recorded step and a stand-in model: each step
+    committed (no CUDA call), then one replay; the batch grows to hundreds of requests and shrinks
+    to a few; after every replay every buffer equals the reference's and the model read that
+    step's inputs."""
+    rig = Rig("cuda", 61, max_num_reqs=256, max_num_tokens=1024, block_sizes=(16, 32), num_spec=3, join=(0, 2),
+              graph=True)
+    sizes = set()
+    for k in range(1000):
+        if k == 300:
+            rig.trace.join = (20, 60)
+        if k == 700:
+            rig.trace.max_batch = 3
+        s = rig.next()
+        rig.run(s)
+        rig.check(s, f"step {k}: ")
+        sizes.add(s.num_reqs)
+    assert rig.prep.steps == rig.prep.replayed == 1000
+    assert max(sizes) > 100 and min(sizes) <= 3 and len(sizes) > 30, sorted(sizes)
+
+
+@cuda_only
+def test_graph_commit_before_record_and_record_outside_a_capture_raise():
+    """commit() before record() and record() outside a capture raise a ferry: RuntimeError and
+    change nothing; recorded in a capture after that, the steps run right."""
+    rig = Rig("cuda", 62, num_spec=1, graph=True, record=False)
+    s = rig.next()
+    for slot, tokens, ids, computed in s.added:
+        rig.prep.add_request(slot, tokens, ids, computed)
+    before = ferry_outputs(rig.prep)
+    with pytest.raises(RuntimeError, match="^ferry: VllmStepPrep.commit: no step recorded yet"):
+        submit(rig.prep, s)
+    with pytest.raises(RuntimeError, match="^ferry: step_batch::record: the stream is not capturing"):
+        rig.prep.record()
+    with pytest.raises(RuntimeError, match="^ferry: VllmStepPrep.replay_recorded: the stand-in replay is"):
+        rig.prep.replay_recorded()
+    torch.cuda.synchronize()
+    assert rig.prep.steps == 0 and same(before, ferry_outputs(rig.prep))
+    rig.g = rig.capture()
+    submit(rig.prep, s)
+    rig.replay()
+    rig.after(s)
+    rig.check(s, "after recording: ")
+    rig.run_checked(20)
