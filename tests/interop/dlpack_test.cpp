@@ -290,7 +290,7 @@ TEMPLATE_TEST_CASE("to_dlpack: docs/interop.md's example, a DLPack-taking consum
   // [to_dlpack]
   ferry::device_buffer<float, B> logits(batch * vocab);
   const std::array<std::int64_t, 2> shape{batch, vocab};
-  const auto dl = ferry::to_dlpack(logits.span(), shape);
+  const auto dl = ferry::to_dlpack<B>(logits.span(), shape);
   consume(dl.get());  // e.g. a DLPack-taking sampler; dl and logits outlive the call's GPU work
   // [/to_dlpack]
   CHECK(seen == logits.data());
