@@ -24,13 +24,38 @@
 #include <utility>
 #include <vector>
 
+// The steps of acquire, one by one, for the rule tests below (clients call acquire, commit and
+// release only).
+template <class B, ferry::reuse_policy Reuse, class Slot>
+struct ferry::detail::slot_ring_access : ferry::detail::slot_ring<B, Reuse, Slot> {
+  using base = slot_ring<B, Reuse, Slot>;
+  using base::base;
+  using base::choose;
+  using base::free;
+  using base::full;
+  using base::insert;
+  using base::next;
+  using base::reserve_for_one;
+  using base::stamp;
+  using base::take;
+  using base::when_full;
+  void reserve_stamp(std::size_t i) { this->slots_[i].stamps.reserve_one(); }
+  void close() noexcept { this->open_ = false; }      // a closed commit
+  void rotate_to(std::size_t i) noexcept { this->cur_ = i; }  // a cancel back to slot i
+  template <class GiveBack>
+  void release(GiveBack&& give_back) noexcept {
+    (void)base::release(0, std::forward<GiveBack>(give_back));
+  }
+};
+
+using ferry::detail::after_use;
 using ferry::detail::ring_order;
 using ferry::detail::take_warmest;
 
 namespace {
 
 template <class B, class Reuse = ferry::reuse::event_fenced>
-using ring_of = ferry::detail::slot_ring<B, Reuse, int>;
+using ring_of = ferry::detail::slot_ring_access<B, Reuse, int>;
 
 // A ring of `n` slots named 0..n-1 (the payload is the slot's name, so that inserts can be told
 // apart from index shifts).
@@ -440,4 +465,138 @@ TEMPLATE_TEST_CASE("slot_ring (warmest) keeps the use order of a model over rand
     open = true;
   }
   ring.release([](int&) {});
+}
+
+namespace {
+// A client of slot_ring::acquire that records what the ring asked of it: slots are named by the
+// order they were made; fit() counts; `stream` is the acquiring use's stream.
+template <class B>
+struct test_client {
+  ferry::stream_ref<B> on;
+  int made = 0, fitted = 0;
+  int make() { return 100 + made++; }
+  void fit(int&) { ++fitted; }
+  std::string describe(std::size_t next) const { return "ferry: test client: slot " + std::to_string(next) + " is held"; }
+  ferry::stream_ref<B> stream() const { return on; }
+};
+}  // namespace
+
+TEMPLATE_TEST_CASE("slot_ring::acquire, commit and release: the protocol a component asks for", "[memory][slot_ring]",
+                   FERRY_TEST_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using B = TestType;
+  using Catch::Matchers::ContainsSubstring;
+  ferry::stream<B> s;
+  const ferry::stream_ref<B> sr(s);
+  SECTION("rotation: a view's readers are stamped by the next acquire; a busy slot is walked past, then one inserted") {
+    ferry::detail::slot_ring<B, ferry::reuse::event_fenced, int> ring(ring_order::rotation, 3);
+    ring.reserve(2);
+    ring.push_back(0);
+    ring.push_back(1);
+    test_client<B> c{sr};
+    ferry_test::gate<B> g(s);  // every stamp on s is held
+    CHECK(ring.acquire(c) == 0);
+    CHECK(c.fitted == 1);
+    ring.commit({}, after_use::view);
+    CHECK(ring.counts().stamps == 0);  // the view's readers are not known yet
+    CHECK(ring.acquire(c) == 1);       // slot 0's readers on s stamped: held by the gate
+    CHECK(ring.counts().stamps == 1);
+    ring.commit({}, after_use::view);
+    // Slot 0 comes next and is held; slot 1 is the call before: a slot is inserted after it.
+    CHECK(ring.acquire(c) == 2);
+    CHECK(ring[2] == 100);
+    CHECK(ring.counts().hits == 1);
+    CHECK(ring.counts().inserted == 1);
+    ring.commit({}, after_use::view);
+    g.open();
+    s.synchronize();
+    CHECK(ring.acquire(c) == 0);  // free again, and next in rotation
+    ring.commit({}, after_use::view);
+    CHECK(ring.uses() == 4);
+    int given = 0;
+    CHECK(ring.release(0, [&](int&) { ++given; }));
+    CHECK(given == 3);
+    CHECK(ring.empty());
+  }
+  SECTION("a full ring under throw_when_full: capacity_error with the client's description, nothing changed") {
+    ferry::detail::slot_ring<B, ferry::reuse::throw_when_full, int> ring(ring_order::rotation, 2);
+    ring.reserve(2);
+    ring.push_back(0);
+    ring.push_back(1);
+    test_client<B> c{sr};
+    {
+      ferry_test::gate<B> g(s);
+      CHECK(ring.acquire(c) == 0);
+      ring.commit({}, after_use::view);
+      CHECK(ring.acquire(c) == 1);
+      ring.commit({}, after_use::view);
+      REQUIRE_THROWS_MATCHES(ring.acquire(c), ferry::capacity_error,
+                             Catch::Matchers::MessageMatches(ContainsSubstring("ferry: test client: slot 0 is held")));
+      CHECK(ring.size() == 2);
+      CHECK(ring.current() == 1);
+      CHECK(c.made == 0);
+    }
+    s.synchronize();
+    CHECK(ring.acquire(c) == 0);
+    ring.commit({}, after_use::view);
+    CHECK(ring.release(0, [](int&) {}));
+  }
+  SECTION("rotation: the walk past a busy slot never takes the view's slot, whose readers the acquire stamps first") {
+    ferry::detail::slot_ring<B, ferry::reuse::throw_when_full, int> ring(ring_order::rotation, 3);
+    ring.reserve(3);
+    for (int i = 0; i < 3; ++i) ring.push_back(i);
+    ferry::stream<B> t;  // never held
+    test_client<B> c{sr};
+    {
+      ferry_test::gate<B> g(s);
+      for (std::size_t i = 0; i < 3; ++i) {
+        CHECK(ring.acquire(c) == i);  // the view before is stamped on s: held
+        ring.commit({}, after_use::view);
+      }
+      ring.rotate(ferry::stream_ref<B>(t));  // a use that writes nothing: slot 2's readers on t
+      t.synchronize();
+      CHECK(ring.current() == 0);
+      // Slot 0 comes next and is held; slot 1 is held; slot 2 (the view) is read by work on s
+      // enqueued before this acquire: stamped before the walk, so held too.
+      REQUIRE_THROWS_AS(ring.acquire(c), ferry::capacity_error);
+      CHECK(ring.counts().hits == 1);
+    }
+    s.synchronize();
+    CHECK(ring.acquire(c) == 1);
+    ring.commit({}, after_use::view);
+    CHECK(ring.release(0, [](int&) {}));
+  }
+  SECTION("warmest, made lazily: new slots until `made_lazily`, then the warmest free one; closed uses") {
+    ferry::detail::slot_ring<B, ferry::reuse::event_fenced, int> ring(ring_order::warmest, 8, 2);
+    test_client<B> c{sr};
+    CHECK(ring.acquire(c) == 0);
+    ring.commit(ferry::detail::shared_timeline<B>().mark(sr), after_use::closed);
+    CHECK(ring.acquire(c) == 1);  // fewer than 2 slots: a new one
+    CHECK(c.made == 2);
+    ring.commit(ferry::detail::shared_timeline<B>().mark(sr), after_use::closed);
+    s.synchronize();
+    CHECK(ring.acquire(c) == 1);  // closed and passed: the one just used is the warmest
+    CHECK(c.made == 2);
+    CHECK(c.fitted == 1);
+    ring.cancel();                // handed back unused: slot 1 was the last commit's
+    CHECK(ring.current() == 1);
+    CHECK(ring.release(0, [](int&) {}));
+  }
+  SECTION("abandon: the slot and the pending view's leave the ring, never given back") {
+    ferry::detail::slot_ring<B, ferry::reuse::event_fenced, int> ring(ring_order::warmest, 4);
+    ring.reserve(3);
+    for (int i = 0; i < 3; ++i) ring.push_back(i);
+    test_client<B> c{sr};
+    const std::size_t a = ring.acquire(c);
+    ring.commit(ferry::detail::shared_timeline<B>().mark(sr), after_use::view);
+    const std::size_t b = ring.acquire(c);
+    CHECK(b != a);
+    ring.abandon();
+    CHECK(ring.size() == 1);
+    CHECK(ring.current() == ring.npos);
+    std::vector<int> given;
+    s.synchronize();
+    CHECK_FALSE(ring.release(0, [&](int& v) { given.push_back(v); }));  // something leaked
+    CHECK(given.size() == 1);
+  }
 }

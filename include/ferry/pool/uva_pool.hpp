@@ -115,7 +115,6 @@ class uva_pool {
   using B = backend_type;
   using ops = detail::backend_ops<B>;
   static constexpr bool fixed = growth_policy::stable_addresses;
-  static constexpr std::size_t none = static_cast<std::size_t>(-1);
   // A slot: a pinned block from the arena and its logical capacity in rows (the GrowthPolicy's
   // number, which may be below what the block could hold); the ring keeps its stamps.
   struct slot {
@@ -185,7 +184,7 @@ class uva_pool {
       release_all();
       throw;
     }
-    ring_.rotate_to(0);  // as if the last call used slot 0: the first call uses slot 1 % slots
+    ring_.start_after(0);  // as if the last call used slot 0: the first call uses slot 1 % slots
   }
 
  public:
@@ -199,9 +198,8 @@ class uva_pool {
         ring_(std::move(o.ring_)),
         initial_(o.initial_),
         device_(o.device_),
-        view_(std::exchange(o.view_, none)),
-        unfenced_(std::exchange(o.unfenced_, none)),
-        stats_(std::exchange(o.stats_, {})) {}
+        calls_(std::exchange(o.calls_, 0)),
+        grows_(std::exchange(o.grows_, 0)) {}
   /// Releases this pool's slots (as the destructor does), then takes `o`'s.
   uva_pool& operator=(uva_pool&& o) noexcept {
     if (this != &o) {
@@ -212,9 +210,8 @@ class uva_pool {
       ring_ = std::move(o.ring_);
       initial_ = o.initial_;
       device_ = o.device_;
-      view_ = std::exchange(o.view_, none);
-      unfenced_ = std::exchange(o.unfenced_, none);
-      stats_ = std::exchange(o.stats_, {});
+      calls_ = std::exchange(o.calls_, 0);
+      grows_ = std::exchange(o.grows_, 0);
     }
     return *this;
   }
@@ -267,8 +264,7 @@ class uva_pool {
     const device_span<const T> v = put(src, n, stream);
     if (n == 0) return out.first(0);
     ops::copy_async(out.data(), v.data(), n * sizeof(T), stream);
-    fence_slot(ring_.current(), stream);
-    unfenced_ = none;
+    ring_.record_sole_use(stream);  // the copy is the view's only reader
     return out.first(n);
   }
 
@@ -279,15 +275,14 @@ class uva_pool {
   /// before the first non-empty call.
   void record_use(stream_ref<B> stream) {
     [[maybe_unused]] const auto on_device = ops::enter(stream, device_);
-    if (view_ != none) fence_slot(view_, stream);
+    ring_.record_use(stream);
   }
 
   /// Counters (see ferry::pool_stats).
   [[nodiscard]] pool_stats stats() const noexcept {
-    pool_stats s = stats_;
-    s.slots = ring_.size();
-    s.max_slots = ring_.max_slots();
-    return s;
+    const detail::ring_counts& c = ring_.counts();
+    return {.slots = ring_.size(), .max_slots = ring_.max_slots(), .calls = calls_, .grows = grows_,
+            .fence_hits = c.hits, .full_waits = c.waits, .inserted = c.inserted, .fences = c.stamps};
   }
   /// Slots in the ring now (the constructor's `slots` plus inserted ones; 0 when moved-from).
   [[nodiscard]] std::size_t slots() const noexcept { return ring_.size(); }
@@ -356,9 +351,6 @@ class uva_pool {
     return s;
   }
 
-  // A use of slot i by `stream`'s work so far: stamped when the ReusePolicy fences (the ring asks).
-  void fence_slot(std::size_t i, stream_ref<B> stream) { stats_.fences += ring_.stamp(i, stream); }
-
   // The message when no slot can be taken: each held slot, from the one coming into use round
   // the ring, with the first stream point (the reuse core's line and seq) it still waits for;
   // and the slot of the call before, when its readers are done (it is not taken twice in a row).
@@ -370,9 +362,67 @@ class uva_pool {
     });
   }
 
-  // The one write path. Everything that can fail happens before the commit; the commit itself
-  // cannot throw (the ring has room for an inserted slot before it is made, slots move without
-  // throwing).
+  // What a call asks of the ring (slot_ring::acquire's hooks): a slot holding `n` elements of
+  // `src` (`rows` rows), read on `stream`. Every hook that throws changes nothing.
+  template <class R>
+  struct claim {
+    uva_pool& pool;
+    R& src;
+    std::size_t n, rows;
+    stream_ref<B> on;
+    static constexpr bool inserts = !fixed;  // growth::fixed promises stable addresses
+
+    stream_ref<B> stream() const noexcept { return on; }
+    // A slot inserted in front of a busy one: the initial capacity, or as the GrowthPolicy grows
+    // it from there; written before it joins the ring.
+    slot make() {
+      const std::size_t cap =
+          rows > pool.initial_ ? detail::grown_capacity<growth_policy>(rows, pool.initial_) : pool.initial_;
+      slot fresh = pool.make_slot(pool.grown_bytes(cap, rows, pool.initial_), cap);
+      try {
+        detail::fill(src, data_of(fresh), n);
+      } catch (...) {
+        pool.arena_->release(fresh.block);
+        throw;
+      }
+      return fresh;
+    }
+    // A free slot, grown per GrowthPolicy when the source exceeds it (a fresh block only when its
+    // block cannot hold the new capacity; the grown-out block goes back to the arena behind a
+    // fence on this stream: its own fences have all passed), then written.
+    void fit(slot& s) {
+      std::size_t cap = s.capacity;
+      slot fresh;
+      if (rows > s.capacity) {
+        cap = detail::grown_capacity<growth_policy>(rows, s.capacity);
+        const std::size_t bytes = pool.grown_bytes(cap, rows, s.capacity);
+        if (s.block.capacity < bytes) fresh = pool.make_slot(bytes, cap);
+      }
+      s.generation.bump();  // its earlier views are stale from here
+      try {
+        detail::fill(src, fresh.block ? data_of(fresh) : data_of(s), n);
+        if (fresh.block) pool.arena_->release(s.block, on);
+      } catch (...) {
+        if (fresh.block) pool.arena_->release(fresh.block);
+        throw;
+      }
+      if (fresh.block) s.block = fresh.block;
+      if (cap != s.capacity) ++pool.grows_;
+      s.capacity = cap;
+    }
+    std::string describe(std::size_t next) const {
+      return pool.prefix() +
+             (fixed ? "(growth::fixed, which never inserts a slot) no slot is free: "
+                    : "no slot is free and the ring already holds max_slots (" +
+                          std::to_string(pool.ring_.max_slots()) + "): ") +
+             pool.held_slots(next) + "; let the readers finish sooner, or allow more slots";
+    }
+  };
+
+  // The one write path: the slot comes from the ring (slot_ring::acquire: the previous view's
+  // readers on this call's stream stamped, the first free slot in rotation, a slot inserted in
+  // front of a busy one, or the ReusePolicy's answer to a full ring), written by the claim's
+  // hooks; the commit leaves its view pending (its readers are stamped by the next call).
   template <class R>
   device_span<const T> put(R& src, std::size_t n, stream_ref<B> stream) {
     if (ring_.empty()) throw error(prefix() + "used after it was moved from");
@@ -380,126 +430,30 @@ class uva_pool {
     if (rows * width_ != n)
       throw std::invalid_argument(prefix() + "a source of " + std::to_string(n) +
                                   " elements is not whole rows of " + std::to_string(width_));
-    const std::size_t next = ring_.next();
-    if (n == 0) {  // rotates; writes and grows nothing
-      // The last view stays valid: its readers enqueued on this stream so far are fenced here.
-      if (unfenced_ != none) fence_slot(unfenced_, stream);
-      ring_.rotate_to(next);
-      ++stats_.calls;
-      return {data_of(ring_[next]), 0};
+    if (n == 0) {  // rotates; writes and grows nothing. The last view stays valid.
+      ring_.rotate(stream);
+      ++calls_;
+      return {data_of(ring_[ring_.current()]), 0};
     }
     if (n > max_request)
       throw capacity_error(prefix() + "a request of " + std::to_string(n) + " elements is too large");
-
-    // Decided before anything is fenced: fixed never grows nor inserts, so every slot keeps the
-    // capacity it was made with.
-    if constexpr (fixed) {
-      if (rows > ring_[next].capacity)
+    if constexpr (fixed) {  // before anything is stamped: every slot keeps its initial capacity
+      if (rows > initial_)
         throw capacity_error(prefix() + "(growth::fixed) a request of " + rows_text(rows) +
-                             " exceeds the slot capacity of " + rows_text(ring_[next].capacity));
+                             " exceeds the slot capacity of " + rows_text(initial_));
     }
-
-    // 1. Which slot? The previous view's slot is fenced on this call's stream (when the
-    //    ReusePolicy fences): first if it is the slot coming into use (one slot, or empty calls in
-    //    between), else after the check, so that the check asks about the older fence only (one
-    //    query when the stream is behind, not two). When the slot coming into use is still read,
-    //    the ring is walked on to the first free slot, up to but not including the slot of the call
-    //    before. Stamps made by a call that then throws stay (they only make reuse more
-    //    conservative); `fences` counts them at the commit, `fence_hits` counts a busy slot at once.
-    std::size_t at = next;
-    std::uint64_t recorded = 0;
-    if (unfenced_ == next) recorded += ring_.stamp(next, stream);
-    const bool busy = !ring_.free(next);
-    if (unfenced_ != none && unfenced_ != next) recorded += ring_.stamp(unfenced_, stream);
-    if (busy) {
-      ++stats_.fence_hits;
-      at = ring_.choose(1);
-    }
-
-    // 2. Decide: insert a slot (none is free), grow the slot, or write it as it is. A capacity
-    //    that a GrowthPolicy gives becomes bytes here, checked, before anything is allocated.
-    bool insert = false;
-    bool grow = false;
-    std::size_t new_cap = 0;
-    std::size_t new_bytes = 0;
-    if (at == none && (fixed || ring_.full())) {
-      // The ring is full (growth::fixed never inserts): the ReusePolicy says what happens, waiting
-      // for the slot coming into use (the one used longest ago; event_fenced, back-pressure) or
-      // throwing (throw_when_full).
-      if (ring_.when_full(next, [&] {
-            return prefix() + (fixed ? "(growth::fixed, which never inserts a slot) no slot is free: "
-                                     : "no slot is free and the ring already holds max_slots (" +
-                                           std::to_string(ring_.max_slots()) + "): ") +
-                   held_slots(next) + "; let the readers finish sooner, or allow more slots";
-          }))
-        ++stats_.full_waits;
-      at = next;
-    }
-    if (at == none) {
-      if constexpr (!fixed) {
-        insert = true;
-        new_cap = rows > initial_ ? detail::grown_capacity<growth_policy>(rows, initial_) : initial_;
-        new_bytes = grown_bytes(new_cap, rows, initial_);
-      }
-    } else if (rows > ring_[at].capacity) {
-      if constexpr (!fixed) {
-        grow = true;
-        new_cap = detail::grown_capacity<growth_policy>(rows, ring_[at].capacity);
-        new_bytes = grown_bytes(new_cap, rows, ring_[at].capacity);
-      }
-    }
-
-    // 3. Prepare: a fresh block when inserting, or growing beyond what the block holds.
-    slot fresh;
-    if (insert) {
-      ring_.reserve_for_one();
-      fresh = make_slot(new_bytes, new_cap);
-    } else if (grow && ring_[at].block.capacity < new_bytes) {
-      fresh = make_slot(new_bytes, new_cap);
-    }
-    T* const dst = fresh.block ? data_of(fresh) : data_of(ring_[at]);
-    if (!insert) ring_[at].generation.bump();  // its earlier views are stale from here
-    try {
-      detail::fill(src, dst, n);
-      // The grown-out block goes back to the arena behind a fence on this stream (its own fences
-      // have all passed: a busy slot is never grown, a new one is inserted instead).
-      if (grow && fresh.block) arena_->release(ring_[at].block, stream);
-    } catch (...) {
-      if (fresh.block) arena_->release(fresh.block);
-      throw;
-    }
-
-    // 4. Commit (cannot throw).
-    if (insert) {
-      at = ring_.insert(std::move(fresh));
-      ++stats_.inserted;
-    } else if (grow) {
-      if (fresh.block) ring_[at].block = fresh.block;
-      ring_[at].capacity = new_cap;
-      ++stats_.grows;
-    }
-    ring_.take(at);
-    view_ = at;
-    unfenced_ = ring_type::stamps_uses() ? at : none;
-    stats_.fences += recorded;
-    ++stats_.calls;
+    claim<R> c{*this, src, n, rows, stream};
+    const std::size_t at = ring_.acquire(c);
+    ring_.commit({}, detail::after_use::view);
+    ++calls_;
     return detail::stamp_view(device_span<const T>(data_of(ring_[at]), n), ring_[at].generation, name_);
   }
 
-  // Destruction is a use of every slot. The last view's readers carry no fence yet (the next
-  // call would record it, on its own stream): when there is such a view, the device is
-  // synchronized first, as freeing memory does, which needs no stream that may be gone by now.
-  // Then the ring gives every block back once its fences have passed. All these waits end at one
-  // bound (the ReusePolicy's, else ferry::wait_timeout()): past it, what may still be read is
-  // leaked (the last view's slot, unless the device was synchronized), never given back.
+  // Destruction is a use of every slot (slot_ring::release): the last view's readers carry no
+  // fence yet, so the device is synchronized first; all the waits end at one bound, past which
+  // what may still be read is leaked.
   void release_all() noexcept {
-    detail::wait_deadline d = detail::destructor_deadline([] { return ring_type::wait_bound(); });
-    if (unfenced_ != none && !ring_.empty() &&
-        !detail::destructor_guard([&] { ops::synchronize_device(device_, d); }))
-      (void)ring_.abandon(unfenced_);
-    ring_.release([&](slot& s) { arena_->release(s.block); }, d);
-    view_ = none;
-    unfenced_ = none;
+    (void)ring_.release(device_, [&](slot& s) { arena_->release(s.block); });
   }
 
   const char* name_ = "uva_pool";  // what messages call the object (see `named`)
@@ -508,9 +462,7 @@ class uva_pool {
   ring_type ring_;               // the slots; its current one is the slot of the last call
   std::size_t initial_ = 0;
   int device_ = 0;
-  std::size_t view_ = none;      // the slot of the last non-empty view
-  std::size_t unfenced_ = none;  // view_, until copy_to_device has fenced its only reader
-  pool_stats stats_{};
+  std::uint64_t calls_ = 0, grows_ = 0;  // stats(); the ring counts the rest
 };
 
 }  // namespace ferry

@@ -9,6 +9,7 @@
 #include <ferry/element.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/pinned_arena.hpp>
+#include <ferry/memory/slot_ring.hpp>
 #include <ferry/policies/detail/select.hpp>
 #include <ferry/staged/detail/apply.hpp>
 #include <ferry/staged/detail/layout.hpp>
@@ -71,7 +72,6 @@ class fused_staged_writer {
   using B = backend_type;
   using ops = detail::backend_ops<B>;
   static constexpr bool fixed = growth_policy::stable_addresses;
-  static constexpr bool caller_fenced = !reuse_policy::ferry_fences;
 
  public:
   /// A writer for up to `max_tensors` tensors per apply, with `slots` rotating staging slots.
@@ -181,7 +181,7 @@ class fused_staged_writer {
       (append(tensors, s, bytes, out, k, scratch, off), ...);
       // One launch; every slot it reads is done once `done` has passed (stamped when this writer
       // or any tensor fences its slots).
-      constexpr bool marked = !caller_fenced || (Tensors::reuse_policy::ferry_fences || ...);
+      constexpr bool marked = detail::ring_stamps<reuse_policy> || (detail::ring_stamps<typename Tensors::reuse_policy> || ...);
       const detail::stamp done = detail::launch_apply<T, marked>(
           s, reinterpret_cast<const detail::chunk_desc*>(ops::mapped(out)), k, 0, 0, [&]() noexcept {
             pool_.abandon();

@@ -14,6 +14,7 @@
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/memory/pinned_buffer.hpp>
 #include <ferry/memory/pinned_span.hpp>
+#include <ferry/memory/slot_ring.hpp>
 #include <ferry/memory/staged_view.hpp>
 #include <ferry/policies/detail/select.hpp>
 #include <ferry/policies/growth.hpp>
@@ -108,7 +109,7 @@ class staged_write_tensor {
   using B = backend_type;
   using ops = detail::backend_ops<B>;
   static constexpr bool uva_target = target_kind::memory == memory_kind::uva;
-  static constexpr bool caller_fenced = !reuse_policy::ferry_fences;
+  static constexpr bool marks = detail::ring_stamps<reuse_policy>;  // an apply marks its stream
   using core_type = detail::staging_core<T, B, growth_policy, reuse_policy>;
   // A target the tensor owns: pinned or device memory, as construction placed it (the other empty).
   struct storage_type {
@@ -297,9 +298,8 @@ class staged_write_tensor {
       descs = reinterpret_cast<std::uintptr_t>(scratch);
       src = reinterpret_cast<std::uintptr_t>(scratch + c.content_offset());
     }
-    c.commit(detail::launch_apply<T, !caller_fenced>(s, reinterpret_cast<const detail::chunk_desc*>(descs),
-                                                     c.chunks(), target_address(), src,
-                                                     [&]() noexcept { c.abandon(); }));
+    c.commit(detail::launch_apply<T, marks>(s, reinterpret_cast<const detail::chunk_desc*>(descs), c.chunks(),
+                                            target_address(), src, [&]() noexcept { c.abandon(); }));
   }
 
   /// The whole target, row-major (device memory, or the UVA view of pinned memory; for adopted

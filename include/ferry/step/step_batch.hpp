@@ -430,7 +430,7 @@ class step_batch {
     if (!core_) return {};
     const core& k = *core_;
     return {.steps = k.steps_, .slots = k.slots_.size(), .max_slots = k.slots_.max_slots(),
-            .full_waits = k.full_waits_, .inserted = k.inserted_, .grows = k.grows_};
+            .full_waits = k.slots_.counts().waits, .inserted = k.slots_.counts().inserted, .grows = k.grows_};
   }
 
  private:

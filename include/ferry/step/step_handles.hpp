@@ -84,7 +84,8 @@ class step_publish : public detail::step_handle<Batch, typename Batch::core> {
     const auto& r = k.publishes_[i_];
     const device_span<const T> v(static_cast<const T*>(ops::mapped(r.at)), r.n);
 #if FERRY_CHECKED_VIEWS
-    if (r.n != 0 && k.cur_ != core::none) return detail::stamp_view(v, k.slots_[k.cur_].generation, "step_batch");
+    if (const std::size_t at = k.slots_.current(); r.n != 0 && at != core::none)
+      return detail::stamp_view(v, k.slots_[at].generation, "step_batch");
 #endif
     return v;
   }

@@ -12,11 +12,11 @@
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/memory/pinned_buffer.hpp>
 #include <ferry/memory/pinned_span.hpp>
+#include <ferry/memory/slot_ring.hpp>
 #include <ferry/policies/detail/select.hpp>
 #include <ferry/transfer/detail/source.hpp>
 
 #include <cstddef>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -84,14 +84,7 @@ class cpu_gpu_buffer {
     check_count("copy_to_device", n);
     if (n == 0) return device().first(0);
     const std::size_t bytes = detail::checked_bytes(n, sizeof(T), "cpu_gpu_buffer");
-    if constexpr (reuse_policy::ferry_fences) {
-      detail::block_guard<B> guard(*arena_, arena_->acquire(bytes));
-      std::memcpy(guard.get().data, host_.host().data(), bytes);
-      ops::copy_async(device_.data(), guard.get().data, bytes, s);
-      arena_->release(guard.release(), s);
-    } else {
-      ops::copy_async(device_.data(), host_.host().data(), bytes, s);
-    }
+    detail::copy_from_host<reuse_policy>(*arena_, device_.data(), host_.host().data(), bytes, s);
     return device().first(n);
   }
 

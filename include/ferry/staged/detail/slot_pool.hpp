@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
@@ -55,14 +56,12 @@ class slot_pool {
 
  private:
   using ring_type = slot_ring<B, Reuse, slot>;
-  // Whether slots are checked before reuse (the ReusePolicy fences): the ring says.
-  static constexpr bool checked = ring_type::stamps_uses();
 
  public:
   /// `slots` slots of `memory.arena` (scratch from `memory.device`, if any) for work on `device`.
   slot_pool(std::size_t slots, int device, const staging_memory<B>& memory)
       : slots_(slots), device_(device), arena_(memory.arena), resource_(memory.device),
-        ring_(ring_order::warmest, static_cast<std::size_t>(-1)) {
+        ring_(ring_order::warmest, static_cast<std::size_t>(-1), slots) {
     if (slots == 0)
       throw std::invalid_argument("ferry: staged writes need at least one staging slot (slots == 0)");
     if (arena_ == nullptr)
@@ -71,45 +70,34 @@ class slot_pool {
   }
   slot_pool(const slot_pool&) = delete;
   slot_pool& operator=(const slot_pool&) = delete;
-  /// Waits for the stamps of every slot and scratch (destructors wait for their own fences), then
-  /// gives the blocks back to the arena and frees the scratch. reuse::caller_fenced stamps
-  /// nothing: once a slot has been handed to a stream, it waits for the whole device instead. All
-  /// the waits together end at one bound (the ReusePolicy's, else ferry::wait_timeout()); what
-  /// the stream may still read past it is leaked, never given back (ferry::swallowed_errors()).
+  /// Gives the blocks back to the arena and frees the scratch once their stamps have passed
+  /// (slot_ring::release, which first synchronizes the device when a slot was handed to a stream
+  /// with no stamp: reuse::caller_fenced). All the waits together end at one bound (the
+  /// ReusePolicy's, else ferry::wait_timeout()); what the stream may still read past it is leaked,
+  /// never given back (ferry::swallowed_errors()).
   ~slot_pool() {
-    wait_deadline d = destructor_deadline([] { return ring_type::wait_bound(); });
-    if (!checked && handed_ && !destructor_guard([&] { ops::synchronize_device(device_, d); }))
-      return;  // every slot and scratch handed to a stream may still be read: all leaked
-    (void)passed_by<B>(fill_, d);  // the target's zero fill: its memory goes in stream order, or after it
-    ring_.release([&](slot& s) { arena_->release(s.block); }, d);
-    for (auto& r : retired_)
-      if (r.stamps.template all_passed_by<B>(d)) destructor_guard([&] { arena_->release(r.block); });
-    for (auto& e : scratch_)
-      if (!e.pending && passed_by<B>(e.used, d)) free_scratch(e);  // a pending one's copy may still run
-    for (auto& e : retired_scratch_)
-      if (passed_by<B>(e.used, d)) free_scratch(e);
+    (void)ring_.release(device_, [&](slot& s) { arena_->release(s.block); }, [&](wait_deadline& d) {
+      (void)passed_by<B>(fill_, d);  // the target's zero fill: its memory goes in stream order, or after it
+      for (auto& r : retired_)
+        if (r.stamps.template all_passed_by<B>(d)) destructor_guard([&] { arena_->release(r.block); });
+      for (auto& e : scratch_)
+        if (!e.pending && passed_by<B>(e.used, d)) free_scratch(e);  // a pending one's copy may still run
+      for (auto& e : retired_scratch_)
+        if (passed_by<B>(e.used, d)) free_scratch(e);
+    });
   }
 
   [[nodiscard]] bool has_current() const noexcept { return has_; }
   [[nodiscard]] slot& current() noexcept { return *cur_; }
   [[nodiscard]] std::size_t owned() const noexcept { return ring_.size(); }
 
-  /// Makes a current slot of at least `bytes` bytes exist: the warmest free slot once all `slots`
-  /// exist, else a fresh arena block inserted into the ring. Throws (arena cap) with nothing
-  /// changed.
+  /// Makes a current slot of at least `bytes` bytes exist (slot_ring::acquire): the warmest free
+  /// slot once all `slots` exist, else a fresh arena block inserted into the ring. Throws (arena
+  /// cap) with nothing changed.
   void acquire_current(std::size_t bytes) {
     if (has_) return;
-    const std::size_t k = ring_.size() < slots_ ? ring_type::npos : ring_.choose();
-    std::size_t at = k;
-    if (k == ring_type::npos) {
-      ring_.reserve_for_one();
-      at = ring_.insert(slot{arena_->acquire(bytes)});  // may throw: nothing changed
-    } else if (ring_[k].block.capacity < bytes) {
-      const pinned_block b = arena_->acquire(bytes);       // may throw: nothing changed
-      arena_->release(std::exchange(ring_[k].block, b));  // passed: reusable at once
-    }
-    ring_.take(at);
-    cur_ = &ring_[at];
+    claim c{*this, bytes};
+    cur_ = &ring_[ring_.acquire(c)];
     has_ = true;
   }
 
@@ -172,16 +160,13 @@ class slot_pool {
   /// enqueued and is done once `done` has passed (empty when nothing was stamped: caller_fenced):
   /// the slot goes back into the ring, closed (a candidate again once `done` has passed).
   void commit(stamp done) noexcept {
-    handed_ = true;
-    ++applies_;
+    ring_.commit(done, after_use::closed);  // a candidate again once `done` has passed
     if (current_scratch_ < scratch_.size()) {
       scratch_entry& e = scratch_[std::exchange(current_scratch_, no_scratch)];
       e.used = done;
-      e.apply = applies_;
+      e.apply = ring_.uses();
       e.pending = false;
     }
-    ring_.add_stamp(ring_.current(), done);  // one stamp per use: room made with the slot
-    ring_.close();  // its use is stamped: the next staging may take it again once it has passed
     cur_ = nullptr;
     has_ = false;
   }
@@ -190,7 +175,7 @@ class slot_pool {
   /// order still guards it, and is never taken over.
   void abandon() noexcept {
     current_scratch_ = no_scratch;
-    (void)ring_.abandon(ring_.current());
+    ring_.abandon();
     cur_ = nullptr;
     has_ = false;
   }
@@ -237,13 +222,26 @@ class slot_pool {
   }
 
  private:
+  // What a staging asks of the ring (slot_ring::acquire's hooks): a slot of `bytes` bytes. The
+  // ring never fills (no ceiling): describe() is never asked for.
+  struct claim {
+    slot_pool& pool;
+    std::size_t bytes;
+    slot make() { return slot{pool.arena_->acquire(bytes)}; }
+    void fit(slot& s) {
+      if (s.block.capacity >= bytes) return;
+      const pinned_block b = pool.arena_->acquire(bytes);        // may throw: nothing changed
+      pool.arena_->release(std::exchange(s.block, b));  // passed: reusable at once
+    }
+    std::string describe(std::size_t) const { return "ferry: staged writes: no staging slot is free"; }
+  };
   struct scratch_entry {
     std::byte* data = nullptr;
     std::size_t bytes = 0;
     std::uint64_t key = 0;  // the stream whose applies use it (ops::stream_key); 0: none yet
     std::optional<stream_ref<B>> on{};  // the stream of its last use (a resource frees on it)
     stamp used{};           // the point after its last apply
-    std::uint64_t apply = 0;  // the number of its last apply (caller_fenced's rotation)
+    std::uint64_t apply = 0;  // the ring's uses() after its last apply (caller_fenced's rotation)
     bool pending = false;   // handed to an apply that has not been stamped
   };
   static constexpr std::size_t no_scratch = static_cast<std::size_t>(-1);
@@ -253,15 +251,8 @@ class slot_pool {
   std::size_t takeover() {
     for (std::size_t k = 0; k < scratch_.size(); ++k)
       if (scratch_[k].key == 0) return k;
-    for (std::size_t k = 0; k < scratch_.size(); ++k) {
-      const scratch_entry& e = scratch_[k];
-      if (e.pending) continue;
-      if constexpr (!checked) {
-        if (applies_ - e.apply >= slots_) return k;
-      } else if (shared_timeline<B>().passed(e.used)) {
-        return k;
-      }
-    }
+    for (std::size_t k = 0; k < scratch_.size(); ++k)
+      if (!scratch_[k].pending && ring_.passed(scratch_[k].used, scratch_[k].apply)) return k;
     return scratch_.size();
   }
   // Scratch of `bytes`: exactly (growth::fixed) or as the GrowthPolicy grows, at least
@@ -296,11 +287,9 @@ class slot_pool {
   std::vector<scratch_entry> scratch_;          // a scratch per stream that has applied
   std::vector<scratch_entry> retired_scratch_;  // outgrown in reserve, behind a stamp
   std::size_t current_scratch_ = no_scratch;    // the entry the apply in progress took
-  std::uint64_t applies_ = 0;       // applies committed
   stamp fill_{};                    // the target's zero fill
   slot* cur_ = nullptr;             // the ring's current slot while has_ (the hot path's one load)
   bool has_ = false;
-  bool handed_ = false;             // a slot has been handed to a stream
 };
 
 }  // namespace ferry::detail

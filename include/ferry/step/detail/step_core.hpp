@@ -297,7 +297,7 @@ class step_core {
                              "slot's " + std::to_string(room_) + " bytes");
       } else {
         const std::size_t need = checked_add<capacity_error>(bytes, write_vector_bytes, "step contents");
-        auto& extra = slots_[cur_].extra;
+        auto& extra = slots_[slots_.current()].extra;
         extra.reserve(extra.size() + 1);  // first: the block taken is never lost
         const pinned_block b = arena_->acquire(std::max(need, room_));  // a power of two
         extra.push_back(b);
@@ -649,11 +649,8 @@ class step_core {
   bool frozen_ = false;
   bool open_ = false;
   bool dead_ = false;  // the batch was destroyed or assigned over: its handles throw
-  std::size_t cur_ = none;   // the slot of the open (or last) step
-  std::size_t prev_ = none;  // the slot of the last submitted step
-  bool prev_published_ = false;  // its publishes may have readers no stamp covers yet
   std::uint64_t steps_ = 0;
-  std::uint64_t full_waits_ = 0, inserted_ = 0, grows_ = 0;  // step_batch::stats()
+  std::uint64_t grows_ = 0;  // step_batch::stats() (the ring counts waits and inserts)
   std::size_t last_descs_ = 0;  // the last submitted step's descriptors (detail::step_batch_access)
   // capacities wanted for every slot (fixed: the plan's bounds)
   std::size_t want_table_ = 0, want_content_ = 0;

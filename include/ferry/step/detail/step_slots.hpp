@@ -107,36 +107,10 @@ struct step_slots {
     if (k.open_)
       throw error("ferry: step_batch::begin: the step begun before was neither submitted nor cancelled");
     reserve(k);
-    auto& ring = k.slots_;
-    std::size_t next = ring.choose();
-    if (next == none && ring.full()) {
-      // Waiting for the slot coming into use (event_fenced, back-pressure: the host runs at most
-      // max_slots - 1 steps ahead) or throwing (throw_when_full). Nothing has changed yet.
-      next = ring.next();
-      const bool waited = ring.when_full(next, [&] {
-        const stamp held = ring.stamps(next).template held<B>();
-        return "ferry: step_batch: the next slot (slot " + std::to_string(next) +
-               ") is still in use (its step or the readers of its publishes)" +
-               (held.empty() ? std::string()
-                             : " until stream point (line " + std::to_string(held.line) + ", seq " +
-                                   std::to_string(held.seq) + ")") +
-               " and the batch holds max_slots (" + std::to_string(ring.max_slots()) +
-               ") slots; use more slots, or let the stream catch up";
-      });
-      if (waited) ++k.full_waits_;
-    }
-    if (next == none) {
-      ring.reserve_for_one();
-      next = ring.insert(make(k));
-      ++k.inserted_;
-      if (k.prev_ != none && k.prev_ >= next) ++k.prev_;
-    } else if constexpr (!fixed) {
-      fit(k, ring[next]);
-    }
-    ring.take(next);  // its stamps have all passed (or caller_fenced)
-    auto& s = ring[next];
+    claim c{k};
+    const std::size_t at = k.slots_.acquire(c);  // its stamps have all passed (or caller_fenced)
+    auto& s = k.slots_[at];
     s.generation.bump();  // the views of its last step are stale from here
-    k.cur_ = next;
     k.base_ = s.content.data;
     k.room_ = s.content.capacity;
     k.used_ = 0;
@@ -149,10 +123,30 @@ struct step_slots {
   static void cancel_step(core& k) noexcept {
     if (!k.open_) return;
     k.clear_step();
-    k.cur_ = k.prev_;
-    if (k.prev_ == none) k.slots_.reset_current(); else k.slots_.rotate_to(k.prev_);
+    k.slots_.cancel();
     k.open_ = false;
   }
+
+  /// What begin() asks of the ring (slot_ring::acquire's hooks): a slot at the wanted capacities.
+  struct claim {
+    core& k;
+    slot make() { return step_slots::make(k); }
+    void fit([[maybe_unused]] slot& s) {
+      if constexpr (!fixed) step_slots::fit(k, s);
+    }
+    // The full ring's message (event_fenced waits instead: the host runs at most max_slots - 1
+    // steps ahead).
+    std::string describe(std::size_t next) const {
+      const stamp held = k.slots_.stamps(next).template held<B>();
+      return "ferry: step_batch: the next slot (slot " + std::to_string(next) +
+             ") is still in use (its step or the readers of its publishes)" +
+             (held.empty() ? std::string()
+                           : " until stream point (line " + std::to_string(held.line) + ", seq " +
+                                 std::to_string(held.seq) + ")") +
+             " and the batch holds max_slots (" + std::to_string(k.slots_.max_slots()) +
+             ") slots; use more slots, or let the stream catch up";
+    }
+  };
 
   /// A new slot at the wanted capacities (launch::kernel: with its table and lane); nothing is
   /// kept if it throws.
@@ -256,16 +250,11 @@ struct step_slots {
     });
     s = {};
   }
-  /// Gives every slot back once its stamps have passed; a slot that cannot be waited for is
-  /// leaked, and with it (launch::graph) the tables and lane its step may still use.
+  /// Gives every slot back once its stamps have passed (slot_ring::release); a slot that cannot
+  /// be waited for is leaked, and with it (launch::graph) the tables and lane its step may still
+  /// use.
   static void release_all(core& k) noexcept {
-    std::size_t given = 0;
-    const std::size_t held = k.slots_.size();
-    k.slots_.release([&](slot& s) {
-      release(k, s);
-      ++given;
-    });
-    if (given != held) k.leaked_ = true;
+    if (!k.slots_.release(k.device_, [&](slot& s) { release(k, s); })) k.leaked_ = true;
   }
   /// launch::graph: the graph destroyed, and (unless a launch may still use them) the tables and
   /// lane given back, the lane's step counter where the batch's submits left it.
@@ -284,15 +273,12 @@ struct step_slots {
   /// The batch's end (destruction, or an assignment over it): its handles end, its open step is
   /// dropped, and every slot is given back. Destruction is a use of every slot: the last step's
   /// publishes may have readers that no stamp covers (the next submit would have stamped them):
-  /// the device is synchronized first, which needs no stream that may be gone by now. Past the
-  /// wait bound (or on a failed synchronize), nothing is given back: all leaked.
+  /// the ring synchronizes the device first (slot_ring::release), which needs no stream that may
+  /// be gone by now; past the wait bound, that step's slot is leaked.
   static void close(core& k) noexcept {
     k.dead_ = true;
     k.open_ = false;
-    if (k.prev_published_ && !destructor_guard([&] { ops::synchronize_device(k.device_); }))
-      k.leaked_ = true;
-    else
-      release_all(k);
+    release_all(k);
     if constexpr (Graphs) release_graph(k);
   }
 };

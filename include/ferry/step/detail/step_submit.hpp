@@ -43,7 +43,7 @@ struct step_submit {
   template <class B, class Enqueue>
   FERRY_KERNEL_VISIBILITY static void publish(core& k, stream_ref<B> s, Enqueue&& enqueue) {
     k.check_open("submit");
-    auto& sl = k.slots_[k.cur_];
+    auto& sl = k.slots_[k.slots_.current()];
     check_fills(k);
     k.check_gathers();
     const auto z = k.resolve_and_measure();
@@ -64,12 +64,7 @@ struct step_submit {
       if (z.bytes > want_content) [[unlikely]]
         want_content = Slots::grown_content(k, z.bytes);
     }
-    k.slots_.reserve_stamp(k.cur_);
-    // The previous step's slot is stamped only for the readers of its publishes (work enqueued
-    // on `s` before this step's kernel): a step that published nothing has none, and its slot is
-    // free once its own kernel has run, so the host may prepare a step while the one before runs.
-    const bool stamps_prev = k.prev_ != none && k.prev_ != k.cur_ && k.prev_published_;
-    if (stamps_prev) k.slots_.reserve_stamp(k.prev_);
+    k.slots_.reserve_commit();
     k.place_scatters();
     std::uint64_t step = 0;
     std::byte* const at = Slots::table_of(k, sl, step);
@@ -90,23 +85,23 @@ struct step_submit {
       if (enqueued) abandon(k);
       throw;
     }
-    k.slots_.add_stamp(k.cur_, st);  // room reserved above: no allocation, no throw
-    if (stamps_prev) k.slots_.add_stamp(k.prev_, st);
-    k.prev_ = k.cur_;
-    k.prev_published_ = z.published;
+    // The kernel's mark stamps the slot, and the previous step's slot when it published (the
+    // readers of its publishes are work enqueued on `s` before this step's kernel): a step that
+    // published nothing has none, and its slot is free once its own kernel has run, so the host
+    // may prepare a step while the one before runs. Room reserved above: no allocation, no throw.
+    k.slots_.commit(st, z.published ? after_use::view : after_use::open);
     k.want_content_ = want_content;
     k.last_descs_ = n;
     k.open_ = false;
     ++k.steps_;
   }
 
-  /// record_use(): work enqueued on `s` so far stamps the last submitted step's slot.
+  /// record_use(): work enqueued on `s` so far reads the last submitted step's publishes: its
+  /// slot is stamped as the ReusePolicy asks.
   template <class B>
   static void record_use(core& k, stream_ref<B> s) {
     [[maybe_unused]] const auto on_device = backend_ops<B>::enter(s, k.device_);
-    if (k.prev_ == none) return;
-    k.slots_.reserve_stamp(k.prev_);  // before the mark: a point made must be kept
-    k.slots_.add_stamp(k.prev_, shared_timeline<B>().mark(s));
+    k.slots_.record_use(s);
   }
 
   /// std::out_of_range for a fill from an element its publish does not hold this step.
@@ -119,17 +114,12 @@ struct step_submit {
     }
   }
 
-  /// The open step was enqueued but could not be stamped: its slot, and the previous step's
-  /// (whose readers on the stream this stamp would have covered), leave the ring without being
-  /// released: their blocks are leaked, never rewritten under a reader. The step counts as
-  /// submitted.
+  /// The open step was enqueued but could not be stamped: its slot, and the previous step's when
+  /// it published (whose readers on the stream this stamp would have covered), leave the ring
+  /// without being released (slot_ring::abandon): their blocks are leaked, never rewritten under
+  /// a reader. The step counts as submitted.
   static void abandon(core& k) noexcept {
-    std::size_t drop[2] = {k.cur_, k.prev_ != none && k.prev_ != k.cur_ ? k.prev_ : none};
-    if (drop[1] != none && drop[1] > drop[0]) std::swap(drop[0], drop[1]);  // the higher index first
-    for (const std::size_t i : drop)
-      if (i != none) (void)k.slots_.abandon(i);
-    k.cur_ = k.prev_ = none;
-    k.prev_published_ = false;
+    k.slots_.abandon();
     k.leaked_ = true;
     k.open_ = false;
     ++k.steps_;

@@ -43,7 +43,8 @@ namespace ferry::detail {
 /// being copied, it rethrows the capacity_error (chunks already enqueued stay enqueued). Its
 /// blocks go back to the arena, released on `s`, at the end.
 /// Returns once every chunk is enqueued: the host was blocked for the host-copy time, and `src`
-/// may be reused at once.
+/// may be reused at once. (Not a slot_ring: its blocks live for one call and go round in strict
+/// FIFO order behind the arena's cap, so the ring's persistence, warm order and release add nothing.)
 template <class B>
 void pipelined_upload(std::byte* dst, const std::byte* src, std::size_t bytes, stream_ref<B> s,
                       pinned_arena<B>& arena, copy_pool& pool) {
