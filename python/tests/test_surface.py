@@ -130,7 +130,7 @@ BAD = [
     (lambda: fv.UvaBufferPool((4, 3), torch.int32).copy_to_uva([[1, 2, 3], [4, 5]]), ValueError),
     (lambda: fv.UvaBufferPool((4, 3), torch.int32).copy_to_uva(np.zeros((2, 2))), ValueError),
     (lambda: fv.UvaBufferPool(4, torch.int32).copy_to_gpu([1], out="x"), TypeError),
-    (lambda: fv.UvaBufferPool(4, torch.int32).copy_to_gpu([1, 2], out=torch.zeros(1, dtype=torch.int32)), IndexError),
+    (lambda: fv.UvaBufferPool(4, torch.int32, device=DEVICE).copy_to_gpu([1, 2], out=torch.zeros(1, dtype=torch.int32)), IndexError),
     (lambda: fv.UvaBufferPool(4, torch.int32).copy_chunks_to_uva([[1, 2]], 3), ValueError),
     (lambda: fv.UvaBackedTensor(4, torch.int32).copy_to_uva(5), IndexError),
     (lambda: fv.UvaBackedTensor(4, torch.int32).copy_to_uva(-1), ValueError),
