@@ -476,7 +476,9 @@ struct test_client {
   int made = 0, fitted = 0;
   int make() { return 100 + made++; }
   void fit(int&) { ++fitted; }
-  std::string describe(std::size_t next) const { return "ferry: test client: slot " + std::to_string(next) + " is held"; }
+  std::string describe(std::size_t next) const {
+    return "ferry: test client: slot " + std::to_string(next) + " is held";
+  }
   ferry::stream_ref<B> stream() const { return on; }
 };
 }  // namespace

@@ -181,7 +181,8 @@ class fused_staged_writer {
       (append(tensors, s, bytes, out, k, scratch, off), ...);
       // One launch; every slot it reads is done once `done` has passed (stamped when this writer
       // or any tensor fences its slots).
-      constexpr bool marked = detail::ring_stamps<reuse_policy> || (detail::ring_stamps<typename Tensors::reuse_policy> || ...);
+      constexpr bool marked =
+          detail::ring_stamps<reuse_policy> || (detail::ring_stamps<typename Tensors::reuse_policy> || ...);
       const detail::stamp done = detail::launch_apply<T, marked>(
           s, reinterpret_cast<const detail::chunk_desc*>(ops::mapped(out)), k, 0, 0, [&]() noexcept {
             pool_.abandon();
