@@ -415,8 +415,9 @@ class step_batch {
   }
 
   /// Declares that work enqueued on `s` so far reads the last submitted step's publishes: its
-  /// slot is not rewritten before `s` has passed this point. Needed for readers on a stream other
-  /// than the next submit's. Throws ferry::error on a capturing stream.
+  /// slot is not rewritten before `s` has passed this point (stamped where ferry fences; under
+  /// caller_fenced nothing is stamped: that is the caller's promise). Needed for readers on a
+  /// stream other than the next submit's. Throws ferry::error on a capturing stream.
   void record_use(stream_ref<B> s) { submitter::record_use(c(), s); }
 
   /// Steps submitted (launch::capture: committed) so far.
