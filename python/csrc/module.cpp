@@ -603,6 +603,7 @@ struct StepT final : Step, std::enable_shared_from_this<StepT<B>> {
     const auto p = per_handle(published, p_owner, publishes.size(), "publishes");
     if (g.empty() && !v.empty())
       throw std::invalid_argument("ferry: StepBatch.step: host_values without gathers");
+    if (batch->slots() == 0) check_stream<B>(on<B>::stream(), device);  // the first begin() allocates the slots
     batch->begin();
     try {
       PyObject** items = PySequence_Fast_ITEMS(src.ptr());

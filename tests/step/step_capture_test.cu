@@ -370,6 +370,35 @@ TEMPLATE_TEST_CASE("step_capture: a commit that throws commits nothing and leave
 }
 
 #if FERRY_HAS_CUDA
+TEST_CASE("step_capture: record on a bare handle (a torch stream's) asks the runtime nothing of the capturing stream",
+          "[step][capture]") {
+  using B = ferry::backend::cuda;
+  FERRY_REQUIRE_BACKEND(B);
+  ferry::stream<B> s;
+  ferry::device_buffer<std::int64_t, B> up(8);
+  batch_of<B> b(2, 4);
+  auto u = b.add_upload(up.span(), 8);
+  b.reserve();
+  const ferry::stream_ref<B> bare(s.get());  // carries no device, as ferry::from_torch's does
+  REQUIRE(bare.known_device() == -1);
+  REQUIRE(cudaStreamBeginCapture(s.get(), cudaStreamCaptureModeGlobal) == cudaSuccess);
+  b.record(bare);  // a device query here (cudaStreamGetDevice) fails and invalidates the capture
+  cudaGraph_t graph = nullptr;
+  REQUIRE(cudaStreamEndCapture(s.get(), &graph) == cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  b.begin();
+  const auto w = u.span(8);
+  for (std::size_t i = 0; i < 8; ++i) w[i] = static_cast<std::int64_t>(10 + i);
+  b.commit();
+  REQUIRE(cudaGraphLaunch(exec, s.get()) == cudaSuccess);
+  const auto got = ferry::to_host(ferry::device_span<const std::int64_t>(up.span()), ferry::stream_ref<B>(s));
+  CHECK(got == std::vector<std::int64_t>{10, 11, 12, 13, 14, 15, 16, 17});
+  b.check_replayed();
+  CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
+  CHECK(cudaGraphDestroy(graph) == cudaSuccess);
+}
+
 TEST_CASE("step_capture: record needs a reserved batch and a capturing stream of its device", "[step][capture]") {
   using B = ferry::backend::cuda;
   FERRY_REQUIRE_BACKEND(B);

@@ -165,6 +165,10 @@ class stream_ref<backend::cuda> {
     FERRY_CUDA_CHECK(cudaStreamGetDevice(detail::checked(*this), &d));
     return d;
   }
+  /// The device the reference carries (a ferry::stream's, or one made by identified()), -1 when
+  /// it carries none. No runtime call: the one device query that is safe on a capturing stream,
+  /// where cudaStreamGetDevice fails and invalidates the capture.
+  [[nodiscard]] int known_device() const noexcept { return device_; }
   /// The stream's process-unique id (carried, or cudaStreamGetId): unlike a handle, never reused
   /// by a later stream.
   [[nodiscard]] unsigned long long id() const {

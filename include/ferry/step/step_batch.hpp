@@ -363,7 +363,10 @@ class step_batch {
   /// a capturing stream; may be made once per graph the engine captures (every replay of any of
   /// them runs the next committed step). Needs reserve() called before (a capture forbids
   /// allocation): ferry::error otherwise, on a stream that is not capturing, or one of another
-  /// device. The graph must not be replayed once the batch is destroyed.
+  /// device (known from the reference: a ferry::stream's, or stream_ref::identified's, made before
+  /// the capture; a bare handle's device is not asked of the runtime, which would invalidate the
+  /// capture, and the launch fails on a stream of another device). Makes no other runtime call on
+  /// `s` than the launch. The graph must not be replayed once the batch is destroyed.
   FERRY_KERNEL_VISIBILITY void record(stream_ref<B> s)
     requires(capture && std::same_as<B, backend::cuda>)
   {

@@ -129,8 +129,11 @@ class step_capture {
       throw error("ferry: step_batch::record: the stream is not capturing; record() records the step into the "
                   "engine's stream capture (between cudaStreamBeginCapture and cudaStreamEndCapture, or inside "
                   "torch.cuda.graph); outside a capture use a launch::kernel or launch::graph batch");
-    if (s.device() != k.device_)
-      throw error("ferry: step_batch::record: the stream belongs to device " + std::to_string(s.device()) +
+    // Only a device the reference carries is compared: asking the runtime about a capturing
+    // stream (cudaStreamGetDevice) fails and invalidates the engine's capture. A stream of another
+    // device that carries none fails at the launch below, with the batch's device current.
+    if (const int d = s.known_device(); d >= 0 && d != k.device_)
+      throw error("ferry: step_batch::record: the stream belongs to device " + std::to_string(d) +
                   " but the batch was made on device " + std::to_string(k.device_));
     const device_scope on_device(k.device_);
     step_ops<B>::template record<F>(s, locator(k), k.want_table_, f);
