@@ -221,7 +221,13 @@ engine_step_torch::engine_step_torch(const shape& sh, int slots, bool graphs) : 
 
 engine_step_torch::~engine_step_torch() { delete impl_; }
 
-void engine_step_torch::step(const step_data& d) { impl_->engine.step(d); }
+// Each step on this engine's stream: torch's current stream is one per thread, and a later
+// engine's guard (the eager and the graph rows live side by side) would otherwise take this
+// engine's ATen ops onto its own stream, unordered with the sampler writing `sampled` here.
+void engine_step_torch::step(const step_data& d) {
+  const c10::cuda::CUDAStreamGuard on(impl_->stream);
+  impl_->engine.step(d);
+}
 
 void* engine_step_torch::stream() const noexcept { return impl_->engine.stream(); }
 
