@@ -603,7 +603,10 @@ struct StepT final : Step, std::enable_shared_from_this<StepT<B>> {
     const auto p = per_handle(published, p_owner, publishes.size(), "publishes");
     if (g.empty() && !v.empty())
       throw std::invalid_argument("ferry: StepBatch.step: host_values without gathers");
-    if (batch->slots() == 0) check_stream<B>(on<B>::stream(), device);  // the first begin() allocates the slots
+    // The first begin() allocates the slots: the stream is checked first (not capturing, on the
+    // batch's device), since an allocation inside a CUDA graph capture invalidates the capture.
+    if (batch->slots() == 0)
+      ferry::detail::backend_ops<B>::check_stream(on<B>::stream(), is_host<B> ? 0 : device.index());
     batch->begin();
     try {
       PyObject** items = PySequence_Fast_ITEMS(src.ptr());

@@ -6,7 +6,6 @@
 #include "apply.hpp"
 #include "values.hpp"
 
-#include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/interop/torch.hpp>
 
 // torch/python.h and ATen/ATen.h, not torch/extension.h: the C++ frontend is not used, and
@@ -61,14 +60,6 @@ struct on<cuda_backend> {
 
 template <class B>
 inline constexpr bool is_host = std::is_same_v<B, host_backend>;
-
-/// The stream checked as every ferry call on a stream checks it (not capturing, on `device`), for
-/// a call that allocates before its first stream call (a StepBatch's first step reserves its
-/// slots in begin()): an allocation inside a CUDA graph capture would invalidate the capture.
-template <class B>
-void check_stream(stream_t<B> s, const at::Device& device) {
-  ferry::detail::backend_ops<B>::check_stream(s, is_host<B> ? 0 : device.index());
-}
 
 /// Calls f.template operator()<B>() for the backend of device type `cuda` (false: cpu).
 template <class F>

@@ -56,6 +56,9 @@ namespace {
 
 template <class B, class Reuse = ferry::reuse::event_fenced>
 using ring_of = ferry::detail::slot_ring_access<B, Reuse, int>;
+// The ring as its clients see it: acquire, commit, release.
+template <class B, class Reuse>
+using client_ring = ferry::detail::slot_ring<B, Reuse, int>;
 
 // A ring of `n` slots named 0..n-1 (the payload is the slot's name, so that inserts can be told
 // apart from index shifts).
@@ -491,10 +494,7 @@ TEMPLATE_TEST_CASE("slot_ring::acquire, commit and release: the protocol a compo
   ferry::stream<B> s;
   const ferry::stream_ref<B> sr(s);
   SECTION("rotation: a view's readers are stamped by the next acquire; a busy slot is walked past, then one inserted") {
-    ferry::detail::slot_ring<B, ferry::reuse::event_fenced, int> ring(ring_order::rotation, 3);
-    ring.reserve(2);
-    ring.push_back(0);
-    ring.push_back(1);
+    auto ring = make_ring<client_ring<B, ferry::reuse::event_fenced>>(ring_order::rotation, 2, 3);
     test_client<B> c{sr};
     ferry_test::gate<B> g(s);  // every stamp on s is held
     CHECK(ring.acquire(c) == 0);
@@ -521,10 +521,7 @@ TEMPLATE_TEST_CASE("slot_ring::acquire, commit and release: the protocol a compo
     CHECK(ring.empty());
   }
   SECTION("a full ring under throw_when_full: capacity_error with the client's description, nothing changed") {
-    ferry::detail::slot_ring<B, ferry::reuse::throw_when_full, int> ring(ring_order::rotation, 2);
-    ring.reserve(2);
-    ring.push_back(0);
-    ring.push_back(1);
+    auto ring = make_ring<client_ring<B, ferry::reuse::throw_when_full>>(ring_order::rotation, 2, 2);
     test_client<B> c{sr};
     {
       ferry_test::gate<B> g(s);
@@ -544,9 +541,7 @@ TEMPLATE_TEST_CASE("slot_ring::acquire, commit and release: the protocol a compo
     CHECK(ring.release(0, [](int&) {}));
   }
   SECTION("rotation: the walk past a busy slot never takes the view's slot, whose readers the acquire stamps first") {
-    ferry::detail::slot_ring<B, ferry::reuse::throw_when_full, int> ring(ring_order::rotation, 3);
-    ring.reserve(3);
-    for (int i = 0; i < 3; ++i) ring.push_back(i);
+    auto ring = make_ring<client_ring<B, ferry::reuse::throw_when_full>>(ring_order::rotation, 3, 3);
     ferry::stream<B> t;  // never held
     test_client<B> c{sr};
     {
@@ -569,7 +564,7 @@ TEMPLATE_TEST_CASE("slot_ring::acquire, commit and release: the protocol a compo
     CHECK(ring.release(0, [](int&) {}));
   }
   SECTION("warmest, made lazily: new slots until `made_lazily`, then the warmest free one; closed uses") {
-    ferry::detail::slot_ring<B, ferry::reuse::event_fenced, int> ring(ring_order::warmest, 8, 2);
+    client_ring<B, ferry::reuse::event_fenced> ring(ring_order::warmest, 8, 2);
     test_client<B> c{sr};
     CHECK(ring.acquire(c) == 0);
     ring.commit(ferry::detail::shared_timeline<B>().mark(sr), after_use::closed);
@@ -585,9 +580,7 @@ TEMPLATE_TEST_CASE("slot_ring::acquire, commit and release: the protocol a compo
     CHECK(ring.release(0, [](int&) {}));
   }
   SECTION("abandon: the slot and the pending view's leave the ring, never given back") {
-    ferry::detail::slot_ring<B, ferry::reuse::event_fenced, int> ring(ring_order::warmest, 4);
-    ring.reserve(3);
-    for (int i = 0; i < 3; ++i) ring.push_back(i);
+    auto ring = make_ring<client_ring<B, ferry::reuse::event_fenced>>(ring_order::warmest, 3, 4);
     test_client<B> c{sr};
     const std::size_t a = ring.acquire(c);
     ring.commit(ferry::detail::shared_timeline<B>().mark(sr), after_use::view);
