@@ -35,7 +35,7 @@ template <class T, class B>
 using fused_writer = ferry::fused_staged_writer<T, B>;
 
 /// The most tensors of one target kind one fused launch takes (more are applied in groups).
-inline constexpr std::size_t fused_group = 4;
+inline constexpr std::size_t fused_group = 64;
 
 /// A whole step in one launch: slots grow to the largest step, are fenced on the stream that read
 /// them; each step is one kernel launch that ends with the epilogue the batch chose.
@@ -56,7 +56,7 @@ template <class T, class B>
 void apply(device_target<T, B>& t, stream_t<B> s);
 template <class T, class B>
 void apply(uva_target<T, B>& t, stream_t<B> s);
-/// writer.apply(s, *ts[0], ..., *ts[n-1]) for 1 <= n <= fused_group (all of one kind).
+/// writer.apply(s, ts): one launch for ts (all of one kind, at most fused_group).
 template <class T, class B>
 void apply_fused(fused_writer<T, B>& writer, std::span<device_target<T, B>* const> ts, stream_t<B> s);
 template <class T, class B>

@@ -77,6 +77,10 @@ def test_what_is_capture_safe():
     dst = torch.zeros(4, dtype=torch.int32, device="cuda")
     sb.add_upload(dst)
     pinned = torch.arange(8, dtype=torch.int32).pin_memory()
+    # A tensor's staging is made by its first stage_write (pinned memory: an allocation, which a
+    # capture refuses); once made, staging is host work alone.
+    staged.stage_write(0, 0, [1])
+    staged.apply_write()
     eager = [
         lambda: staged.apply_write(),
         lambda: fv.FusedStagedWriter("cuda", 4).apply([staged]),
@@ -92,7 +96,7 @@ def test_what_is_capture_safe():
     with torch.cuda.graph(graph):
         view = fv.get_accelerator_view_from_cpu_tensor(pinned)  # safe: no stream work
         doubled = view * 2
-        staged.stage_write(1, 2, [5, 6])  # safe: host only
+        staged.stage_write(1, 2, [5, 6])  # safe once its staging exists: host work only
         for i, call in enumerate(eager):
             try:
                 call()

@@ -171,6 +171,66 @@ TEMPLATE_TEST_CASE("fused apply rejects a repeated tensor or too many tensors an
   REQUIRE(ferry_test::enqueued<TestType>(s) == before);
 }
 
+TEMPLATE_TEST_CASE("a fused apply over a span takes a number of tensors known at run time", "[staged]",
+                   STAGED_BACKENDS) {
+  FERRY_REQUIRE_BACKEND(TestType);
+  using T = std::int32_t;
+  using Tensor = ferry::staged_write_tensor<T, TestType, ferry::target::uva>;
+  ferry::stream<TestType> s;
+  std::mt19937_64 rng(31);
+  const std::size_t n = GENERATE(1, 2, 9);
+  std::vector<Tensor> tensors;
+  std::vector<model<T>> refs;
+  for (std::size_t i = 0; i < n; ++i) {
+    tensors.emplace_back(3 + i, 40, s);
+    refs.emplace_back(3 + i, 40);
+  }
+  std::vector<Tensor*> all;
+  for (auto& t : tensors) all.push_back(&t);
+  ferry::fused_staged_writer<T, TestType, ferry::staging::uva_direct> w(n);
+  auto stage = [&] {
+    for (std::size_t i = 0; i < n; ++i)
+      for (int k = 0; k < 3; ++k) {
+        const std::size_t row = rng() % refs[i].rows, start = rng() % 40;
+        const auto v = random_bits<T>(rng() % (40 - start) + 1, rng);
+        tensors[i].stage_write(row, start, v);
+        refs[i].write(row, start, v);
+      }
+  };
+  stage();
+  // Refused with nothing changed: more than max_tensors, a tensor twice, a null pointer.
+  std::vector<Tensor*> bad(all);
+  bad.push_back(&tensors[0]);
+  REQUIRE_THROWS_AS(w.apply(s, std::span<Tensor* const>(bad)), std::invalid_argument);
+  if (n > 1) {
+    bad.pop_back();
+    bad[n - 1] = bad[0];
+    REQUIRE_THROWS_AS(w.apply(s, std::span<Tensor* const>(bad)), std::invalid_argument);
+    bad[n - 1] = nullptr;
+    REQUIRE_THROWS_AS(w.apply(s, std::span<Tensor* const>(bad)), std::invalid_argument);
+  }
+  for (const auto& t : tensors) REQUIRE(t.pending() == 3);
+  // One launch for all of them, as many operations as a variadic apply of one tensor.
+  const auto before = ferry_test::enqueued<TestType>(s);
+  w.apply(s, std::span<Tensor* const>(all));
+  const auto one_span = ferry_test::enqueued<TestType>(s) - before;
+  for (std::size_t i = 0; i < n; ++i) {
+    REQUIRE(tensors[i].pending() == 0);
+    REQUIRE(ferry_test::same_bits(read_back<T, TestType>(tensors[i], s), refs[i].data));
+  }
+  stage();
+  for (std::size_t i = 1; i < n; ++i) w.apply(s, std::span<Tensor* const>(all).subspan(i, 1));
+  const auto before_one = ferry_test::enqueued<TestType>(s);
+  w.apply(s, tensors[0]);
+  REQUIRE(ferry_test::enqueued<TestType>(s) - before_one == one_span);
+  for (std::size_t i = 0; i < n; ++i)
+    REQUIRE(ferry_test::same_bits(read_back<T, TestType>(tensors[i], s), refs[i].data));
+  const auto idle = ferry_test::enqueued<TestType>(s);
+  w.apply(s, std::span<Tensor* const>(all));  // nothing staged: no launch
+  w.apply(s, std::span<Tensor* const>());
+  REQUIRE(ferry_test::enqueued<TestType>(s) == idle);
+}
+
 TEMPLATE_TEST_CASE("fused steady state allocates nothing and never synchronizes", "[staged]",
                    STAGED_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);

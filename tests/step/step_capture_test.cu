@@ -375,9 +375,10 @@ TEST_CASE("step_capture: record on a bare handle (a torch stream's) asks the run
   using B = ferry::backend::cuda;
   FERRY_REQUIRE_BACKEND(B);
   ferry::stream<B> s;
-  ferry::device_buffer<std::int64_t, B> up(8);
+  ferry::device_buffer<std::int64_t, B> up(8), meta(3);
   batch_of<B> b(2, 4);
   auto u = b.add_upload(up.span(), 8);
+  b.set_epilogue(marks{u.ref(), u.ref(), meta.span().data()});  // the epilogue writes meta: it must point somewhere
   b.reserve();
   const ferry::stream_ref<B> bare(s.get());  // carries no device, as ferry::from_torch's does
   REQUIRE(bare.known_device() == -1);
@@ -394,6 +395,9 @@ TEST_CASE("step_capture: record on a bare handle (a torch stream's) asks the run
   REQUIRE(cudaGraphLaunch(exec, s.get()) == cudaSuccess);
   const auto got = ferry::to_host(ferry::device_span<const std::int64_t>(up.span()), ferry::stream_ref<B>(s));
   CHECK(got == std::vector<std::int64_t>{10, 11, 12, 13, 14, 15, 16, 17});
+  // The epilogue ran after step 0's upload landed: its number + 1 and the upload's size, twice.
+  CHECK(ferry::to_host(ferry::device_span<const std::int64_t>(meta.span()), ferry::stream_ref<B>(s)) ==
+        std::vector<std::int64_t>{1, 8, 8});
   b.check_replayed();
   CHECK(cudaGraphExecDestroy(exec) == cudaSuccess);
   CHECK(cudaGraphDestroy(graph) == cudaSuccess);

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
+#include <span>
 #include <string>
 #include <type_traits>
 
@@ -35,7 +36,8 @@ inline constexpr bool is_staged_write_tensor<staged_write_tensor<T, Ps...>> = tr
 }  // namespace detail
 
 /// Applies the pending writes of several staged_write_tensors of element type T (any TargetKind,
-/// the same backend) with one kernel launch: `apply(stream, a, b, c)`. Its own staging holds the
+/// the same backend) with one kernel launch: `apply(stream, a, b, c)`, or `apply(stream, span)`
+/// for a number of tensors known at run time. Its own staging holds the
 /// fused chunk table (rebased onto each tensor's target and contents); contents stay where each
 /// tensor staged them and are read in place, or copied into this writer's device scratch (one
 /// cudaMemcpyAsync per copied tensor) per the StagingPolicy: `by_target` decides per tensor (UVA
@@ -116,91 +118,113 @@ class fused_staged_writer {
   FERRY_KERNEL_VISIBILITY void apply(stream_ref<B> s, Tensors&... tensors) {
     static_assert((detail::is_staged_write_tensor<std::remove_cv_t<Tensors>> && ...),
                   "ferry: fused_staged_writer::apply takes staged_write_tensor arguments.");
-    static_assert((std::is_same_v<typename Tensors::value_type, T> && ...),
-                  "ferry: fused_staged_writer<T> applies tensors of element type T only; every "
-                  "tensor's element type must be T.");
-    static_assert((std::is_same_v<typename Tensors::backend_type, B> && ...),
-                  "ferry: fused_staged_writer applies tensors of its own backend only.");
-    [[maybe_unused]] const detail::nvtx_scope<detail::nvtx_names::apply> range;
-    [[maybe_unused]] const auto on_device = ops::enter(s, device_);
-    constexpr std::size_t n = sizeof...(Tensors);
-    if (n > max_tensors_)
-      throw std::invalid_argument("ferry: fused_staged_writer::apply got " + std::to_string(n) +
-                                  " tensors; this writer takes at most " +
-                                  std::to_string(max_tensors_));
-    if (((tensors.pending_view().device != device_) || ...))
-      throw error("ferry: fused_staged_writer::apply got a tensor made on another device than "
-                  "the writer (device " + std::to_string(device_) + ")");
-    if constexpr (n > 1) {
-      const std::array<const void*, n> ids{static_cast<const void*>(&tensors)...};
-      for (std::size_t i = 0; i < n; ++i)
-        for (std::size_t j = i + 1; j < n; ++j)
-          if (ids[i] == ids[j])
-            throw std::invalid_argument("ferry: fused_staged_writer::apply got the same tensor twice "
-                                        "(arguments " + std::to_string(i) + " and " +
-                                        std::to_string(j) + ")");
-    }
-    if constexpr (n == 0) {
-      return;
-    } else {
-      // Resolve overlaps within each tensor; count chunks and bytes.
-      (prepare(tensors), ...);
-      std::size_t chunks = 0, bytes = 0;
-      (count(tensors, chunks, bytes), ...);
-      if (chunks == 0) return;
-      std::size_t copied = 0;
-      (count_copied(tensors, bytes, copied), ...);
-      // This writer's slot: the fused chunk table (and scratch for copied contents).
-      const std::size_t table =
-          detail::checked_bytes<capacity_error>(chunks, sizeof(detail::chunk_desc), "a fused chunk table");
-      std::size_t table_bytes = table_bytes_, scratch_bytes = scratch_bytes_;
-      if constexpr (fixed) {
-        if (table > table_bytes_ || copied > scratch_bytes_)
-          throw capacity_error("ferry: fused_staged_writer under growth::fixed: this apply needs " +
-                               std::to_string(chunks) + " chunks and " + std::to_string(copied) +
-                               " bytes of scratch, beyond what reserve() gave");
-      } else {
-        if (table > table_bytes_)
-          table_bytes = detail::grown_capacity<growth_policy>(table, table_bytes_);
-        // High-water mark: the scratch grows to the largest apply seen, so a larger later apply
-        // allocates once per stream, not at every size step.
-        if (copied > scratch_bytes_)
-          scratch_bytes = detail::grown_capacity<growth_policy>(copied, scratch_bytes_);
-      }
-      pool_.begin_apply();
-      pool_.acquire_current(table_bytes);
-      if (pool_.current().block.capacity < table) pool_.finish_grow(pool_.begin_grow(table_bytes));
-      // Stream-ordered on s (never cudaMalloc, which may wait behind a held stream).
-      std::byte* scratch = copied ? pool_.scratch(scratch_bytes, s) : nullptr;
-      // Kept only once they were allocated: an answer no block holds is not remembered.
-      table_bytes_ = table_bytes;
-      scratch_bytes_ = scratch_bytes;
-      // Build the table; enqueue the copies.
-      auto* out = reinterpret_cast<detail::chunk_desc*>(pool_.current().block.data);
-      std::size_t k = 0, off = 0;
-      (append(tensors, s, bytes, out, k, scratch, off), ...);
-      // One launch; every slot it reads is done once `done` has passed (stamped when this writer
-      // or any tensor fences its slots).
-      constexpr bool marked =
-          detail::ring_stamps<reuse_policy> || (detail::ring_stamps<typename Tensors::reuse_policy> || ...);
-      const detail::stamp done = detail::launch_apply<T, marked>(
-          s, reinterpret_cast<const detail::chunk_desc*>(ops::mapped(out)), k, 0, 0, [&]() noexcept {
-            pool_.abandon();
-            (abandon(tensors), ...);
-          });
-      pool_.commit(done);
-      (commit(tensors, done), ...);
-    }
+    (check_type<Tensors>(), ...);
+    const std::array<const void*, sizeof...(Tensors)> ids{static_cast<const void*>(&tensors)...};
+    run<(false || ... || detail::ring_stamps<typename Tensors::reuse_policy>)>(
+        s, std::span<const void* const>(ids), [&](auto&& f) { (f(tensors), ...); });
+  }
+  /// As apply(s, a, b, c), for a number of tensors known at run time (all of one type: one
+  /// TargetKind and ReusePolicy). A null pointer: std::invalid_argument.
+  template <class X>
+  FERRY_KERNEL_VISIBILITY void apply(stream_ref<B> s, std::span<X* const> tensors) {
+    static_assert(detail::is_staged_write_tensor<X>,
+                  "ferry: fused_staged_writer::apply takes a span of staged_write_tensor pointers.");
+    check_type<X>();
+    run<detail::ring_stamps<typename X::reuse_policy>>(s, tensors, [&](auto&& f) {
+      for (X* t : tensors) f(*t);
+    });
   }
 
   /// The most tensors one apply takes.
   [[nodiscard]] std::size_t max_tensors() const noexcept { return max_tensors_; }
 
  private:
-  // The tensor's batch of pending writes (its detail view); ferry::error for a moved-from tensor.
+  template <class X>
+  static constexpr void check_type() {
+    static_assert(std::is_same_v<typename X::value_type, T>,
+                  "ferry: fused_staged_writer<T> applies tensors of element type T only; every "
+                  "tensor's element type must be T.");
+    static_assert(std::is_same_v<typename X::backend_type, B>,
+                  "ferry: fused_staged_writer applies tensors of its own backend only.");
+  }
+
+  /// apply()'s one body: `ids` names the tensors (their addresses), `each(f)` calls f on each of
+  /// them in order; `Marked`: some tensor's ReusePolicy stamps its slots.
+  template <bool Marked, class Ids, class Each>
+  FERRY_KERNEL_VISIBILITY void run(stream_ref<B> s, Ids ids, Each&& each) {
+    [[maybe_unused]] const detail::nvtx_scope<detail::nvtx_names::apply> range;
+    [[maybe_unused]] const auto on_device = ops::enter(s, device_);
+    const std::size_t n = ids.size();
+    if (n > max_tensors_)
+      throw std::invalid_argument("ferry: fused_staged_writer::apply got " + std::to_string(n) +
+                                  " tensors; this writer takes at most " + std::to_string(max_tensors_));
+    for (std::size_t i = 0; i < n; ++i) {
+      if (ids[i] == nullptr)
+        throw std::invalid_argument("ferry: fused_staged_writer::apply got a null tensor (position " +
+                                    std::to_string(i) + ")");
+      for (std::size_t j = i + 1; j < n; ++j)
+        if (ids[i] == ids[j])
+          throw std::invalid_argument("ferry: fused_staged_writer::apply got the same tensor twice "
+                                      "(arguments " + std::to_string(i) + " and " + std::to_string(j) + ")");
+    }
+    each([&](auto& t) {
+      if (t.device_ != device_)
+        throw error("ferry: fused_staged_writer::apply got a tensor made on another device than "
+                    "the writer (device " + std::to_string(device_) + ")");
+      (void)batch_of(t);  // ferry::error for a moved-from tensor, before anything changes
+    });
+    if (n == 0) return;
+    // Resolve overlaps within each tensor; count chunks and bytes.
+    each([&](auto& t) { prepare(t); });
+    std::size_t chunks = 0, bytes = 0;
+    each([&](auto& t) { count(t, chunks, bytes); });
+    if (chunks == 0) return;
+    std::size_t copied = 0;
+    each([&](auto& t) { count_copied(t, bytes, copied); });
+    // This writer's slot: the fused chunk table (and scratch for copied contents).
+    const std::size_t table =
+        detail::checked_bytes<capacity_error>(chunks, sizeof(detail::chunk_desc), "a fused chunk table");
+    std::size_t table_bytes = table_bytes_, scratch_bytes = scratch_bytes_;
+    if constexpr (fixed) {
+      if (table > table_bytes_ || copied > scratch_bytes_)
+        throw capacity_error("ferry: fused_staged_writer under growth::fixed: this apply needs " +
+                             std::to_string(chunks) + " chunks and " + std::to_string(copied) +
+                             " bytes of scratch, beyond what reserve() gave");
+    } else {
+      if (table > table_bytes_) table_bytes = detail::grown_capacity<growth_policy>(table, table_bytes_);
+      // High-water mark: the scratch grows to the largest apply seen, so a larger later apply
+      // allocates once per stream, not at every size step.
+      if (copied > scratch_bytes_) scratch_bytes = detail::grown_capacity<growth_policy>(copied, scratch_bytes_);
+    }
+    pool_.begin_apply();
+    pool_.acquire_current(table_bytes);
+    if (pool_.current().block.capacity < table) pool_.finish_grow(pool_.begin_grow(table_bytes));
+    // Stream-ordered on s (never cudaMalloc, which may wait behind a held stream).
+    std::byte* scratch = copied ? pool_.scratch(scratch_bytes, s) : nullptr;
+    // Kept only once they were allocated: an answer no block holds is not remembered.
+    table_bytes_ = table_bytes;
+    scratch_bytes_ = scratch_bytes;
+    // Build the table; enqueue the copies.
+    auto* out = reinterpret_cast<detail::chunk_desc*>(pool_.current().block.data);
+    std::size_t k = 0, off = 0;
+    each([&](auto& t) { append(t, s, bytes, out, k, scratch, off); });
+    // One launch; every slot it reads is done once `done` has passed (stamped when this writer
+    // or any tensor fences its slots).
+    constexpr bool marked = detail::ring_stamps<reuse_policy> || Marked;
+    const detail::stamp done = detail::launch_apply<T, marked>(
+        s, reinterpret_cast<const detail::chunk_desc*>(ops::mapped(out)), k, 0, 0, [&]() noexcept {
+          pool_.abandon();
+          each([&](auto& t) noexcept { abandon(t); });
+        });
+    pool_.commit(done);
+    each([&](auto& t) noexcept { commit(t, done); });
+  }
+
+  // The tensor's batch of pending writes (staged_write_tensor's door for this writer);
+  // ferry::error for a moved-from tensor.
   template <class X>
   static auto& batch_of(X& t) {
-    auto* b = t.pending_view().batch;
+    auto* b = t.batch();
     if (b == nullptr) throw error("ferry: use of a moved-from staged_write_tensor");
     return *b;
   }
@@ -235,7 +259,7 @@ class fused_staged_writer {
                      std::size_t& k, std::byte* scratch, std::size_t& off) {
     auto& c = batch_of(t);
     if (c.empty()) return;
-    const std::uint64_t dst0 = t.pending_view().target / sizeof(T);
+    const std::uint64_t dst0 = t.target_address() / sizeof(T);
     std::uint64_t src0 = 0;
     if (in_place<X>(total_bytes)) {
       src0 = reinterpret_cast<std::uintptr_t>(ops::mapped(const_cast<std::byte*>(c.content_data()))) / sizeof(T);

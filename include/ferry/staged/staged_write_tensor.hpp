@@ -321,15 +321,13 @@ class staged_write_tensor {
   /// rows() x cols().
   [[nodiscard]] std::size_t size() const noexcept { return rows_ * cols_; }
 
-  /// \cond INTERNAL
-  // The view fused_staged_writer applies through (not part of the API).
-  [[nodiscard]] detail::pending_writes<detail::staging_core<T, B, growth_policy, reuse_policy>>
-  pending_view() noexcept {
-    return {core_.get(), device_, target_address()};
-  }
-  /// \endcond
-
  private:
+  // fused_staged_writer applies a tensor's pending writes through batch() (null once moved
+  // from), device_ and target_address(), nothing else.
+  template <class, class...>
+  friend class fused_staged_writer;
+  core_type* batch() noexcept { return core_.get(); }
+
   // The target placed (and, when owned, allocated); the core for `slots` staging slots.
   staged_write_tensor(target_memory_of&& t, std::size_t rows, std::size_t cols, std::size_t slots,
                       const staging_memory<B>& memory)

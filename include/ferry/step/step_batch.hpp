@@ -21,9 +21,8 @@
 #include <ferry/staged/staged_write_tensor.hpp>
 #include <ferry/step/detail/plan.hpp>
 #include <ferry/step/detail/step_capture.hpp>
+#include <ferry/step/detail/step_core.hpp>
 #include <ferry/step/detail/step_handle.hpp>
-#include <ferry/step/detail/step_slots.hpp>
-#include <ferry/step/detail/step_submit.hpp>
 #include <ferry/step/step_context.hpp>
 #include <ferry/step/step_handles.hpp>
 #include <ferry/step/step_stats.hpp>
@@ -125,12 +124,10 @@ class step_batch {
   static_assert(detail::step_epilogue_callable<epilogue_type>(),
                 "ferry: step_batch's epilogue functor must be callable as `f(const ferry::step_context&)` "
                 "on a const functor (FERRY_HOST_DEVICE void operator()(const ferry::step_context&) const)");
-  using slots_of = detail::step_slots<B, growth_policy, reuse_policy, epilogue_type, graphs>;
-  using submitter = detail::step_submit<slots_of>;
-  using core = typename slots_of::core;
+  using core = detail::step_core<B, growth_policy, reuse_policy, epilogue_type, graphs>;
   using handle = detail::step_handle<step_batch, core>;
-  using capture_state = std::conditional_t<capture, std::unique_ptr<detail::step_capture<B, slots_of, submitter>>,
-                                           detail::no_capture>;
+  using capture_state =
+      std::conditional_t<capture, std::unique_ptr<detail::step_capture<B, core>>, detail::no_capture>;
   template <class, class>
   friend class step_upload;
   template <class, class>
@@ -168,7 +165,7 @@ class step_batch {
       : step_batch(slots, max_slots, default_arena<B>()) {}
   /// The same, with blocks from `arena` (which must outlive the batch).
   step_batch(std::size_t slots, std::size_t max_slots, pinned_arena<B>& arena) {
-    slots_of::check_counts(slots, max_slots);
+    core::slots_type::check_counts(slots, max_slots);
     detail::require_live_mapping<B>(ops::current_device(), "step_batch");  // its kernel reads slots in place
     step_ops::template preload<epilogue_type>();
     core_ = std::make_shared<core>(slots, max_slots, ops::current_device(), arena,
@@ -202,14 +199,14 @@ class step_batch {
   template <class T>
   [[nodiscard]] upload<T> add_upload(device_span<T> dst, std::size_t max_n) {
     static_assert((detail::check_element<T>(), true));
-    return upload<T>(core_, c().add_upload(reinterpret_cast<std::uintptr_t>(dst.data()), sizeof(T), dst.size(), max_n));
+    return upload<T>(core_, c().plan().add_upload(reinterpret_cast<std::uintptr_t>(dst.data()), sizeof(T), dst.size(), max_n));
   }
 
   /// Declares a UVA publish of up to `max_n` elements per step (fixed: the limit; pow2: a hint).
   template <class T>
   [[nodiscard]] publish<T> add_publish(std::size_t max_n) {
     static_assert((detail::check_element<T>(), true));
-    return publish<T>(core_, c().add_publish(sizeof(T), max_n));
+    return publish<T>(core_, c().plan().add_publish(sizeof(T), max_n));
   }
 
   /// Declares staged writes into the rows x cols target `target` (device memory or UVA), of up to
@@ -218,7 +215,7 @@ class step_batch {
   template <class T>
   [[nodiscard]] writes<T> add_writes(staged_view<T> target, std::size_t max_writes = 0, std::size_t max_elements = 0) {
     static_assert((detail::check_element<T>(), true));
-    return writes<T>(core_, c().add_writes(reinterpret_cast<std::uintptr_t>(target.data_handle()), target.extent(0),
+    return writes<T>(core_, c().plan().add_writes(reinterpret_cast<std::uintptr_t>(target.data_handle()), target.extent(0),
                                            target.extent(1), sizeof(T), max_writes, max_elements));
   }
   /// add_writes(tensor.view(), ...): writes into a staged_write_tensor's target (its own staged
@@ -239,7 +236,7 @@ class step_batch {
   template <class T>
   [[nodiscard]] gather<T> add_gather(device_span<T> dst, device_span<const T> src, std::size_t max_n) {
     static_assert((detail::check_element<T>(), true));
-    return gather<T>(core_, c().add_gather(reinterpret_cast<std::uintptr_t>(dst.data()), sizeof(T), dst.size(),
+    return gather<T>(core_, c().plan().add_gather(reinterpret_cast<std::uintptr_t>(dst.data()), sizeof(T), dst.size(),
                                            reinterpret_cast<std::uintptr_t>(src.data()), src.size(), max_n));
   }
 
@@ -249,8 +246,7 @@ class step_batch {
   template <class F = epilogue_type>
     requires(!std::is_void_v<F> && std::same_as<F, epilogue_type>)
   void set_epilogue(const F& f) {
-    c().check_planning("set_epilogue");
-    c().epilogue_ = f;
+    c().plan().set_epilogue(f);
   }
 
   /// Declares a fill, every step, of every element of `dst` with the value at `device_value`
@@ -259,8 +255,8 @@ class step_batch {
   template <class T>
   void add_fill(device_span<T> dst, const T* device_value) {
     static_assert((detail::check_element<T>(), true));
-    c().add_fill(reinterpret_cast<std::uintptr_t>(dst.data()), dst.size_bytes(),
-                 reinterpret_cast<std::uintptr_t>(device_value), sizeof(T), none, 0);
+    c().plan().add_fill(reinterpret_cast<std::uintptr_t>(dst.data()), dst.size_bytes(),
+                        reinterpret_cast<std::uintptr_t>(device_value), sizeof(T), none, 0);
   }
   /// Declares a fill, every step, of every element of `dst` with element `index` of this step's
   /// `src` publish (its span() call must cover index, else submit throws std::out_of_range).
@@ -268,13 +264,13 @@ class step_batch {
   void add_fill(device_span<T> dst, const publish<T>& src, std::size_t index) {
     const handle& h = src;
     if (h.core_ != core_) throw std::invalid_argument("ferry: step_batch::add_fill: a publish of another batch");
-    c().add_fill(reinterpret_cast<std::uintptr_t>(dst.data()), dst.size_bytes(), 0, sizeof(T), h.i_, index);
+    c().plan().add_fill(reinterpret_cast<std::uintptr_t>(dst.data()), dst.size_bytes(), 0, sizeof(T), h.i_, index);
   }
 
   /// Fixes the plan and allocates every slot now at its declared capacity (growth::fixed: the
   /// capacity; launch::graph: also instantiates each slot's graph), so that steady state
   /// allocates nothing. The first begin() does this when not called. Not a hot path.
-  void reserve() { slots_of::reserve(c()); }
+  void reserve() { c().reserve(); }
 
   // ---- a step ----------------------------------------------------------------------------------
 
@@ -290,7 +286,7 @@ class step_batch {
     if constexpr (capture)
       capture_->begin(c());  // a replay without a commit reported first
     else
-      slots_of::begin_step(c());
+      c().begin();
   }
 
   /// Drops the open step: what its handles recorded is gone (pending() is 0, a publish's view()
@@ -299,7 +295,7 @@ class step_batch {
   /// free slots as after the step before (it may take another first, e.g. one never used yet).
   /// Touches no stream (capture-safe); outside a step it does nothing. The way out of a
   /// step that submit() refused and that the engine will not fix.
-  void cancel() { slots_of::cancel_step(c()); }
+  void cancel() { c().cancel(); }
 
   /// Submits the open step on `s`: ONE kernel launch (launch::kernel) or graph replay
   /// (launch::graph) that performs every upload, write and fill of the step, reading them from
@@ -314,13 +310,7 @@ class step_batch {
     static_assert(!capture, "ferry: a launch::capture batch's steps run in the engine's replays: commit() "
                             "each step (docs/step_batch.md, launch::capture)");
     [[maybe_unused]] const detail::nvtx_scope<detail::nvtx_names::step_submit> range;
-    core& k = c();
-    submitter::submit(k, s, [&](typename core::slot& sl, const void* table, std::size_t blocks) {
-      if constexpr (graphs)
-        step_ops::replay(s, k.graph_);
-      else
-        step_ops::template launch<epilogue_type>(s, table, blocks, sl.lane, &k.epilogue_);
-    });
+    c().submit(s);
   }
 
 #if FERRY_HAS_CUDA
@@ -343,10 +333,7 @@ class step_batch {
     requires(graphs && !capture && std::invocable<Launch&, cudaGraph_t>)
   FERRY_KERNEL_VISIBILITY void submit_with(stream_ref<B> s, Launch&& launch) {
     [[maybe_unused]] const detail::nvtx_scope<detail::nvtx_names::step_submit> range;
-    core& k = c();
-    submitter::submit(k, s, [&](typename core::slot&, const void*, std::size_t) {
-      launch(static_cast<cudaGraph_t>(k.graph_.graph));
-    });
+    c().submit_with(s, [&](const detail::step_graph& g) { launch(static_cast<cudaGraph_t>(g.graph)); });
   }
 #endif
 
@@ -370,8 +357,7 @@ class step_batch {
   FERRY_KERNEL_VISIBILITY void record(stream_ref<B> s)
     requires(capture && std::same_as<B, backend::cuda>)
   {
-    core& k = c();
-    capture_->template record<epilogue_type>(k, s, &k.epilogue_);
+    capture_->record(c(), s);
   }
 #endif
 
@@ -397,7 +383,7 @@ class step_batch {
   void replay_recorded(stream_ref<B> s)
     requires(capture && std::same_as<B, backend::host>)
   {
-    capture_->template replay<epilogue_type>(c(), s);
+    capture_->replay(c(), s);
   }
 
   /// Committed steps that a replay has run so far (a load of mapped memory; no CUDA call).
@@ -421,21 +407,16 @@ class step_batch {
   /// slot is not rewritten before `s` has passed this point (stamped where ferry fences; under
   /// caller_fenced nothing is stamped: that is the caller's promise). Needed for readers on a
   /// stream other than the next submit's. Throws ferry::error on a capturing stream.
-  void record_use(stream_ref<B> s) { submitter::record_use(c(), s); }
+  void record_use(stream_ref<B> s) { c().record_use(s); }
 
   /// Steps submitted (launch::capture: committed) so far.
-  [[nodiscard]] std::uint64_t steps() const noexcept { return core_ ? core_->steps_ : 0; }
+  [[nodiscard]] std::uint64_t steps() const noexcept { return core_ ? core_->steps() : 0; }
   /// True between begin() and submit().
-  [[nodiscard]] bool in_step() const noexcept { return core_ && core_->open_; }
+  [[nodiscard]] bool in_step() const noexcept { return core_ && core_->open(); }
   /// Slots now (0 before reserve() or the first begin()).
-  [[nodiscard]] std::size_t slots() const noexcept { return core_ ? core_->slots_.size() : 0; }
+  [[nodiscard]] std::size_t slots() const noexcept { return core_ ? core_->slots() : 0; }
   /// Counters (see ferry::step_stats); all zero on a moved-from batch.
-  [[nodiscard]] step_stats stats() const noexcept {
-    if (!core_) return {};
-    const core& k = *core_;
-    return {.steps = k.steps_, .slots = k.slots_.size(), .max_slots = k.slots_.max_slots(),
-            .full_waits = k.slots_.counts().waits, .inserted = k.slots_.counts().inserted, .grows = k.grows_};
-  }
+  [[nodiscard]] step_stats stats() const noexcept { return core_ ? core_->stats() : step_stats{}; }
 
  private:
   core& c() const {
@@ -446,9 +427,9 @@ class step_batch {
   /// The batch's end: its slots (and, under launch::capture, its capture state) closed.
   void close() noexcept {
     if constexpr (capture)
-      capture_->close(*core_, [&] { slots_of::close(*core_); });
+      capture_->close(*core_);
     else
-      slots_of::close(*core_);
+      (void)core_->close();
   }
 
   std::shared_ptr<core> core_;  // shared with the handles, which outlive it only to report so
@@ -461,7 +442,7 @@ struct step_batch_access {
   /// The descriptors of the last submitted step (the blocks of its launch that have work).
   template <class Batch>
   static std::size_t last_descriptors(const Batch& b) noexcept {
-    return b.core_ ? b.core_->last_descs_ : 0;
+    return b.core_ ? b.core_->last_descriptors() : 0;
   }
 };
 }  // namespace detail

@@ -52,11 +52,11 @@ class step_upload : public detail::step_handle<Batch, typename Batch::core> {
   /// The device buffer this upload fills. ferry::error for an empty handle or one whose batch
   /// was assigned over or destroyed.
   [[nodiscard]] device_span<T> destination() const {
-    return detail::destination_of<T>(state("upload").uploads_[i_]);
+    return detail::destination_of<T>(state("upload").plan().upload(i_));
   }
   /// The epilogue's reference to this upload: destination[0, n) for the step's n.
   [[nodiscard]] step_ref<T> ref() const {
-    return detail::ref_of<T>(state("upload").uploads_[i_]);
+    return detail::ref_of<T>(state("upload").plan().upload(i_));
   }
 };
 
@@ -81,17 +81,17 @@ class step_publish : public detail::step_handle<Batch, typename Batch::core> {
   /// or one whose batch was assigned over or destroyed.
   [[nodiscard]] device_span<const T> view() const {
     core& k = state("publish");
-    const auto& r = k.publishes_[i_];
+    const auto& r = k.plan().publish(i_);
     const device_span<const T> v(static_cast<const T*>(ops::mapped(r.at)), r.n);
 #if FERRY_CHECKED_VIEWS
-    if (const std::size_t at = k.slots_.current(); r.n != 0 && at != core::none)
-      return detail::stamp_view(v, k.slots_[at].generation, "step_batch");
+    if (detail::slot_generation* g = k.generation(); r.n != 0 && g != nullptr)
+      return detail::stamp_view(v, *g, "step_batch");
 #endif
     return v;
   }
   /// The epilogue's reference to this publish: the step's n elements in its slot.
   [[nodiscard]] step_ref<const T> ref() const {
-    return detail::ref_of<const T>(state("publish").publishes_[i_]);
+    return detail::ref_of<const T>(state("publish").plan().publish(i_));
   }
 };
 
@@ -119,15 +119,15 @@ class step_gather : public detail::step_handle<Batch, typename Batch::core> {
   /// indices() in the step.
   [[nodiscard]] std::span<T> host_values() {
     core& k = state("gather");
-    return {reinterpret_cast<T*>(k.gather_values(i_)), k.gathers_[i_].n};
+    return {reinterpret_cast<T*>(k.gather_values(i_)), k.plan().gather(i_).n};
   }
   /// The device buffer this gather fills.
   [[nodiscard]] device_span<T> destination() const {
-    return detail::destination_of<T>(state("gather").gathers_[i_]);
+    return detail::destination_of<T>(state("gather").plan().gather(i_));
   }
   /// The epilogue's reference to this gather: destination[0, n) for the step's n.
   [[nodiscard]] step_ref<T> ref() const {
-    return detail::ref_of<T>(state("gather").gathers_[i_]);
+    return detail::ref_of<T>(state("gather").plan().gather(i_));
   }
 };
 
@@ -180,7 +180,7 @@ class step_writes : public detail::step_handle<Batch, typename Batch::core> {
   template <class F>
   std::size_t count(F of) const {
     const core* k = state_or_null("writes");
-    return k ? of(k->writes_[i_]) : 0;
+    return k ? of(k->plan().writes(i_)) : 0;
   }
 };
 

@@ -337,14 +337,4 @@ class staging_core {
   std::size_t max_writes_ = 0, max_elements_ = 0;
 };
 
-/// A tensor's pending writes as a fused_staged_writer reads them (the one view it has of a
-/// staged_write_tensor): its batch (null for a moved-from tensor), the device it was made on, and
-/// the device-accessible address of its target.
-template <class Core>
-struct pending_writes {
-  Core* batch;
-  int device;
-  std::uintptr_t target;
-};
-
 }  // namespace ferry::detail

@@ -1,6 +1,6 @@
 // ferry/staged/detail/write_plan.hpp: the one recorder of row-segment writes into a rows x cols
 // target, shared by staged_write_tensor (staging.hpp), fused_staged_writer (which applies what
-// tensors recorded) and step_batch's write targets (step/detail/step_core.hpp).
+// tensors recorded) and step_batch's write targets (step/detail/step_plan.hpp).
 //
 // It holds the rules every recorded write follows, written once:
 //  - bounds: row < rows, start <= cols, len <= cols - start, checked even for an empty write;

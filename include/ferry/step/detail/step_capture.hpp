@@ -8,7 +8,7 @@
 //
 // Under launch::capture the batch's slots are launch::graph's: a ring of tables found through the
 // batch lane's step counter (step_slots, `Graphs`), on the host backend too (its counter is the
-// status's `ran` word there).
+// status's `ran` word there). The step's work is the core's (step_core::publish).
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
@@ -18,7 +18,7 @@
 #include <ferry/error.hpp>
 #include <ferry/memory/pinned_arena.hpp>
 #include <ferry/step/detail/plan.hpp>
-#include <ferry/step/detail/step_slots.hpp>
+#include <ferry/step/detail/step_core.hpp>
 
 #include <atomic>
 #include <cstddef>
@@ -32,15 +32,13 @@ namespace ferry::detail {
 /// What a step_batch of another LaunchPolicy holds in place of its capture state.
 struct no_capture {};
 
-/// The capture state of a step_batch over backend B with slots `Slots` (a step_slots with
-/// `Graphs`) and submit `Submit` (a step_submit). Held by the batch; not movable (the batch holds
-/// it through a pointer).
-template <class B, class Slots, class Submit>
+/// The capture state of a step_batch over backend B with state `Core` (a step_core with `Graphs`).
+/// Held by the batch; not movable (the batch holds it through a pointer).
+template <class B, class Core>
 class step_capture {
-  using core = typename Slots::core;
-  using slot = typename Slots::slot;
+  using core = Core;
   static constexpr bool host = std::is_same_v<B, backend::host>;
-  static_assert(Slots::graphs, "launch::capture finds each step's table through the batch's step counter");
+  static_assert(Core::graphs, "launch::capture finds each step's table through the batch's step counter");
 
  public:
   /// The status block (from `arena`) and the line; on CUDA the line's mapped counter is proven
@@ -69,24 +67,22 @@ class step_capture {
     if (!leaked_) arena_->release(status_);
   }
 
-  /// The batch's end, around `close_slots` (step_slots::close): on the host backend the commits'
+  /// The batch's end, around the core's (step_core::close): on the host backend the commits'
   /// waits end first (they see every step run); the status block stays (leaked) when a slot could
   /// not be waited for, since a replay may still report into it.
-  template <class CloseSlots>
-  void close(core& k, CloseSlots&& close_slots) noexcept {
+  void close(core& k) noexcept {
     if constexpr (host) {
       store_word(&status()->ran, ~std::uint64_t{0});
       std::atomic_ref<std::uint64_t>(status()->ran).notify_all();
     }
-    close_slots();
-    leaked_ = k.leaked_;
+    leaked_ = !k.close();
   }
 
   /// What begin(), commit() and record() check first: ferry::error when a replay has found no
   /// committed step (the first one, named by the step it was to run).
   void check(const core& k, const char* what) const {
     if (const std::uint64_t m = load_word(&status()->missed); m != 0) [[unlikely]]
-      throw_missed(k, what, m - 1 - k.lane_.step);
+      throw_missed(k, what, m - 1 - k.slot_state().first_step());
   }
 
   /// begin() under launch::capture: check(), then the slot; a full ring whose wait ends past its
@@ -94,7 +90,7 @@ class step_capture {
   void begin(core& k) {
     check(k, "begin");
     try {
-      Slots::begin_step(k);
+      k.begin();
     } catch (const timeout_error& e) {
       throw timeout_error(std::string(e.what()) + behind_text(k));
     } catch (const capacity_error& e) {
@@ -109,17 +105,15 @@ class step_capture {
   /// store): from there the engine's next replay runs it. No CUDA call.
   void commit(core& k) {
     check(k, "commit");
-    k.check_open("commit");
-    Submit::publish(k, stream_ref<B>(line_), [&](slot&, const void* table, std::size_t) { publish(table); });
+    k.publish("commit", stream_ref<B>(line_), [&](const void* table, std::size_t) { publish(table); });
   }
 
 #if FERRY_HAS_CUDA
-  /// record() on CUDA: the step kernel (epilogue `f`), finding its table through the batch's step
-  /// counter and reporting into the status, launched on `s`, which must be capturing.
-  template <class F>
-  void record(core& k, stream_ref<B> s, const F* f) {
+  /// record() on CUDA: the step kernel (with the plan's epilogue), finding its table through the
+  /// batch's step counter and reporting into the status, launched on `s`, which must be capturing.
+  void record(core& k, stream_ref<B> s) {
     check(k, "record");
-    if (!k.frozen_)
+    if (!k.reserved())
       throw error("ferry: step_batch::record: call reserve() before the capture begins (record() allocates "
                   "nothing, and a capture forbids allocation)");
     const auto h = checked(s);
@@ -132,11 +126,12 @@ class step_capture {
     // Only a device the reference carries is compared: asking the runtime about a capturing
     // stream (cudaStreamGetDevice) fails and invalidates the engine's capture. A stream of another
     // device that carries none fails at the launch below, with the batch's device current.
-    if (const int d = s.known_device(); d >= 0 && d != k.device_)
+    if (const int d = s.known_device(); d >= 0 && d != k.device())
       throw error("ferry: step_batch::record: the stream belongs to device " + std::to_string(d) +
-                  " but the batch was made on device " + std::to_string(k.device_));
-    const device_scope on_device(k.device_);
-    step_ops<B>::template record<F>(s, locator(k), k.want_table_, f);
+                  " but the batch was made on device " + std::to_string(k.device()));
+    const device_scope on_device(k.device());
+    step_ops<B>::template record<typename core::epilogue_type>(s, locator(k), k.slot_state().table_wanted(),
+                                                                k.plan().epilogue());
   }
 #endif
 
@@ -145,32 +140,31 @@ class step_capture {
   /// the step's mark has passed (its wait on the line has ended), as the kernel ends after
   /// storing it. Nothing is checked here, as nothing is at a replay; the batch must outlive the
   /// work.
-  template <class F>
   void replay(const core& k, stream_ref<B> s) const {
-    if (!k.frozen_)
+    if (!k.reserved())
       throw error("ferry: step_batch::replay_recorded: call reserve() first (the recorded step's tables are "
                   "made there)");
     enqueue_host(s, [at = locator(k), line = checked(line_)] {
       // The line holds one wait per commit: the wait of the step ran is its task number `ran`.
-      if (const std::uint64_t ran = run_recorded_now<F>(at)) line->wait_for(ran);
+      if (const std::uint64_t ran = run_recorded_now<typename core::epilogue_type>(at)) line->wait_for(ran);
     });
   }
 
   /// Committed steps that a replay has run (a load of the status).
   [[nodiscard]] std::uint64_t replayed(const core& k) const noexcept {
     const std::uint64_t ran = load_word(&status()->ran);
-    return ran == 0 ? 0 : ran - k.lane_.step;  // the counter's value after a run is never 0
+    return ran == 0 ? 0 : ran - k.slot_state().first_step();  // the counter's value after a run is never 0
   }
   /// Committed steps that no replay has run yet.
-  [[nodiscard]] std::uint64_t behind(const core& k) const noexcept { return k.steps_ - replayed(k); }
+  [[nodiscard]] std::uint64_t behind(const core& k) const noexcept { return k.steps() - replayed(k); }
 
   /// check_replayed(): check(), then ferry::error when a committed step has not been run.
   void check_replayed(const core& k) const {
     check(k, "check_replayed");
     if (const std::uint64_t n = behind(k); n != 0)
-      throw error("ferry: step_batch::check_replayed: step " + std::to_string(k.steps_ - n) + " was committed " +
+      throw error("ferry: step_batch::check_replayed: step " + std::to_string(k.steps() - n) + " was committed " +
                   "but no replay has run it (" + std::to_string(n) + " committed step" + (n == 1 ? "" : "s") +
-                  " not run, of " + std::to_string(k.steps_) + "): a commit without a replay (commit() called " +
+                  " not run, of " + std::to_string(k.steps()) + "): a commit without a replay (commit() called " +
                   "more often than the engine's graph was replayed), or replays not yet run (call this once the "
                   "stream the replays run on has been synchronized)");
   }
@@ -180,9 +174,7 @@ class step_capture {
 
   /// Where the recorded kernel (or the host runner) finds the batch's tables, lane and status.
   step_locator locator(const core& k) const noexcept {
-    return {reinterpret_cast<std::uintptr_t>(backend_ops<B>::mapped(k.tables_.data)), k.table_stride_,
-            k.slots_.max_slots(), k.lane_.address,
-            reinterpret_cast<std::uintptr_t>(backend_ops<B>::mapped(status_.data))};
+    return k.slot_state().locator(reinterpret_cast<std::uintptr_t>(backend_ops<B>::mapped(status_.data)));
   }
 
   /// The commit of the encoded step whose table is at `table` (under the reuse core's lock, its
@@ -217,7 +209,7 @@ class step_capture {
     const std::uint64_t n = behind(k);
     if (n == 0) return {};
     return "; under launch::capture " + std::to_string(n) + " committed step" + (n == 1 ? "" : "s") +
-           " (from step " + std::to_string(k.steps_ - n) + (n == 1 ? ") has" : ") have") +
+           " (from step " + std::to_string(k.steps() - n) + (n == 1 ? ") has" : ") have") +
            " not been run by a replay: a commit without " +
            "a replay (commit() called more often than the engine's graph was replayed), or replays that stalled";
   }
@@ -225,7 +217,7 @@ class step_capture {
   [[noreturn]] FERRY_COLD static void throw_missed(const core& k, const char* what, std::uint64_t step) {
     throw error(std::string("ferry: step_batch::") + what + ": a replay of the engine's graph found no committed " +
                 "step (a replay without a commit): the replay that was to run step " + std::to_string(step) +
-                " found it not committed (" + std::to_string(k.steps_) + " steps committed), did none of the " +
+                " found it not committed (" + std::to_string(k.steps()) + " steps committed), did none of the " +
                 "step's work and ran no epilogue, so the graph's later nodes read the inputs of the step before; " +
                 "the batch's steps and the engine's replays no longer pair: destroy the batch and record a new one");
   }

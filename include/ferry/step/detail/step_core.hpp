@@ -1,694 +1,235 @@
-// ferry/step/detail/step_core.hpp: the state of a step_batch that its handles write into: the
-// declared plan and its checks, the slots (pinned table and content blocks from the arena, on the
-// slot ring: memory/slot_ring.hpp), the open step's records (writes through the write plan's
-// recorder, staged/detail/write_plan.hpp), and the step's encoding into a slot's table (plan.hpp).
-//
-// Contents are bump-allocated in the slot's content block; a step that outgrows it (pow2) takes
-// another block for the rest of the step, so nothing handed out moves, and the next use of the
-// slot consolidates into one block of the largest step's size. Every placement is congruent to
-// its destination mod 16, so the kernel copies bodies with 16-byte vectors.
+// ferry/step/detail/step_core.hpp: a step_batch's state, shared with its handles: the plan and
+// the open step's records (step_plan), the slots (step_slots), and a step's life: begin() takes
+// a slot, the handles' calls fill the step's records with the slot's contents, submit() checks,
+// measures and encodes the step into its table, enqueues it as one launch or one replay under the
+// reuse core's lock with the kernel mark in the table's header, and stamps its slot (and the
+// previous step's) on the slot ring. The open slot and the step's number travel down as values.
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/backend/detail/timeline.hpp>
+#include <ferry/backend/stream.hpp>
 #include <ferry/config.hpp>
-#include <ferry/detail/checked.hpp>
-#include <ferry/detail/math.hpp>
-#include <ferry/detail/source_range.hpp>
 #include <ferry/detail/view_generation.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/pinned_arena.hpp>
-#include <ferry/memory/slot_ring.hpp>
-#include <ferry/policies/growth.hpp>
 #include <ferry/policies/reuse.hpp>
-#include <ferry/staged/detail/layout.hpp>
-#include <ferry/staged/detail/write_plan.hpp>
 #include <ferry/step/detail/plan.hpp>
-#include <ferry/step/step_context.hpp>
+#include <ferry/step/detail/step_plan.hpp>
+#include <ferry/step/detail/step_slots.hpp>
+#include <ferry/step/step_stats.hpp>
 
 #include <algorithm>
-#include <charconv>
-#include <climits>
-#include <cstring>
-#include <type_traits>
 #include <cstddef>
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <utility>
-#include <vector>
 
 namespace ferry::detail {
 
-/// A step_core's epilogue state when it has none.
-struct empty_epilogue {};
-
-template <class B, bool Fixed, reuse_policy Reuse, class Epilogue>
+/// The state of a step_batch over backend B with GrowthPolicy `Growth`, ReusePolicy `Reuse`,
+/// epilogue `Epilogue` (void: none) and (`Graphs`) one graph over a ring of tables.
+template <class B, class Growth, reuse_policy Reuse, class Epilogue, bool Graphs>
 class step_core {
-  using ops = backend_ops<B>;
-
  public:
-  static constexpr std::size_t none = static_cast<std::size_t>(-1);
-  /// The most rows a gather's source may have: its int32 indices reach rows [0, 2^31).
-  static constexpr std::size_t max_gather_source = std::size_t{1} << 31;
+  using slots_type = step_slots<B, Growth, Reuse, Epilogue, Graphs>;
+  using plan_type = typename slots_type::plan_type;
+  using epilogue_type = Epilogue;
+  static constexpr std::size_t none = plan_type::none;
+  static constexpr bool graphs = Graphs;
 
-  struct slot {
-    pinned_block table;                // step_header + chunk_desc[table_cap]
-    std::size_t table_cap = 0;         // descriptors
-    pinned_block content;              // bump-allocated contents
-    std::vector<pinned_block> extra;   // blocks taken by a step that outgrew `content`
-    step_lane lane;                    // CUDA, launch::kernel: the device lane of its launches
-    [[no_unique_address]] slot_generation generation;  // checked views (FERRY_CHECKED_VIEWS)
-  };
-  struct upload_rec {
-    std::uintptr_t dst;
-    std::size_t elem, limit, max_n, view;
-    std::byte* at = nullptr;  // this step's contents (host address) and bytes
-    std::size_t bytes = 0, room = 0;
-  };
-  struct publish_rec {
-    std::size_t elem, max_n, view;
-    std::byte* at = nullptr;  // the last step's contents (host address) and elements
-    std::size_t n = 0, room = 0;
-  };
-  /// A one-element write: its element of the target, its value's bytes.
-  struct single_write {
-    std::uint64_t dst;
-    alignas(8) std::byte value[8];
-  };
-  struct writes_rec {
-    std::uintptr_t base;
-    std::size_t elem, max_writes, max_elements;
-    write_recorder rec;              // the target's rows x cols, and the write plan's rules
-    std::vector<chunk_desc> chunks;  // dst: element of the target; src: absolute element index
-    std::size_t writes = 0, elements = 0;
-    // One-element writes while none of the step's writes may overlap (`scatters`: element sizes
-    // 1, 2, 4 or 8, targets of up to 2^32 elements), placed in the slot as one scatter record at
-    // submit.
-    bool scatters = false;
-    std::vector<single_write> singles;
-    std::byte* record = nullptr;  // this step's scatter record and its bytes
-    std::size_t record_room = 0;
-  };
-  struct gather_rec {
-    std::uintptr_t dst, src;
-    std::size_t elem, limit, src_n, max_n, view;
-    std::byte* at = nullptr;  // this step's record (piece_record + indices) and elements
-    std::size_t n = 0, room = 0;
-    std::byte* values = nullptr;  // this step's host values (when host_values() was called)
-    std::size_t values_room = 0;
-    bool has_values = false;
-  };
-  struct fill_rec {
-    std::uintptr_t dst, src;
-    std::size_t elem, bytes;
-    std::size_t publish = none, index = 0;  // a source in a publish of this step, else `src`
-  };
-
+  /// `slots` (slots_type::check_counts) up to `max_slots` on `device`, from `arena`.
   step_core(std::size_t slots, std::size_t max_slots, int device, pinned_arena<B>& arena,
             const step_slot_ops<Epilogue>& slot_ops)
-      : arena_(&arena), slot_ops_(&slot_ops), initial_slots_(slots), device_(device),
-        slots_(ring_order::warmest, max_slots) {}
+      : slots_(slots, max_slots, device, arena, slot_ops) {}
   step_core(const step_core&) = delete;
   step_core& operator=(const step_core&) = delete;
 
-  // ---- the plan (before the first step) --------------------------------------------------------
+  // ---- the plan --------------------------------------------------------------------------------
 
-  void check_planning(const char* what) const {
-    if (frozen_)
-      throw error(std::string("ferry: step_batch::") + what +
-                  ": the plan is fixed once the first step begins (or reserve() is called); "
-                  "declare every upload, publish, write target and fill before");
-  }
+  /// The plan, for the batch's declarations (each refuses once the plan is fixed).
+  plan_type& plan() noexcept { return plan_; }
+  const plan_type& plan() const noexcept { return plan_; }
 
-  /// What a range given to check_disjoint is: memory the step writes, or memory it reads.
-  enum class range_kind { written, read };
-  /// Throws std::invalid_argument when `bytes` at `at`, declared by `what` as its `kind` (a
-  /// "destination", a "target", a "source"), overlap a destination declared before, or, for memory
-  /// the step writes (`role`), a fill's device value or a gather's source declared before: a
-  /// step's destinations are disjoint, and no step writes what a fill or gather reads, whichever
-  /// is declared first. Empty ranges overlap nothing. Setup only (it walks the whole plan).
-  void check_disjoint(const char* what, const char* kind, range_kind role, std::uintptr_t at, std::size_t bytes) const {
-    if (bytes == 0) return;
-    auto clash = [&](const char* other, std::uintptr_t o, std::size_t n) {
-      if (n != 0 && at < o + n && o < at + bytes) throw_overlap(what, kind, at, bytes, other, o, n);
-    };
-    for (const auto& u : uploads_) clash("an upload's destination", u.dst, u.limit * u.elem);
-    for (const auto& w : writes_) clash("a write target", w.base, w.rec.rows() * w.rec.cols() * w.elem);
-    for (const auto& g : gathers_) clash("a gather's destination", g.dst, g.limit * g.elem);
-    for (const auto& f : fills_) clash("a fill's destination", f.dst, f.bytes);
-    if (role == range_kind::written) {
-      for (const auto& f : fills_)
-        if (f.publish == none) clash("a fill's device value", f.src, f.elem);
-      for (const auto& g : gathers_) clash("a gather's source", g.src, g.src_n * g.elem);
-    }
-  }
-
-  /// Room in `w`'s chunk list and resolver for `descs` descriptors (a count the slots' tables
-  /// already hold), so that recording and resolving allocate nothing; host memory that cannot be
-  /// had is ferry::out_of_memory naming `who`.
-  static void reserve_writes(writes_rec& w, std::size_t descs, const char* who) {
+  /// The plan fixed and every initial slot allocated at its capacity (and each write target's
+  /// host memory); if anything throws, the plan is not fixed and nothing is kept.
+  void reserve() {
+    if (plan_.frozen()) return;
+    const std::size_t table = slots_.reserve(plan_);
     try {
-      w.chunks.reserve(descs);
-      if (w.scatters) w.singles.reserve(descs);
-    } catch (const std::exception&) {  // std::bad_alloc, std::length_error
-      throw out_of_memory(std::string("ferry: ") + who + ": the host memory for " + std::to_string(descs) +
-                          " chunks of a write target cannot be allocated");
+      plan_.freeze(table, "step_batch::reserve");  // bounded by the descriptors a slot now holds
+    } catch (...) {
+      slots_.unreserve();  // a later reserve() or begin() starts over
+      throw;
     }
-    w.rec.reserve(descs, who);
+  }
+  [[nodiscard]] bool reserved() const noexcept { return plan_.frozen(); }
+
+  // ---- a step ----------------------------------------------------------------------------------
+
+  /// ferry::error while a step is open; the plan reserved; then a slot (step_slots::acquire: a
+  /// wait, or ferry::capacity_error with nothing changed, when the ring is full), emptied: the
+  /// open step's.
+  void begin() {
+    if (open_) throw error("ferry: step_batch::begin: the step begun before was neither submitted nor cancelled");
+    reserve();
+    slot_ = slots_.acquire(plan_);
+    contents_ = slots_.contents_of(slot_);
+    plan_.clear_step();
+    open_ = true;
   }
 
-  /// Declares an upload of up to `max_n` of `limit` elements of `elem` bytes into `dst`; its index.
-  std::size_t add_upload(std::uintptr_t dst, std::size_t elem, std::size_t limit, std::size_t max_n) {
-    check_planning("add_upload");
-    if (max_n > limit)
-      throw std::invalid_argument("ferry: step_batch::add_upload: max_n " + std::to_string(max_n) +
-                                  " exceeds the destination's " + std::to_string(limit) + " elements");
-    check_disjoint("add_upload", "destination", range_kind::written, dst, limit * elem);
-    uploads_.push_back({dst, elem, limit, max_n, views_});
-    ++views_;
-    return uploads_.size() - 1;
-  }
-  /// Declares a publish of up to `max_n` elements of `elem` bytes; its index.
-  std::size_t add_publish(std::size_t elem, std::size_t max_n) {
-    check_planning("add_publish");
-    (void)checked_bytes<capacity_error>(max_n, elem, "a publish");
-    publishes_.push_back({elem, max_n, views_});
-    ++views_;
-    return publishes_.size() - 1;
-  }
-  /// Declares writes into the rows x cols target of `elem`-byte elements at `base`; its index.
-  std::size_t add_writes(std::uintptr_t base, std::size_t rows, std::size_t cols, std::size_t elem,
-                         std::size_t max_writes, std::size_t max_elements) {
-    check_planning("add_writes");
-    (void)checked_bytes<capacity_error>(max_elements, elem, "step_batch writes");
-    const std::size_t bytes = checked_bytes(checked_bytes(rows, cols, "a write target"), elem, "a write target");
-    check_disjoint("add_writes", "target", range_kind::written, base, bytes);
-    const bool scatters = (elem == 1 || elem == 2 || elem == 4 || elem == 8) && rows * cols <= UINT32_MAX;
-    writes_.push_back({base, elem, max_writes, max_elements, write_recorder(rows, cols), {}, 0, 0, scatters, {}, nullptr, 0});
-    return writes_.size() - 1;
-  }
-  /// Declares a gather of up to `max_n` of `limit` elements of `elem` bytes into `dst` from the
-  /// `src_n` elements at `src` (device memory, not written by the step); its index.
-  std::size_t add_gather(std::uintptr_t dst, std::size_t elem, std::size_t limit, std::uintptr_t src,
-                         std::size_t src_n, std::size_t max_n) {
-    check_planning("add_gather");
-    if (max_n > limit)
-      throw std::invalid_argument("ferry: step_batch::add_gather: max_n " + std::to_string(max_n) +
-                                  " exceeds the destination's " + std::to_string(limit) + " elements");
-    (void)checked_bytes<capacity_error>(max_n, sizeof(std::int32_t) + elem, "a gather");
-    if (src_n > max_gather_source) [[unlikely]]
-      throw std::invalid_argument("ferry: step_batch::add_gather: a source of " + std::to_string(src_n) +
-                                  " elements; gather indices are int32, so the rows from 2^31 on could never "
-                                  "be read: pass the rows the gather reads (at most 2^31, e.g. src.first(n))");
-    check_disjoint("add_gather", "destination", range_kind::written, dst, limit * elem);
-    check_disjoint("add_gather", "source", range_kind::read, src, src_n * elem);
-    if (limit * elem != 0 && src_n * elem != 0 && src < dst + limit * elem && dst < src + src_n * elem)
-      throw std::invalid_argument("ferry: step_batch::add_gather: the gather's source overlaps its own destination");
-    gathers_.push_back({dst, src, elem, limit, src_n, max_n, views_});
-    ++views_;
-    return gathers_.size() - 1;
-  }
-  /// Declares a fill of `bytes` at `dst` with the `elem`-byte value at `src` (a device address),
-  /// or with element `index` of publish `publish` (not `none`).
-  void add_fill(std::uintptr_t dst, std::size_t bytes, std::uintptr_t src, std::size_t elem, std::size_t publish,
-                std::size_t index) {
-    check_planning("add_fill");
-    check_disjoint("add_fill", "destination", range_kind::written, dst, bytes);
-    if (publish == none) {
-      check_disjoint("add_fill", "source", range_kind::read, src, elem);
-      if (bytes != 0 && src < dst + bytes && dst < src + elem)
-        throw std::invalid_argument("ferry: step_batch::add_fill: the fill's source lies in its own destination");
-    }
-    fills_.push_back({dst, src, elem, bytes, publish, index});
+  /// The open step's records dropped and its slot handed back to the ring, to be taken again by
+  /// the next begin(); outside a step nothing happens.
+  void cancel() noexcept {
+    if (!open_) return;
+    plan_.clear_step();
+    slots_.cancel();
+    open_ = false;
   }
 
-  /// Descriptors of `bytes` bytes of copies or fills.
-  static std::size_t chunks_of(std::size_t bytes) noexcept { return ceil_div(bytes, write_chunk_bytes); }
-  /// Descriptors of a gather or scatter of `n` elements.
-  static std::size_t pieces_of(std::size_t n) noexcept { return ceil_div(n, piece_elements); }
-  /// Bytes of a gather or scatter record of `n` indices (checked when the gather is declared).
-  static std::size_t record_bytes(std::size_t n) noexcept { return sizeof(piece_record) + n * sizeof(std::int32_t); }
-  /// Bytes of a scatter record of `n` values of `elem` bytes: the record, then the values from
-  /// the next multiple of 8.
-  static std::size_t scatter_bytes(std::size_t n, std::size_t elem) noexcept {
-    return round_up(record_bytes(n), std::size_t{8}) + n * elem;
+  /// The open step submitted on `s` (switched to the batch's device, its stream checked): one
+  /// launch of the step kernel, or under launch::graph one replay of the batch's graph.
+  FERRY_KERNEL_VISIBILITY void submit(stream_ref<B> s) {
+    [[maybe_unused]] const auto on_device = ops::enter(s, slots_.device());
+    publish("submit", s, [&](const void* table, std::size_t blocks) {
+      if constexpr (Graphs)
+        step_ops<B>::replay(s, slots_.graph());
+      else
+        step_ops<B>::template launch<Epilogue>(s, table, blocks, slots_.lane_of(slot_), plan_.epilogue());
+    });
+  }
+  /// As submit(), the launch being `launch(graph)` (launch::graph: the engine launches the batch's
+  /// graph, e.g. as a child node of its own).
+  template <class Launch>
+  FERRY_KERNEL_VISIBILITY void submit_with(stream_ref<B> s, Launch&& launch) {
+    [[maybe_unused]] const auto on_device = ops::enter(s, slots_.device());
+    publish("submit", s, [&](const void*, std::size_t) { launch(slots_.graph()); });
   }
 
-  /// The bytes of a table of `descs` descriptors: header, descriptors, the view entries, the
-  /// epilogue's bytes (ferry::capacity_error on overflow).
-  [[nodiscard]] std::size_t table_bytes(std::size_t descs) const {
-    const std::size_t d = checked_bytes<capacity_error>(descs, sizeof(chunk_desc), "a step table");
-    return checked_add<capacity_error>(d, sizeof(step_header) + views_ * sizeof(step_view_entry) + 16 + epilogue_room,
-                                       "a step table");
+  /// submit()'s work around `enqueue(table, blocks)`, which enqueues the step (the step kernel over
+  /// `blocks` blocks, at least one, reading the table at `table`, mapped) on `s` under the reuse
+  /// core's lock; without the stream's checks and device switch (no CUDA call of its own:
+  /// launch::capture's commit, whose `s` is the batch's own line, on which nothing is launched).
+  /// Everything that can throw (the checks, the GrowthPolicy's answers, a table regrown, room for
+  /// the stamps) comes before the enqueue, so that a submit that throws has enqueued nothing and
+  /// leaves the step open; after it nothing throws, except the marking itself, which then
+  /// abandons what the step reads (step_slots::abandon). `what` names the call for its errors.
+  template <class Enqueue>
+  FERRY_KERNEL_VISIBILITY void publish(const char* what, stream_ref<B> s, Enqueue&& enqueue) {
+    check_open(what);
+    plan_.check_step();
+    const auto z = plan_.resolve_and_measure(contents_);
+    slots_.fit_table(slot_, z.descs, plan_);
+    const std::size_t want_content = slots_.content_for(z.bytes);
+    slots_.reserve_commit();
+    plan_.place_scatters(contents_);
+    const auto [at, step] = slots_.table_of(slot_, steps_);
+    plan_.encode(at, slots_.table_capacity(slot_), step, steps_);
+    auto* header = reinterpret_cast<step_header*>(at);
+    const void* table = ops::mapped(at);
+    const std::size_t blocks = std::max<std::size_t>(z.descs, 1);
+    bool enqueued = false;
+    stamp done;
+    try {
+      done = shared_timeline<B>().mark_with(s, [&](const kernel_mark& m) {
+        header->counter = reinterpret_cast<std::uintptr_t>(m.counter);
+        header->value = m.value;
+        enqueue(table, blocks);
+        enqueued = true;
+      });
+    } catch (...) {
+      if (enqueued) {  // the step counts as submitted; what it reads is leaked
+        slots_.abandon();
+        open_ = false;
+        ++steps_;
+      }
+      throw;
+    }
+    slots_.commit(done, z.published);
+    slots_.grow_content(want_content);
+    last_descs_ = z.descs;
+    open_ = false;
+    ++steps_;
   }
 
-  /// The declared maxima as a table (descriptors) and content (bytes) capacity, before the
-  /// GrowthPolicy: every placement may pad by up to 15 bytes, and resolved overlaps make at most
-  /// 2 segments per write, each split into chunks. ferry::capacity_error when a sum overflows.
-  [[nodiscard]] std::pair<std::size_t, std::size_t> declared_capacity() const {
-    std::size_t descs = 0, bytes = 0;
-    auto add = [](std::size_t& to, std::size_t n) { to = checked_add<capacity_error>(to, n, "a step plan"); };
-    auto times = [](std::size_t a, std::size_t b) { return checked_bytes<capacity_error>(a, b, "a step plan"); };
-    for (const auto& u : uploads_) {
-      add(descs, chunks_of(times(u.max_n, u.elem)));
-      add(bytes, times(u.max_n, u.elem));
-      add(bytes, write_vector_bytes);
-    }
-    for (const auto& p : publishes_) {
-      add(bytes, times(p.max_n, p.elem));
-      add(bytes, write_vector_bytes);
-    }
-    for (const auto& w : writes_) {
-      add(descs, times(2, w.max_writes));
-      add(descs, chunks_of(times(w.max_elements, w.elem)));
-      add(bytes, times(w.max_elements, w.elem));
-      add(bytes, times(w.max_writes, write_vector_bytes));
-      add(bytes, sizeof(piece_record) + 8 + write_vector_bytes);  // a scatter record's head and padding
-    }
-    for (const auto& g : gathers_) {
-      add(descs, pieces_of(g.max_n));
-      add(bytes, record_bytes(g.max_n));
-      add(bytes, times(g.max_n, g.elem));
-      add(bytes, 2 * write_vector_bytes);
-    }
-    for (const auto& f : fills_) add(descs, chunks_of(f.bytes));
-    return {std::max<std::size_t>(descs, 1), std::max(bytes, pinned_arena<B>::min_block)};
+  /// Work enqueued on `s` so far reads the last submitted step's publishes: its slot is stamped as
+  /// the ReusePolicy asks.
+  void record_use(stream_ref<B> s) {
+    [[maybe_unused]] const auto on_device = ops::enter(s, slots_.device());
+    slots_.record_use(s);
   }
 
-  // ---- one step --------------------------------------------------------------------------------
+  /// The batch's end (destruction, or an assignment over it): its handles end, its open step is
+  /// dropped, and every slot is given back (step_slots::close). Whether nothing was leaked.
+  bool close() noexcept {
+    dead_ = true;
+    open_ = false;
+    return slots_.close(steps_);
+  }
 
+  // ---- the handles' calls: the open step's records, its contents placed in its slot -------------
+
+  std::byte* upload_span(std::size_t i, std::size_t n, std::size_t elem) {
+    check_open("upload::span");
+    return plan_.upload_span(contents_, i, n, elem);
+  }
+  std::byte* publish_span(std::size_t i, std::size_t n, std::size_t elem) {
+    check_open("publish::span");
+    return plan_.publish_span(contents_, i, n, elem);
+  }
+  std::int32_t* gather_indices(std::size_t i, std::size_t n) {
+    check_open("gather::indices");
+    return plan_.gather_indices(contents_, i, n);
+  }
+  std::byte* gather_values(std::size_t i) {
+    check_open("gather::host_values");
+    return plan_.gather_values(contents_, i);
+  }
+  template <class T, class R>
+  void stage_write(std::size_t i, std::size_t row, std::size_t start, R&& src) {
+    check_open("writes::stage_write");
+    plan_.template stage_write<T>(contents_, i, row, start, std::forward<R>(src));
+  }
+
+  // ---- reading ---------------------------------------------------------------------------------
+
+  /// The checked views' generation of the open (or last) step's slot; null before the first.
+  [[nodiscard]] slot_generation* generation() noexcept { return slots_.generation(); }
+  [[nodiscard]] bool dead() const noexcept { return dead_; }
+  [[nodiscard]] bool open() const noexcept { return open_; }
+  [[nodiscard]] std::uint64_t steps() const noexcept { return steps_; }
+  [[nodiscard]] std::size_t slots() const noexcept { return slots_.size(); }
+  [[nodiscard]] std::size_t max_slots() const noexcept { return slots_.max_slots(); }
+  [[nodiscard]] int device() const noexcept { return slots_.device(); }
+  /// The last submitted step's descriptors (detail::step_batch_access).
+  [[nodiscard]] std::size_t last_descriptors() const noexcept { return last_descs_; }
+  [[nodiscard]] step_stats stats() const noexcept {
+    const ring_counts c = slots_.counts();
+    return {.steps = steps_, .slots = slots_.size(), .max_slots = slots_.max_slots(), .full_waits = c.waits,
+            .inserted = c.inserted, .grows = slots_.grows()};
+  }
+  /// launch::graph and launch::capture: the batch's tables, lane and first step (step_slots).
+  [[nodiscard]] const slots_type& slot_state() const noexcept { return slots_; }
+
+ private:
   void check_open(const char* what) const {
     if (!open_)
       throw error(std::string("ferry: step_batch: ") + what +
                   " outside a step; call begin() first (and submit() once the step is filled)");
   }
 
-  /// `bytes` of contents for a destination at `dst` (0: none), placed congruent to it mod 16.
-  /// Throws ferry::capacity_error (growth::fixed, arena cap) with nothing changed.
-  std::byte* place(std::size_t bytes, std::uintptr_t dst) {
-    auto offset = [&](std::size_t used) {
-      return used + write_recorder::congruence_pad(reinterpret_cast<std::uintptr_t>(base_) + used, dst);
-    };
-    std::size_t off = offset(used_);
-    if (off > room_ || bytes > room_ - off) {
-      if constexpr (Fixed) {
-        throw capacity_error("ferry: step_batch (growth::fixed): the step's contents exceed the "
-                             "slot's " + std::to_string(room_) + " bytes");
-      } else {
-        const std::size_t need = checked_add<capacity_error>(bytes, write_vector_bytes, "step contents");
-        auto& extra = slots_[slots_.current()].extra;
-        extra.reserve(extra.size() + 1);  // first: the block taken is never lost
-        const pinned_block b = arena_->acquire(std::max(need, room_));  // a power of two
-        extra.push_back(b);
-        ++grows_;
-        base_ = b.data;
-        room_ = b.capacity;
-        used_ = 0;
-        off = offset(0);
-      }
-    }
-    used_ = off + bytes;
-    return base_ + off;
-  }
+  using contents = typename slots_type::contents;
+  using ops = backend_ops<B>;
 
-  /// std::out_of_range when `n` elements of `what` (an upload or gather record `r`) exceed its
-  /// destination; ferry::capacity_error when growth::fixed and they exceed its declared max_n.
-  template <class Record>
-  static void check_count(const Record& r, std::size_t n, const char* what) {
-    if (n > r.limit)
-      throw std::out_of_range(std::string("ferry: step_batch: ") + what + " of " + std::to_string(n) +
-                              " elements into a destination of " + std::to_string(r.limit));
-    if (Fixed && n > r.max_n)
-      throw capacity_error(std::string("ferry: step_batch (growth::fixed): ") + what + " of " + std::to_string(n) +
-                           " elements exceeds its declared max_n of " + std::to_string(r.max_n));
-  }
-  /// This step's `n` elements of `elem` bytes for upload `i`: where the host writes them.
-  std::byte* upload_span(std::size_t i, std::size_t n, std::size_t elem) {
-    auto& r = uploads_[i];
-    check_open("upload::span");
-    check_count(r, n, "an upload");
-    // max_n * elem: checked when declared. The count only once the room is had: a span refused
-    // (the arena's cap) leaves the step's earlier span of this upload, or none, as it was.
-    std::byte* const at = room_for(r.at, r.room, n * elem, r.max_n * elem, r.dst);
-    r.bytes = n * elem;
-    return at;
-  }
-  /// This step's `n` indices for gather `i`: where the host writes them (the record's indices).
-  std::int32_t* gather_indices(std::size_t i, std::size_t n) {
-    auto& r = gathers_[i];
-    check_open("gather::indices");
-    check_count(r, n, "a gather");
-    if (n > max_pieces * piece_elements) [[unlikely]]
-      throw capacity_error("ferry: step_batch: a gather of " + std::to_string(n) + " elements exceeds " +
-                           std::to_string(max_pieces * piece_elements) + " elements");
-    std::byte* const at = room_for(r.at, r.room, record_bytes(n), record_bytes(r.max_n), 0);
-    r.n = n;
-    r.has_values = false;
-    return reinterpret_cast<std::int32_t*>(at + sizeof(piece_record));
-  }
-  /// This step's host values for gather `i` (its n of indices()), used where an index is
-  /// from_host: where the host writes them.
-  std::byte* gather_values(std::size_t i) {
-    auto& r = gathers_[i];
-    check_open("gather::host_values");
-    if (r.at == nullptr)
-      throw error("ferry: step_batch::gather::host_values: call indices(n) first in this step");
-    std::byte* const at = room_for(r.values, r.values_room, r.n * r.elem, r.max_n * r.elem, 0);
-    r.has_values = true;
-    return at;
-  }
-
-  /// std::out_of_range for a gather index outside its source, or from_host without host values.
-  void check_gathers() const {
-    for (std::size_t g = 0; g < gathers_.size(); ++g) {
-      const auto& r = gathers_[g];
-      if (r.at == nullptr) continue;
-      const auto* idx = reinterpret_cast<const std::int32_t*>(r.at + sizeof(piece_record));
-      const auto src_n = static_cast<std::int64_t>(r.src_n);  // at most 2^31 (add_gather)
-      const std::int32_t lowest = r.has_values ? from_host : 0;
-      std::int32_t lo = 0, hi = 0;  // one pass without branches; the bad row is looked for after
-      for (std::size_t i = 0; i < r.n; ++i) {
-        lo = std::min(lo, idx[i]);
-        hi = std::max(hi, idx[i]);
-      }
-      if (lo < lowest || hi >= src_n) [[unlikely]]
-        for (std::size_t i = 0; i < r.n; ++i)
-          if (idx[i] < lowest || idx[i] >= src_n) throw_bad_index(g, i, idx[i], r);
-    }
-  }
-
-  /// This step's `n` elements of `elem` bytes for publish `i`: where the host writes them.
-  std::byte* publish_span(std::size_t i, std::size_t n, std::size_t elem) {
-    auto& r = publishes_[i];
-    check_open("publish::span");
-    if (Fixed && n > r.max_n)
-      throw capacity_error("ferry: step_batch (growth::fixed): a publish of " + std::to_string(n) +
-                           " elements exceeds its declared max_n of " + std::to_string(r.max_n));
-    const std::size_t bytes = checked_bytes<capacity_error>(n, elem, "a publish");
-    std::byte* const at = room_for(r.at, r.room, bytes, r.max_n * elem, 0);
-    r.n = n;
-    return at;
-  }
-  /// Records a write of the elements of `src` into target `i` at [row][start]: the write plan's
-  /// bounds, limits and chunking; its contents placed in the slot congruent to the destination.
-  /// A one-element write that overlaps no write before it joins the step's scatter instead.
-  /// Throws with nothing recorded.
-  template <class T, class R>
-  void stage_write(std::size_t i, std::size_t row, std::size_t start, R&& src) {
-    using rec = write_recorder;
-    auto& r = writes_[i];
-    const std::size_t len = count_of(src);
-    const std::uint64_t dst = r.rec.destination(row, start, len);
-    check_open("writes::stage_write");
-    if (len == 0) return;
-    if constexpr (Fixed)
-      rec::check_limits("a step_batch write target", "step", r.writes, r.elements, len, r.max_writes, r.max_elements);
-    if (len == 1 && r.scatters) {
-      r.rec.note(row, start, 1);  // first: a write that overlaps an earlier one must come after it
-      if (!r.rec.suspect()) [[likely]] {
-        single_write one{dst, {}};
-        if constexpr (std::ranges::contiguous_range<R>)
-          std::memcpy(one.value, std::ranges::data(src), sizeof(T));
-        else
-          fill(src, reinterpret_cast<T*>(one.value), 1);  // a gather may throw: nothing recorded
-        r.singles.push_back(one);                       // may throw: nothing recorded
-        ++r.writes;
-        ++r.elements;
-        return;
-      }
-    }
-    T* const out = reinterpret_cast<T*>(place(len * sizeof(T), r.base + dst * sizeof(T)));
-    fill(src, out, len);  // a gather may throw: the placed bytes are only unused
-    constexpr std::size_t per_chunk = elements_per_chunk<T>;
-    const std::uint64_t from = reinterpret_cast<std::uintptr_t>(ops::mapped(out)) / sizeof(T);
-    if (len <= per_chunk) [[likely]] {
-      r.chunks.push_back({dst, from, static_cast<std::uint32_t>(len), 0});  // may throw: nothing recorded
-    } else {
-      const std::size_t at = r.chunks.size();
-      r.chunks.resize(at + rec::chunks_of(len, per_chunk));  // may throw: nothing recorded
-      rec::split(r.chunks.data() + at, dst, from, len, per_chunk);
-    }
-    r.rec.note(row, start, len);
-    ++r.writes;
-    r.elements += len;
-  }
-
-  /// The open step's descriptors and contents: `bytes` is what its handles hold now, each
-  /// placement with its alignment slack (a slot of that size holds the same step in one block),
-  /// so that a step whose sizes were made smaller after a refused submit is measured at its new
-  /// sizes; `published`: some publish holds elements.
-  struct step_size {
-    std::size_t descs = 0, bytes = 0;
-    bool published = false;
-  };
-  /// Resolves overlapping writes (later wins) and measures the step.
-  step_size resolve_and_measure() {
-    step_size z;
-    for (const auto& u : uploads_) {
-      z.descs += chunks_of(u.bytes);
-      if (u.at) z.bytes += u.bytes + write_vector_bytes;
-    }
-    for (auto& w : writes_) {
-      if (w.rec.suspect()) [[unlikely]]
-        unscatter(w);
-      if (const auto* out = w.rec.resolve(w.chunks.data(), w.chunks.size(), write_chunk_bytes / w.elem))
-        w.chunks.assign(out->begin(), out->end());  // may throw: still suspect, resolved again
-      w.rec.resolved();
-      z.descs += w.chunks.size() + pieces_of(w.singles.size());
-      z.bytes += w.elements * w.elem + w.writes * write_vector_bytes;
-    }
-    for (const auto& p : publishes_) {
-      if (p.at) z.bytes += p.n * p.elem + write_vector_bytes;
-      z.published |= p.n != 0;
-    }
-    for (const auto& g : gathers_) {
-      if (!g.at) continue;
-      z.descs += pieces_of(g.n);
-      z.bytes += record_bytes(g.n) + write_vector_bytes;
-      if (g.has_values) z.bytes += g.n * g.elem + write_vector_bytes;
-    }
-    for (const auto& f : fills_) z.descs += chunks_of(f.bytes);
-    return z;
-  }
-
-  /// A write target's one-element writes as chunks in front of the others, once a later write
-  /// may overlap them (they were recorded before it, and overlap no write recorded before them,
-  /// so they come first), in one pass. If placing one throws, they all stay scattered.
-  void unscatter(writes_rec& w) {
-    const std::size_t n = w.singles.size();
-    if (n == 0) return;
-    w.chunks.reserve(w.chunks.size() + n);  // may throw: nothing moved
-    w.chunks.insert(w.chunks.begin(), n, chunk_desc{});  // room reserved: no throw
-    try {
-      for (std::size_t i = 0; i < n; ++i) {
-        const single_write& one = w.singles[i];
-        std::byte* const out = place(w.elem, w.base + one.dst * w.elem);
-        std::memcpy(out, one.value, w.elem);
-        w.chunks[i] = {one.dst, reinterpret_cast<std::uintptr_t>(ops::mapped(out)) / w.elem, 1, 0};
-      }
-    } catch (...) {
-      w.chunks.erase(w.chunks.begin(), w.chunks.begin() + static_cast<std::ptrdiff_t>(n));
-      throw;
-    }
-    w.singles.clear();
-  }
-
-  /// Places every write target's scatter record of this step (the last of submit's placements:
-  /// nothing after it throws before the launch). growth::fixed places room for every
-  /// one-element write the target's limits still allow, so that a submit tried again after more
-  /// writes keeps the record's place. Throws with nothing changed but room taken.
-  void place_scatters() {
-    for (auto& w : writes_) {
-      const std::size_t n = w.singles.size();
-      if (n == 0) continue;
-      const std::size_t most =
-          Fixed ? std::min(w.max_writes - (w.writes - n), w.max_elements - (w.elements - n)) : n;  // within the limits
-      (void)room_for(w.record, w.record_room, scatter_bytes(n, w.elem), scatter_bytes(most, w.elem), 0);
-    }
-  }
-
-  /// Encodes the open step, the `number`th (`step`: the device counter's value for it under
-  /// launch::graph), into `table` of `cap` descriptors (room for
-  /// resolve_and_measure's): every upload, write, gather and fill as descriptors over bytes at
-  /// absolute addresses, and the view entries.
-  void encode(std::byte* table, std::size_t cap, std::uint64_t step, std::uint64_t number) {
-    chunk_desc* d = step_descs(table);
-    std::size_t n = 0;
-    auto put = [&](std::uintptr_t dst, std::uintptr_t src, std::size_t bytes, std::uint32_t fill) {
-      for (std::size_t at = 0; at < bytes; at += write_chunk_bytes) {
-        const std::size_t piece = std::min(write_chunk_bytes, bytes - at);
-        d[n++] = {dst + at, fill ? src : src + at, static_cast<std::uint32_t>(piece), fill};
-      }
-    };
-    auto* views = reinterpret_cast<step_view_entry*>(table + views_at(cap));
-    auto mapped = [](const void* p) { return reinterpret_cast<std::uintptr_t>(ops::mapped(const_cast<void*>(p))); };
-    for (const auto& u : uploads_) {
-      if (u.bytes) put(u.dst, mapped(u.at), u.bytes, 0);
-      views[u.view] = {u.dst, u.bytes / u.elem};
-    }
-    for (const auto& w : writes_) {
-      for (const auto& ch : w.chunks)
-        d[n++] = {w.base + ch.dst * w.elem, ch.src * w.elem, static_cast<std::uint32_t>(ch.count * w.elem), 0};
-      const std::size_t singles = w.singles.size();
-      if (singles == 0) continue;
-      auto* idx = reinterpret_cast<std::uint32_t*>(w.record + sizeof(piece_record));
-      std::byte* const values = w.record + round_up(record_bytes(singles), std::size_t{8});
-      *reinterpret_cast<piece_record*>(w.record) = {0, mapped(values)};
-      for (std::size_t i = 0; i < singles; ++i) {
-        idx[i] = static_cast<std::uint32_t>(w.singles[i].dst);
-        std::memcpy(values + i * w.elem, w.singles[i].value, w.elem);
-      }
-      put_pieces(d, n, w.base, mapped(w.record), singles, scatter_flag, w.elem);
-    }
-    for (const auto& g : gathers_) {
-      views[g.view] = {g.dst, g.at ? g.n : 0};
-      if (!g.at || g.n == 0) continue;
-      *reinterpret_cast<piece_record*>(g.at) = {g.src, g.has_values ? mapped(g.values) : 0};
-      put_pieces(d, n, g.dst, mapped(g.at), g.n, 0, g.elem);
-    }
-    for (const auto& f : fills_) {
-      const std::uintptr_t src = f.publish == none ? f.src : mapped(publishes_[f.publish].at) + f.index * f.elem;
-      put(f.dst, src, f.bytes, static_cast<std::uint32_t>(f.elem));
-    }
-    for (const auto& p : publishes_) views[p.view] = {p.at ? mapped(p.at) : 0, p.n};
-    auto* h = reinterpret_cast<step_header*>(table);
-    h->work = n;
-    h->step = step;
-    h->number = number;
-    h->views = mapped(views);
-  }
-
-  /// The descriptors d[n...] of a record at `record` (mapped) of `count` elements of `elem` bytes:
-  /// a gather's into `dst` (`kind` 0; each piece at its own first element) or a scatter's into the
-  /// target at `dst` (`kind` scatter_flag).
-  static void put_pieces(chunk_desc* d, std::size_t& n, std::uintptr_t dst, std::uintptr_t record, std::size_t count,
-                         std::uint32_t kind, std::size_t elem) noexcept {
-    for (std::size_t p = 0, first = 0; first < count; ++p, first += piece_elements)
-      d[n++] = {kind ? dst : dst + first * elem, record, static_cast<std::uint32_t>(std::min(piece_elements, count - first)),
-                piece_fill(kind, p, elem)};
-  }
-
-  /// Prepares a new table of `cap` descriptors: no step yet (launch::graph: a launch that finds
-  /// it does nothing), and the epilogue's bytes where the host backend reads them.
-  void init_table(std::byte* table, std::size_t cap) const noexcept {
-    auto* h = reinterpret_cast<step_header*>(table);
-    *h = {};
-    h->step = ~std::uint64_t{0};
-    if constexpr (!std::is_void_v<Epilogue>) {
-      std::memcpy(table + epilogue_at(cap), static_cast<const void*>(&epilogue_), sizeof(Epilogue));
-      h->epilogue = reinterpret_cast<std::uintptr_t>(table + epilogue_at(cap));
-    }
-  }
-
-  /// Room for `bytes` of a record's contents this step, at `at` holding `room` bytes (null: none
-  /// yet): kept when it holds them, else placed again (place_again) at `bytes`, or at the record's
-  /// whole `fixed_bytes` under growth::fixed; `at` and `room` follow. Throws with nothing changed.
-  std::byte* room_for(std::byte*& at, std::size_t& room, std::size_t bytes, std::size_t fixed_bytes, std::uintptr_t dst) {
-    if (at == nullptr || bytes > room) {
-      const std::size_t want = Fixed ? fixed_bytes : bytes;
-      at = place_again(at, room, want, dst);
-      room = want;
-    }
-    return at;
-  }
-  /// `bytes` of contents for a record that holds `room` bytes at `at` this step (null: none yet),
-  /// too few: grown in place when it is the step's last placement and the block holds it, else
-  /// placed anew. (growth::fixed places a record's whole max_n at its first span(), so that a
-  /// second, larger span() never takes the slot's room twice: its capacity plans one max_n each.)
-  std::byte* place_again(std::byte* at, std::size_t room, std::size_t bytes, std::uintptr_t dst) {
-    if (at != nullptr && at + room == base_ + used_) {
-      const auto off = static_cast<std::size_t>(at - base_);
-      if (bytes <= room_ - off) {
-        used_ = off + bytes;
-        return at;
-      }
-    }
-    return place(bytes, dst);
-  }
-
-  /// The records of the open step dropped (begin() starts each step with this; cancel() ends one).
-  void clear_step() noexcept {
-    for (auto& u : uploads_) u = {u.dst, u.elem, u.limit, u.max_n, u.view};
-    for (auto& p : publishes_) p = {p.elem, p.max_n, p.view};
-    for (auto& g : gathers_) g = {g.dst, g.src, g.elem, g.limit, g.src_n, g.max_n, g.view};
-    for (auto& w : writes_) {
-      w.chunks.clear();
-      w.singles.clear();
-      w.record = nullptr;
-      w.record_room = 0;
-      w.rec.reset();
-      w.writes = w.elements = 0;
-    }
-  }
-
-  // ---- state -----------------------------------------------------------------------------------
-
-  pinned_arena<B>* arena_;
-  const step_slot_ops<Epilogue>* slot_ops_;  // step_ops<B>'s, taken by the batch's constructor
-  std::size_t initial_slots_;
-  int device_;
-  std::vector<upload_rec> uploads_;
-  std::vector<publish_rec> publishes_;
-  std::vector<writes_rec> writes_;
-  std::vector<gather_rec> gathers_;
-  std::vector<fill_rec> fills_;
-  std::size_t views_ = 0;  // uploads, publishes and gathers: the epilogue's view entries
-  // The epilogue's state (set_epilogue), fixed with the plan.
-  [[no_unique_address]] std::conditional_t<std::is_void_v<Epilogue>, empty_epilogue, Epilogue> epilogue_{};
-  // CUDA: launch::graph's ring of tables (one per step in flight, indexed by the step counter) and
-  // the batch's lane and graph; launch::kernel: each slot's lane.
-  pinned_block tables_;
-  std::size_t table_stride_ = 0;
-  step_lane lane_;
-  step_graph graph_;
-  bool leaked_ = false;  // a slot or table may still be read by a launch: keep the lane and tables
-  // The slots, stamped by the step's kernel, the next submit and record_use (the ring keeps the
-  // stamps, chooses the warmest free slot and waits when full).
-  slot_ring<B, Reuse, slot> slots_;
-  bool frozen_ = false;
+  plan_type plan_;
+  slots_type slots_;
+  contents contents_;         // the open step's, in its slot
+  std::size_t slot_ = none;   // the open (or last) step's slot
   bool open_ = false;
-  bool dead_ = false;  // the batch was destroyed or assigned over: its handles throw
+  bool dead_ = false;         // the batch was destroyed or assigned over: its handles throw
   std::uint64_t steps_ = 0;
-  std::uint64_t grows_ = 0;  // step_batch::stats() (the ring counts waits and inserts)
-  std::size_t last_descs_ = 0;  // the last submitted step's descriptors (detail::step_batch_access)
-  // capacities wanted for every slot (fixed: the plan's bounds)
-  std::size_t want_table_ = 0, want_content_ = 0;
-  // the open step's bump allocation
-  std::byte* base_ = nullptr;
-  std::size_t room_ = 0, used_ = 0;
-
- private:
-  static std::string range(std::uintptr_t at, std::size_t bytes) {
-    char hex[2 * sizeof(std::uintptr_t)];
-    const auto end = std::to_chars(hex, hex + sizeof(hex), at, 16).ptr;
-    return "[0x" + std::string(hex, end) + ", +" + std::to_string(bytes) + " bytes)";
-  }
-  static constexpr std::size_t epilogue_room =
-      std::is_void_v<Epilogue> ? 0 : round_up(sizeof(std::conditional_t<std::is_void_v<Epilogue>, char, Epilogue>), 16);
-  [[nodiscard]] std::size_t views_at(std::size_t descs) const noexcept {
-    return sizeof(step_header) + descs * sizeof(chunk_desc);
-  }
-  [[nodiscard]] std::size_t epilogue_at(std::size_t descs) const noexcept {
-    return round_up(views_at(descs) + views_ * sizeof(step_view_entry), 16);
-  }
-  [[noreturn]] FERRY_COLD static void throw_bad_index(std::size_t g, std::size_t i, std::int32_t j, const gather_rec& r) {
-    if (j == from_host)
-      throw std::out_of_range("ferry: step_batch::submit: row " + std::to_string(i) + " of gather " + std::to_string(g) +
-                              " takes its value from the host (ferry::from_host), but host_values() was not "
-                              "called this step");
-    throw std::out_of_range("ferry: step_batch::submit: row " + std::to_string(i) + " of gather " + std::to_string(g) +
-                            " has index " + std::to_string(j) + ", outside its source of " + std::to_string(r.src_n) +
-                            " elements (an index is in [0, size) or ferry::from_host)");
-  }
-  [[noreturn]] FERRY_COLD static void throw_overlap(const char* what, const char* kind, std::uintptr_t at,
-                                                    std::size_t bytes, const char* other, std::uintptr_t o,
-                                                    std::size_t n) {
-    throw std::invalid_argument(std::string("ferry: step_batch::") + what + ": the " + kind + " " +
-                                range(at, bytes) + " overlaps " + other + " " + range(o, n) +
-                                " declared before; a step's destinations must be disjoint, and the memory a "
-                                "fill or gather reads is not written by the step");
-  }
+  std::size_t last_descs_ = 0;
 };
 
 }  // namespace ferry::detail

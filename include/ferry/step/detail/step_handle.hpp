@@ -27,7 +27,7 @@ class step_handle {
   /// The batch's state; ferry::error for an empty (default-constructed) `kind` handle, or one
   /// whose batch was destroyed or assigned over.
   Core& state(const char* kind) const {
-    if (!core_ || core_->dead_) [[unlikely]]
+    if (!core_ || core_->dead()) [[unlikely]]
       throw_unusable(kind);
     return *core_;
   }

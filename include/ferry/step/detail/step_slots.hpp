@@ -1,27 +1,32 @@
 // ferry/step/detail/step_slots.hpp: a step_batch's slots as pinned blocks: their capacity planned
 // from the declared plan (growth::fixed: the declared limits; otherwise the initial sizes, as the
 // GrowthPolicy grows them), their blocks taken from the arena and grown to the largest step at
-// their next use, the slot a step begins in (taken from the slot ring: memory/slot_ring.hpp), and
-// their blocks given back.
+// their next use, the slot a step begins in (taken from the slot ring: memory/slot_ring.hpp), the
+// table a step is encoded into, the stamps of its use, and their blocks given back.
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
 #include <ferry/backend/detail/timeline.hpp>
+#include <ferry/backend/stream.hpp>
 #include <ferry/config.hpp>
 #include <ferry/detail/checked.hpp>
 #include <ferry/detail/math.hpp>
+#include <ferry/detail/view_generation.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/pinned_arena.hpp>
+#include <ferry/memory/slot_ring.hpp>
 #include <ferry/policies/growth.hpp>
 #include <ferry/policies/reuse.hpp>
 #include <ferry/step/detail/plan.hpp>
-#include <ferry/step/detail/step_core.hpp>
+#include <ferry/step/detail/step_plan.hpp>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace ferry::detail {
 
@@ -31,19 +36,29 @@ namespace ferry::detail {
 /// on CUDA, a device lane for its launches); under launch::graph a slot holds only contents, and
 /// the step's table is the ring's entry for the batch's step counter: the ring has one table per
 /// slot the batch may hold (max_slots), since a step's launch is in flight only while its slot
-/// is held, and launches of the one executable run in submit order.
+/// is held, and launches of the one executable run in submit order. A slot is named by its index
+/// in the ring (acquire()'s answer), which the caller passes back.
 template <class B, class Growth, reuse_policy Reuse, class Epilogue, bool Graphs>
-struct step_slots {
-  using growth = Growth;
-  static constexpr bool fixed = Growth::stable_addresses;
-  static constexpr bool graphs = Graphs;
-  using core = step_core<B, fixed, Reuse, Epilogue>;
-  using slot = typename core::slot;
+class step_slots {
   using ops = backend_ops<B>;
-  static constexpr std::size_t none = core::none;
+
+ public:
+  static constexpr bool fixed = Growth::stable_addresses;
+  using plan_type = step_plan<B, fixed, Epilogue>;
+  using contents = step_contents<B, fixed>;
+
+  struct slot {
+    pinned_block table;                // step_header + chunk_desc[table_cap]
+    std::size_t table_cap = 0;         // descriptors
+    pinned_block content;              // bump-allocated contents (step_contents)
+    std::vector<pinned_block> extra;   // blocks taken by a step that outgrew `content`
+    step_lane lane;                    // CUDA, launch::kernel: the device lane of its launches
+    [[no_unique_address]] slot_generation generation;  // checked views (FERRY_CHECKED_VIEWS)
+  };
+  using ring_type = slot_ring<B, Reuse, slot>;
   /// Whether the ring stamps slots (event_fenced, throw_when_full): a slot's readers are stamped
   /// by the next submit, so such a batch needs two slots at least.
-  static constexpr bool fenced = decltype(core::slots_)::stamps_uses();
+  static constexpr bool fenced = ring_type::stamps_uses();
 
   /// The constructor's checks: std::invalid_argument on bad slot counts.
   static void check_counts(std::size_t slots, std::size_t max_slots) {
@@ -56,112 +71,217 @@ struct step_slots {
                                   ") exceeds max_slots (" + std::to_string(max_slots) + ")");
   }
 
-  /// The plan's capacity (step_core::declared_capacity): the limits under growth::fixed, the
-  /// initial sizes, as the GrowthPolicy grows them, otherwise.
-  static std::pair<std::size_t, std::size_t> planned_capacity(const core& k) {
-    auto [descs, bytes] = k.declared_capacity();
-    if constexpr (!fixed) {
-      descs = grown_capacity<Growth>(descs, 0);
-      bytes = grown_capacity<Growth>(bytes, 0);
-    }
-    return {descs, bytes};
-  }
+  /// `slots` (check_counts) made at reserve(), up to `max_slots`, on `device`, from `arena`, with
+  /// lanes and graphs through `slot_ops`.
+  step_slots(std::size_t slots, std::size_t max_slots, int device, pinned_arena<B>& arena,
+             const step_slot_ops<Epilogue>& slot_ops)
+      : arena_(&arena), slot_ops_(&slot_ops), initial_(slots), device_(device), ring_(ring_order::warmest, max_slots) {}
+  step_slots(const step_slots&) = delete;
+  step_slots& operator=(const step_slots&) = delete;
 
-  /// reserve(): the plan fixed and every initial slot allocated at its capacity (and each write
-  /// target's host memory); if anything throws, the plan is not fixed and nothing is kept.
-  static void reserve(core& k) {
-    if (k.frozen_) return;
-    const auto [table, content] = planned_capacity(k);
-    k.want_table_ = table;
-    k.want_content_ = content;
+  /// Every initial slot allocated at the capacity the plan asks (launch::graph: and the graph
+  /// over the ring of tables); the table capacity, or if anything throws nothing is kept.
+  std::size_t reserve(const plan_type& p) {
+    auto [table, content] = p.declared_capacity();
+    if constexpr (!fixed) {
+      table = grown_capacity<Growth>(table, 0);
+      content = grown_capacity<Growth>(content, 0);
+    }
+    want_table_ = table;
+    want_content_ = content;
     try {
       // Room for the initial slots only, as uva_pool: a slot inserted later makes its own room
       // (max_slots is a ceiling, up to SIZE_MAX: "no limit", and sizes nothing).
-      k.slots_.reserve(k.initial_slots_);
+      ring_.reserve(initial_);
     } catch (const std::exception&) {  // std::length_error, std::bad_alloc
-      k.want_table_ = k.want_content_ = 0;
-      throw out_of_memory("ferry: step_batch::reserve: the host memory for " + std::to_string(k.initial_slots_) +
+      want_table_ = want_content_ = 0;
+      throw out_of_memory("ferry: step_batch::reserve: the host memory for " + std::to_string(initial_) +
                           " slots cannot be allocated");
     }
     try {
       // The pinned slots first: the arena (its cap, its largest block) refuses a plan no slot can
-      // hold. Only then each target's host memory, bounded by the descriptors a slot now holds.
-      for (std::size_t i = 0; i < k.initial_slots_; ++i) k.slots_.push_back(make(k));
-      if constexpr (Graphs) make_graph(k);
-      for (auto& w : k.writes_) k.reserve_writes(w, table, "step_batch::reserve");
+      // hold.
+      for (std::size_t i = 0; i < initial_; ++i) ring_.push_back(make(p));
+      if constexpr (Graphs) make_graph(p);
     } catch (...) {
-      release_all(k);  // the plan is not fixed: a later reserve() or begin() starts over
-      if constexpr (Graphs) release_graph(k);
-      k.want_table_ = k.want_content_ = 0;
+      unreserve();
       throw;
     }
-    k.frozen_ = true;
+    return table;
+  }
+  /// reserve() undone (what the plan's freeze refused after it): nothing kept, a later reserve()
+  /// starts over.
+  void unreserve() noexcept {
+    release_all();
+    if constexpr (Graphs) release_graph(0);
+    want_table_ = want_content_ = 0;
   }
 
-  /// begin(): ferry::error while a step is open; the plan reserved (reserve()); then the ring's
-  /// warmest free slot (while the stream keeps up, the slot of the step before the last: the host
-  /// keeps writing slots that stay in its caches), else one inserted, else (the ring full) as the
-  /// ReusePolicy says: a wait for the next slot, or ferry::capacity_error with nothing changed.
-  /// The slot taken is the open step's, emptied.
-  static void begin_step(core& k) {
-    if (k.open_)
-      throw error("ferry: step_batch::begin: the step begun before was neither submitted nor cancelled");
-    reserve(k);
-    claim c{k};
-    const std::size_t at = k.slots_.acquire(c);  // its stamps have all passed (or caller_fenced)
-    auto& s = k.slots_[at];
-    s.generation.bump();  // the views of its last step are stale from here
-    k.base_ = s.content.data;
-    k.room_ = s.content.capacity;
-    k.used_ = 0;
-    k.clear_step();
-    k.open_ = true;
+  /// The ring's warmest free slot (while the stream keeps up, the slot of the step before the
+  /// last: the host keeps writing slots that stay in its caches), else one inserted, else (the
+  /// ring full) as the ReusePolicy says: a wait for the next slot, or ferry::capacity_error with
+  /// nothing changed; its index. Its stamps have all passed (or caller_fenced), and the views of
+  /// its last step are stale from here.
+  std::size_t acquire(const plan_type& p) {
+    claim c{*this, p};
+    const std::size_t at = ring_.acquire(c);
+    ring_[at].generation.bump();
+    return at;
+  }
+  /// The acquired slot handed back, to be taken again by the next acquire().
+  void cancel() noexcept { ring_.cancel(); }
+
+  /// The contents of a step in slot `at` (its content block, and more as the step outgrows it).
+  contents contents_of(std::size_t at) noexcept {
+    slot& s = ring_[at];
+    return contents(*arena_, s.content, s.extra, grows_);
+  }
+  /// The checked views' generation of the slot acquired last (the open or last step's, or after a
+  /// cancel the step's before); null when there is none.
+  [[nodiscard]] slot_generation* generation() noexcept {
+    const std::size_t at = ring_.current();
+    return at == ring_type::npos ? nullptr : &ring_[at].generation;
   }
 
-  /// cancel(): the open step's records dropped and its slot handed back to the ring, to be taken
-  /// again by the next begin(); outside a step nothing happens.
-  static void cancel_step(core& k) noexcept {
-    if (!k.open_) return;
-    k.clear_step();
-    k.slots_.cancel();
-    k.open_ = false;
+  /// The descriptors the table of a step in slot `at` holds.
+  [[nodiscard]] std::size_t table_capacity(std::size_t at) const noexcept {
+    return Graphs ? want_table_ : ring_[at].table_cap;
+  }
+  /// Room for `descs` descriptors in the table of a step in slot `at`: ferry::capacity_error under
+  /// growth::fixed, else the slot's table grown as the GrowthPolicy says (nothing changes if it
+  /// throws; a larger table is all that stays if a later check of the step throws).
+  void fit_table(std::size_t at, std::size_t descs, const plan_type& p) {
+    if (descs <= table_capacity(at)) return;
+    if constexpr (fixed) {
+      throw capacity_error("ferry: step_batch (growth::fixed): the step needs " + std::to_string(descs) +
+                           " descriptors, more than the " + std::to_string(table_capacity(at)) + " of its table");
+    } else {
+      slot& s = ring_[at];
+      const std::size_t want = std::max(want_table_, grown_capacity<Growth>(descs, s.table_cap));
+      regrow_table(s, want, p);
+      want_table_ = want;
+    }
+  }
+  /// The content capacity every slot is wanted at once a step of `bytes` (in slot `at`) was
+  /// submitted: growth::pow2 and user policies answer when the step outgrew the capacity; the
+  /// answer is proven by taking a block of that size from the arena (given back at once, unused:
+  /// the next slot that grows takes it), so that an answer no block can hold throws here
+  /// (ferry::capacity_error, or ferry::out_of_memory), before anything is enqueued, instead of at
+  /// every later acquire(). Kept by grow_content().
+  [[nodiscard]] std::size_t content_for(std::size_t bytes) const {
+    if constexpr (!fixed) {
+      if (bytes > want_content_) [[unlikely]]
+        return grown_content(bytes);
+    }
+    return want_content_;
+  }
+  void grow_content(std::size_t want) noexcept { want_content_ = want; }
+
+  /// The table of the `steps`th step of the batch, in slot `at`, and the value of the device step
+  /// counter it runs at: launch::graph: the ring's table for that value (the lane's count before
+  /// the batch plus `steps`); launch::kernel: the slot's own table (step 0, unused).
+  [[nodiscard]] std::pair<std::byte*, std::uint64_t> table_of(std::size_t at, std::uint64_t steps) noexcept {
+    if constexpr (Graphs) {
+      const std::uint64_t step = lane_.step + steps;
+      return {tables_.data + (step % ring_.max_slots()) * table_stride_, step};
+    } else {
+      return {ring_[at].table.data, 0};
+    }
+  }
+  /// launch::kernel: the device lane of slot `at`'s launches.
+  [[nodiscard]] const step_lane& lane_of(std::size_t at) const noexcept { return ring_[at].lane; }
+  /// launch::graph: the batch's graph.
+  [[nodiscard]] const step_graph& graph() const noexcept { return graph_; }
+  /// launch::graph and launch::capture: where the kernel finds the ring of tables and the batch's
+  /// lane, and `status` (launch::capture's report, mapped).
+  [[nodiscard]] step_locator locator(std::uintptr_t status = 0) const noexcept {
+    return {reinterpret_cast<std::uintptr_t>(ops::mapped(tables_.data)), table_stride_, ring_.max_slots(),
+            lane_.address, status};
+  }
+  /// The batch lane's step counter where the batch began (launch::graph, launch::capture).
+  [[nodiscard]] std::uint64_t first_step() const noexcept { return lane_.step; }
+
+  /// Room for submit's stamps (before the enqueue, so that nothing after it allocates).
+  void reserve_commit() { ring_.reserve_commit(); }
+  /// The step in the acquired slot enqueued, its kernel's mark `done`: it stamps the slot, and the
+  /// previous step's slot when that published (the readers of its publishes are work enqueued on
+  /// the stream before this step's kernel); a step that `published` nothing has no readers, and
+  /// its slot is free once its own kernel has run, so the host may prepare a step while the one
+  /// before runs. Room reserved: no allocation, no throw.
+  void commit(const stamp& done, bool published) noexcept {
+    ring_.commit(done, published ? after_use::view : after_use::open);
+  }
+  /// Work enqueued on `s` so far reads the last submitted step's publishes: its slot is stamped
+  /// as the ReusePolicy asks.
+  void record_use(stream_ref<B> s) { ring_.record_use(s); }
+  /// The acquired slot's step was enqueued but could not be stamped: its slot, and the previous
+  /// step's when it published (whose readers on the stream this stamp would have covered), leave
+  /// the ring without being released (slot_ring::abandon): their blocks are leaked, never
+  /// rewritten under a reader (launch::graph: with the tables and lane).
+  void abandon() noexcept {
+    ring_.abandon();
+    leaked_ = true;
   }
 
-  /// What begin() asks of the ring (slot_ring::acquire's hooks): a slot at the wanted capacities.
+  /// Every slot given back once its stamps have passed. Closing is a use of every slot: the last
+  /// step's publishes may have readers that no stamp covers (the next submit would have stamped
+  /// them): the ring synchronizes the device first (slot_ring::release), which needs no stream
+  /// that may be gone by now; past the wait bound, that step's slot is leaked (launch::graph:
+  /// with the tables and lane its step may still use). `steps`: the batch's submitted steps;
+  /// whether nothing was leaked.
+  bool close(std::uint64_t steps) noexcept {
+    release_all();
+    if constexpr (Graphs) release_graph(steps);
+    return !leaked_;
+  }
+
+  [[nodiscard]] std::size_t size() const noexcept { return ring_.size(); }
+  [[nodiscard]] std::size_t max_slots() const noexcept { return ring_.max_slots(); }
+  [[nodiscard]] ring_counts counts() const noexcept { return ring_.counts(); }
+  /// Blocks grown or added (step_batch::stats().grows).
+  [[nodiscard]] std::uint64_t grows() const noexcept { return grows_; }
+  /// The table capacity every slot is wanted at (launch::capture records its grid with it).
+  [[nodiscard]] std::size_t table_wanted() const noexcept { return want_table_; }
+  [[nodiscard]] int device() const noexcept { return device_; }
+
+ private:
+
+  /// What acquire() asks of the ring (slot_ring::acquire's hooks): a slot at the wanted capacities.
   struct claim {
-    core& k;
-    slot make() { return step_slots::make(k); }
+    step_slots& k;
+    const plan_type& p;
+    slot make() { return k.make(p); }
     void fit([[maybe_unused]] slot& s) {
-      if constexpr (!fixed) step_slots::fit(k, s);
+      if constexpr (!fixed) k.fit(s, p);
     }
     // The full ring's message (event_fenced waits instead: the host runs at most max_slots - 1
     // steps ahead).
     std::string describe(std::size_t next) const {
-      const stamp held = k.slots_.stamps(next).template held<B>();
+      const stamp held = k.ring_.stamps(next).template held<B>();
       return "ferry: step_batch: the next slot (slot " + std::to_string(next) +
              ") is still in use (its step or the readers of its publishes)" +
              (held.empty() ? std::string()
                            : " until stream point (line " + std::to_string(held.line) + ", seq " +
                                  std::to_string(held.seq) + ")") +
-             " and the batch holds max_slots (" + std::to_string(k.slots_.max_slots()) +
+             " and the batch holds max_slots (" + std::to_string(k.ring_.max_slots()) +
              ") slots; use more slots, or let the stream catch up";
     }
   };
 
   /// A new slot at the wanted capacities (launch::kernel: with its table and lane); nothing is
   /// kept if it throws.
-  static slot make(core& k) {
+  slot make(const plan_type& p) {
     slot s;
     try {
       if constexpr (!Graphs) {
-        s.table = k.arena_->acquire(k.table_bytes(k.want_table_));
-        s.table_cap = k.want_table_;
-        k.init_table(s.table.data, s.table_cap);
-        s.lane = k.slot_ops_->take_lane(k.device_);
+        s.table = arena_->acquire(p.table_bytes(want_table_));
+        s.table_cap = want_table_;
+        p.init_table(s.table.data, s.table_cap);
+        s.lane = slot_ops_->take_lane(device_);
       }
-      s.content = k.arena_->acquire(k.want_content_);
+      s.content = arena_->acquire(want_content_);
     } catch (...) {
-      release(k, s);
+      release(s);
       throw;
     }
     return s;
@@ -169,118 +289,97 @@ struct step_slots {
 
   /// launch::graph: the ring of tables (one per slot the batch may hold), the batch's lane and its
   /// one graph over them; release_graph() gives back what was made if it throws.
-  static void make_graph(core& k) {
-    const std::size_t count = k.slots_.max_slots();
-    k.table_stride_ = round_up(k.table_bytes(k.want_table_), 64);
-    k.tables_ = k.arena_->acquire(checked_bytes<capacity_error>(count, k.table_stride_, "step_batch's tables"));
-    for (std::size_t i = 0; i < count; ++i) k.init_table(k.tables_.data + i * k.table_stride_, k.want_table_);
-    k.lane_ = k.slot_ops_->take_lane(k.device_);
-    const step_locator at{reinterpret_cast<std::uintptr_t>(ops::mapped(k.tables_.data)), k.table_stride_, count,
-                          k.lane_.address};
-    k.graph_ = k.slot_ops_->make_graph(at, k.want_table_, k.device_, &k.epilogue_);
-  }
-  /// The open step's table, and in `step` the value of the device step counter it runs at:
-  /// launch::graph: the ring's table for that value (the lane's count before the batch plus its
-  /// submits); launch::kernel: the slot's own table (`step` 0, unused).
-  static std::byte* table_of(core& k, slot& s, std::uint64_t& step) noexcept {
-    if constexpr (Graphs) {
-      step = k.lane_.step + k.steps_;
-      return k.tables_.data + (step % k.slots_.max_slots()) * k.table_stride_;
-    } else {
-      step = 0;
-      return s.table.data;
-    }
-  }
-  /// The descriptors a step's table holds.
-  static std::size_t table_capacity(const core& k, const slot& s) noexcept {
-    return Graphs ? k.want_table_ : s.table_cap;
+  void make_graph(const plan_type& p) {
+    const std::size_t count = ring_.max_slots();
+    table_stride_ = round_up(p.table_bytes(want_table_), 64);
+    tables_ = arena_->acquire(checked_bytes<capacity_error>(count, table_stride_, "step_batch's tables"));
+    for (std::size_t i = 0; i < count; ++i) p.init_table(tables_.data + i * table_stride_, want_table_);
+    lane_ = slot_ops_->take_lane(device_);
+    graph_ = slot_ops_->make_graph(locator(), want_table_, device_, p.epilogue());
   }
 
   /// growth::pow2: a slot coming into use takes the sizes of the largest step so far, in one block
   /// (its blocks have all passed: released at once).
-  static void fit(core& k, slot& s) {
-    if (s.table_cap < k.want_table_) {
-      regrow_table(k, s, k.want_table_);
-      ++k.grows_;
+  void fit(slot& s, const plan_type& p) {
+    if (s.table_cap < want_table_) {
+      regrow_table(s, want_table_, p);
+      ++grows_;
     }
-    if (s.content.capacity < k.want_content_ || !s.extra.empty()) {
-      if (s.content.capacity < k.want_content_) ++k.grows_;
-      const pinned_block b = k.arena_->acquire(std::max(k.want_content_, s.content.capacity));
-      k.arena_->release(s.content);
-      for (const auto& e : s.extra) k.arena_->release(e);
+    if (s.content.capacity < want_content_ || !s.extra.empty()) {
+      if (s.content.capacity < want_content_) ++grows_;
+      const pinned_block b = arena_->acquire(std::max(want_content_, s.content.capacity));
+      arena_->release(s.content);
+      for (const auto& e : s.extra) arena_->release(e);
       s.extra.clear();
       s.content = b;
     }
   }
   /// The slot's table at `descs` descriptors; nothing changes if it throws.
-  static void regrow_table(core& k, slot& s, std::size_t descs) {
-    const pinned_block b = k.arena_->acquire(k.table_bytes(descs));
-    k.init_table(b.data, descs);
-    k.arena_->release(s.table);
+  void regrow_table(slot& s, std::size_t descs, const plan_type& p) {
+    const pinned_block b = arena_->acquire(p.table_bytes(descs));
+    p.init_table(b.data, descs);
+    arena_->release(s.table);
     s.table = b;
     s.table_cap = descs;
   }
 
-  /// growth::pow2 and user policies: the content capacity every slot is wanted at once a step of
-  /// `bytes` outgrew it, as the GrowthPolicy answers; the answer is proven by taking a block of
-  /// that size from the arena (given back at once, unused: the next slot that grows takes it), so
-  /// that an answer no block can hold throws here (ferry::capacity_error, or
-  /// ferry::out_of_memory), before anything is enqueued, instead of at every later begin().
-  FERRY_COLD static std::size_t grown_content(core& k, std::size_t bytes) {
-    const std::size_t want = std::max(k.want_content_, grown_capacity<Growth>(bytes, k.want_content_));
+  FERRY_COLD std::size_t grown_content(std::size_t bytes) const {
+    const std::size_t want = std::max(want_content_, grown_capacity<Growth>(bytes, want_content_));
     try {
-      k.arena_->release(k.arena_->acquire(want));
+      arena_->release(arena_->acquire(want));
     } catch (const capacity_error& e) {
       throw capacity_error("ferry: step_batch::submit: the GrowthPolicy's capacity_for(" + std::to_string(bytes) +
-                           ", " + std::to_string(k.want_content_) + ") answered " + std::to_string(want) +
+                           ", " + std::to_string(want_content_) + ") answered " + std::to_string(want) +
                            " bytes, which no pinned block can hold (" + e.what() + ")");
     }
     return want;
   }
 
-  /// Gives a slot's blocks (and graph) back; the ring calls it once the slot's stamps have passed
+  /// Gives a slot's blocks (and lane) back; the ring calls it once the slot's stamps have passed
   /// (a slot whose readers could not be waited for is leaked, never reused under a reader).
-  static void release(core& k, slot& s) noexcept {
-    auto& arena = *k.arena_;
+  void release(slot& s) noexcept {
     destructor_guard([&] {
-      if (s.lane.address) k.slot_ops_->give_lane(k.device_, s.lane);
-      if (s.table) arena.release(s.table);
-      if (s.content) arena.release(s.content);
-      for (const auto& e : s.extra) arena.release(e);
+      if (s.lane.address) slot_ops_->give_lane(device_, s.lane);
+      if (s.table) arena_->release(s.table);
+      if (s.content) arena_->release(s.content);
+      for (const auto& e : s.extra) arena_->release(e);
     });
     s = {};
   }
-  /// Gives every slot back once its stamps have passed (slot_ring::release); a slot that cannot
-  /// be waited for is leaked, and with it (launch::graph) the tables and lane its step may still
-  /// use.
-  static void release_all(core& k) noexcept {
-    if (!k.slots_.release(k.device_, [&](slot& s) { release(k, s); })) k.leaked_ = true;
+  void release_all() noexcept {
+    if (!ring_.release(device_, [&](slot& s) { release(s); })) leaked_ = true;
   }
   /// launch::graph: the graph destroyed, and (unless a launch may still use them) the tables and
-  /// lane given back, the lane's step counter where the batch's submits left it.
-  static void release_graph(core& k) noexcept {
+  /// lane given back, the lane's step counter where the batch's `steps` submits left it.
+  void release_graph(std::uint64_t steps) noexcept {
     destructor_guard([&] {
-      k.slot_ops_->destroy_graph(k.graph_);
-      k.graph_ = {};
-      if (k.leaked_) return;
-      if (k.lane_.address) k.slot_ops_->give_lane(k.device_, {k.lane_.address, k.lane_.step + k.steps_});
-      if (k.tables_) k.arena_->release(k.tables_);
+      slot_ops_->destroy_graph(graph_);
+      graph_ = {};
+      if (leaked_) return;
+      if (lane_.address) slot_ops_->give_lane(device_, {lane_.address, lane_.step + steps});
+      if (tables_) arena_->release(tables_);
     });
-    k.lane_ = {};
-    k.tables_ = {};
+    lane_ = {};
+    tables_ = {};
   }
 
-  /// The batch's end (destruction, or an assignment over it): its handles end, its open step is
-  /// dropped, and every slot is given back. Destruction is a use of every slot: the last step's
-  /// publishes may have readers that no stamp covers (the next submit would have stamped them):
-  /// the ring synchronizes the device first (slot_ring::release), which needs no stream that may
-  /// be gone by now; past the wait bound, that step's slot is leaked.
-  static void close(core& k) noexcept {
-    k.dead_ = true;
-    k.open_ = false;
-    release_all(k);
-    if constexpr (Graphs) release_graph(k);
-  }
+  pinned_arena<B>* arena_;
+  const step_slot_ops<Epilogue>* slot_ops_;  // step_ops<B>'s, taken by the batch's constructor
+  std::size_t initial_;
+  int device_;
+  // The slots, stamped by the step's kernel, the next submit and record_use (the ring keeps the
+  // stamps, chooses the warmest free slot and waits when full).
+  ring_type ring_;
+  // capacities wanted for every slot (fixed: the plan's bounds)
+  std::size_t want_table_ = 0, want_content_ = 0;
+  std::uint64_t grows_ = 0;
+  // CUDA: launch::graph's ring of tables (one per step in flight, indexed by the step counter) and
+  // the batch's lane and graph; launch::kernel: each slot's lane.
+  pinned_block tables_;
+  std::size_t table_stride_ = 0;
+  step_lane lane_;
+  step_graph graph_;
+  bool leaked_ = false;  // a slot or table may still be read by a launch: keep the lane and tables
 };
 
 }  // namespace ferry::detail
