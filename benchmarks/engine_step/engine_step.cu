@@ -8,7 +8,8 @@
 //    rows, the block-table writes of every KV-cache group, the fused epilogue derive_inputs) in
 //    one submit: launch::graph, launch::kernel, and launch::graph in the engine's own graph
 //    (submit_with: a child node before the model's first kernel) beside that graph's replay alone;
-//    SPEC §12.4's capture mode has its row, not measured until the library has it;
+//    and launch::capture (SPEC §12.4: the step kernel recorded once into the engine's capture
+//    before the model's first kernel; each step a commit with no CUDA call, then one replay);
 //  - the floor: ONE kernel reading the step from a ring of pinned slots through UVA, doing the same
 //    work and, in its last block, the same derivation, then storing the step's number into a mapped
 //    counter from which the host chooses a free slot (support/fence.hpp: the cached counter first);
@@ -263,6 +264,13 @@ class ferry_engine {
   void run_with(const step_data& d, ferry::stream_ref<B> s, Launch2&& launch) {
     fill(d);
     batch_.submit_with(s, launch);
+  }
+  /// launch::capture: the step kernel recorded into the capture on `s` (once, before the first step).
+  void record(ferry::stream_ref<B> s) { batch_.record(s); }
+  /// launch::capture: one step committed (no CUDA call); the engine's next replay runs it.
+  void commit(const step_data& d) {
+    fill(d);
+    batch_.commit();
   }
   /// The ablation: the step built as run() builds it, then dropped (nothing enqueued).
   void build_only(const step_data& d) {
@@ -709,7 +717,10 @@ cudaGraphExec_t engine_graph(cudaGraph_t step, const std::int64_t* positions, st
   cudaGraph_t g = nullptr;
   BENCH_CUDA(cudaGraphCreate(&g, 0));
   auto check = [&](cudaError_t r, const char* what) {
-    if (r != cudaSuccess) cudaGraphDestroy(g), throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(r));
+    if (r == cudaSuccess) return;
+    (void)cudaGetLastError();  // the refusal is this row's answer: it must not fail a later row's cudaPeekAtLastError
+    cudaGraphDestroy(g);
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(r));
   };
   cudaGraphNode_t child = nullptr, model = nullptr;
   if (step != nullptr) check(cudaGraphAddChildGraphNode(&child, g, nullptr, 0, step), "cudaGraphAddChildGraphNode");
@@ -962,8 +973,9 @@ double host_of(const std::deque<row>& rows, const char* label, bool twin = false
 
 // ---- the engine's graph: the host rows and the device gap -------------------------------------------
 
-/// The rows of ferry in the engine's graph (submit_with) and of the engine's replay alone; both
-/// engine graphs end in the model's first kernel.
+/// The rows of ferry in the engine's graph (submit_with; launch::capture, SPEC §12.4: the step
+/// recorded once into the engine's capture, each step committed with no CUDA call) and of the
+/// engine's replay alone; every engine graph ends in the model's first kernel.
 void add_engine_graph_rows(std::deque<row>& rows, const shape& sh, cudaStream_t cs, ferry::stream_ref<B> s,
                            std::size_t in_flight, ferry::device_buffer<std::int64_t, B>& sink) {
   struct alone {
@@ -990,14 +1002,36 @@ void add_engine_graph_rows(std::deque<row>& rows, const shape& sh, cudaStream_t 
   });
   r.ferry = true;
   r.arrays = [p = g.get()] { return p->e.arrays(); };
-}
-
-/// SPEC §12.4's capture mode: a batch recorded once into the engine's own stream capture, each step
-/// committed with no CUDA call and run by the engine's replay. The library has no such mode yet;
-/// when it has, its step is timed here, as the row "ferry ... in the engine's graph" is, and its
-/// row says so. Until then the row says that it was not measured.
-ferry_bench::row capture_mode_row() {
-  return {{"step", std::string(label_capture)}, {"host us", nan}, {"note", std::string("not measured: not in the library yet")}};
+  // The engine captures its graph once (cudaStreamBeginCapture on its stream): the step kernel
+  // recorded by the batch, then the model's first kernel. Each step: commit, one replay.
+  struct captured {
+    ferry_engine<ferry::launch::capture> e;
+    cudaGraphExec_t exec = nullptr;
+    captured(const shape& sh, std::size_t n, cudaStream_t cs, std::int64_t* out) : e(sh, n) {
+      BENCH_CUDA(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+      cudaGraph_t graph = nullptr;
+      try {
+        e.record(ferry::stream_ref<B>::identified(cs));
+        launch_model(cs, e.buf().positions.data(), out, nullptr, false);
+      } catch (...) {
+        cudaStreamEndCapture(cs, &graph);
+        if (graph) cudaGraphDestroy(graph);
+        throw;
+      }
+      BENCH_CUDA(cudaStreamEndCapture(cs, &graph));
+      const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      BENCH_CUDA(made);
+    }
+    ~captured() { cudaGraphExecDestroy(exec); }
+  };
+  auto c = std::make_shared<captured>(sh, in_flight, cs, out);
+  row& rc = add_row(rows, label_capture, sh, c, cs, [cs](captured& x, const step_data& d) {
+    x.e.commit(d);
+    BENCH_CUDA(cudaGraphLaunch(x.exec, cs));
+  });
+  rc.ferry = true;
+  rc.arrays = [p = c.get()] { return p->e.arrays(); };
 }
 
 /// The device gap between the step's last write and the model's first kernel (see the file
@@ -1148,10 +1182,10 @@ int run(const ferry_bench::options& o) {
                          {"host / floor", r.host / floor_host}, {"host / kernel floor", r.host / kernel_floor_host},
                          {"slots", r.slots ? r.slots() : nan}, {"runtime_calls_per_step", r.calls.total},
                          {"runtime_calls", r.calls.names()}};
-    if (r.label == label_in_graph) out.push_back({"host us over the engine's replay alone", r.host - alone});
+    if (r.label == label_in_graph || r.label == label_capture)
+      out.push_back({"host us over the engine's replay alone", r.host - alone});
     rep.add(std::move(out));
   }
-  rep.add(capture_mode_row());
   if (!why.empty()) rep.add({{"step", std::string("libtorch C++ rows")}, {"note", why}});
   measure_gaps(rep, o, base, s, in_flight);
 
