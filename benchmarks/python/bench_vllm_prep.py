@@ -11,19 +11,21 @@ scheduler's form) to the step's inputs ready on the GPU for the model's replay:
          uploads and kernels, prepare_attn's two kernels, as its model runner calls them
   ferry  one VllmStepPrep.prepare call: one kernel launch
 over the same device state (vLLM's RequestState tensors). Each is first checked against the other
-on the step (every output equal). Host time per step: bursts of --burst steps, the stream drained
+on the step (every output equal), and so is ferry's VllmStepPrep(graph=True) (below). Host time per step: bursts of --burst steps, the stream drained
 between bursts (not counted); every case's variants (vLLM, ferry, and each one's A/A twin: the same
 code and object, timed again) run one burst per round, in an order rotated from round to round;
 medians over --rounds rounds. With "+ graph", each step is followed by the replay of a stand-in
 model graph (a few kernels reading the side's input buffers, captured once) and the time is the
-whole step's. Per step also: the launches and syncs of each side (torch.profiler's CUDA runtime
+whole step's: vLLM's preparation, then the replay; ferry at its best path there, a
+VllmStepPrep(graph=True) whose step kernel was recorded into that graph's capture (record()),
+each step a commit() with no CUDA call, then the replay, which runs the preparation and the model. Per step also: the launches and syncs of each side (torch.profiler's CUDA runtime
 and driver API records), and the device time of the preparation alone (steps enqueued behind a
 kernel that holds the stream, back to back).
 
 Targets (SPEC §10): vllm_prep.host_speedup_min >= 20 (the smallest vLLM/ferry ratio of host time
 over the batch sizes and draft settings, preparation alone), vllm_prep.python_us_per_step_b256 <= 10
 (ferry's host us per step at b = 256, the larger of the two draft settings), vllm_prep.extra_launches_per_step
-= 0 (ferry's launches per step beside the replay) and vllm_prep.syncs_per_step = 0. Each target
+= 0 (ferry's launches per step beside the replay, graph=True) and vllm_prep.syncs_per_step = 0. Each target
 carries its A/A noise (the same target from the twins' figures) and verdict. Exits 77 (skipped)
 without a GPU, without ferry_vllm, or without vLLM's files in .carry/vllm
 (tools/vllm-prep-oracle --fetch).
@@ -112,12 +114,20 @@ class Case:
                                             num_computed_tokens=rs.num_computed_tokens.gpu,
                                             last_sampled_tokens=rs.last_sampled_tokens,
                                             draft_tokens=rs.draft_tokens if d else None, max_concurrency=16)
+        # the same preparation inside the model's graph (graph=True): its own buffers and slots
+        self.prep_g = ferry_vllm.VllmStepPrep(max_num_reqs=R, max_num_tokens=T, block_sizes=[BLOCK],
+                                              max_num_blocks=blocks, num_computed_tokens=rs.num_computed_tokens.gpu,
+                                              last_sampled_tokens=rs.last_sampled_tokens,
+                                              draft_tokens=rs.draft_tokens if d else None, max_concurrency=16,
+                                              graph=True)
         self.ids = {}
         self.tokens = [rng.integers(0, 150_000, int(n)).astype(np.int32) for n in self.data.lengths]
         rs.last_sampled_tokens.copy_(torch.randint(0, 150_000, rs.last_sampled_tokens.shape))
         if d:
             rs.draft_tokens.copy_(torch.randint(0, 150_000, rs.draft_tokens.shape))
         self.graph = {}
+        if device == "cuda":
+            self.make_graphs()
         self.fresh()
 
     def reset(self):
@@ -129,12 +139,14 @@ class Case:
         step.removed = [slot for slot in reversed(data.added.tolist()) if slot in self.ids]
         for slot in step.removed:
             self.prep.remove_request(slot)
+            self.prep_g.remove_request(slot)
         for i, slot in enumerate(data.added.tolist()):
             length = int(data.lengths[i])
             step.added.append((slot, self.tokens[i], (data.initial_blocks(i),), length))
             self.prep.add_request(slot, self.tokens[i], (data.initial_blocks(i),), length)
+            self.prep_g.add_request(slot, self.tokens[i], (data.initial_blocks(i),), length)
         self.runner.lifecycle(step, self.ids)
-        self.k = {"vllm": 0, "ferry": 0}
+        self.k = {"vllm": 0, "ferry": 0, "ferry_g": 0}
 
     def fresh(self):
         """reset(), then one step of each side (their re-added blocks land), checked."""
@@ -154,33 +166,52 @@ class Case:
         self.prep.prepare(s.idx_mapping, s.num_scheduled_tokens, s.num_draft_tokens, new_block_ids=s.new_block_ids,
                           num_reqs_padded=s.num_reqs_padded, num_tokens_padded=s.num_tokens_padded)
 
+    def ferry_commit(self):
+        """graph=True: the step committed (no CUDA call); the next replay of the model graph runs it."""
+        s = self.step_data("ferry_g")
+        self.prep_g.commit(s.idx_mapping, s.num_scheduled_tokens, s.num_draft_tokens, new_block_ids=s.new_block_ids,
+                           num_reqs_padded=s.num_reqs_padded, num_tokens_padded=s.num_tokens_padded)
+
+    def ferry_replay(self):
+        """graph=True: the replay of the model graph the step kernel was recorded into (device="cpu":
+        the host backend's stand-in, run by the time it returns)."""
+        if self.device == "cuda":
+            self.graph["ferry_g"].replay()
+        else:
+            self.prep_g.replay_recorded()
+
     def check(self):
         """One step of each: every output of ferry's equals vLLM's."""
         import torch
 
         self.vllm_step()
         self.ferry_step()
+        self.ferry_commit()
+        self.ferry_replay()
         sync(self.device)
-        ib, bt, p, n = self.runner.input_buffers, self.runner.block_tables, self.prep, self.b
-        pairs = [(ib.input_ids, p.input_ids), (ib.positions, p.positions), (ib.seq_lens, p.seq_lens),
-                 (ib.query_start_loc, p.query_start_loc), (bt.slot_mappings, p.slot_mappings),
-                 (bt.input_block_tables[0][:n], p.input_block_tables[0][:n]),
-                 (bt.block_tables[0].gpu, p.block_tables[0])]
-        for i, (a, b) in enumerate(pairs):
-            if not torch.equal(a, b):
-                sys.exit(f"bench_vllm_prep: b={self.b} d={self.d}: output {i} of ferry differs from vLLM's")
+        self.prep_g.check_replayed()
+        ib, bt, n = self.runner.input_buffers, self.runner.block_tables, self.b
+        for who, p in (("ferry", self.prep), ("ferry graph=True", self.prep_g)):
+            pairs = [(ib.input_ids, p.input_ids), (ib.positions, p.positions), (ib.seq_lens, p.seq_lens),
+                     (ib.query_start_loc, p.query_start_loc), (bt.slot_mappings, p.slot_mappings),
+                     (bt.input_block_tables[0][:n], p.input_block_tables[0][:n]),
+                     (bt.block_tables[0].gpu, p.block_tables[0])]
+            for i, (a, b) in enumerate(pairs):
+                if not torch.equal(a, b):
+                    sys.exit(f"bench_vllm_prep: b={self.b} d={self.d}: output {i} of {who} differs from vLLM's")
 
     def make_graphs(self):
-        """A stand-in model graph per side: a few kernels reading its input buffers."""
+        """A stand-in model graph per side: a few kernels reading its input buffers; graph=True's with
+        its step kernel recorded first."""
         import torch
 
         T = self.data.tokens
         weight = torch.randn(150_000, 64, device="cuda")
         cache = torch.zeros(1 << 18, 64, device="cuda")
-        ib, bt, p = self.runner.input_buffers, self.runner.block_tables, self.prep
+        ib, bt, p = self.runner.input_buffers, self.runner.block_tables, self.prep_g
         for who, (ids, pos, slots, lens) in {
             "vllm": (ib.input_ids, ib.positions, bt.slot_mappings, ib.seq_lens),
-            "ferry": (p.input_ids, p.positions, p.slot_mappings, p.seq_lens),
+            "ferry_g": (p.input_ids, p.positions, p.slot_mappings, p.seq_lens),
         }.items():
             def model(ids=ids, pos=pos, slots=slots, lens=lens):
                 h = weight.index_select(0, ids[:T].long()) * (pos[:T, None].float() + 1)
@@ -195,19 +226,21 @@ class Case:
             torch.cuda.current_stream().wait_stream(s)
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
+                if who == "ferry_g":
+                    p.record()
                 model()
             self.graph[who] = g
 
     def variants(self):
-        vg, fg = self.graph["vllm"], self.graph["ferry"]
+        vg = self.graph["vllm"]
 
         def vllm_graph():
             self.vllm_step()
             vg.replay()
 
         def ferry_graph():
-            self.ferry_step()
-            fg.replay()
+            self.ferry_commit()
+            self.ferry_replay()
 
         return {"prep": (self.vllm_step, self.ferry_step), "graph": (vllm_graph, ferry_graph)}
 
@@ -298,6 +331,7 @@ def cpu_smoke(carry: Path) -> int:
         for d in DRAFTS:
             c = Case(vllm, rng, b, d, 16, device="cpu")
             v, f = burst(c.vllm_step, 2, "cpu"), burst(c.ferry_step, 2, "cpu")
+            c.ferry_commit(), c.ferry_replay(), c.ferry_commit(), c.ferry_replay()
             c.check()
             print(f"  cpu smoke b={b} d={d}: checked twice; vLLM {v:.0f} us (interpreted), ferry {f:.1f} us per step")
     return 0
@@ -344,7 +378,6 @@ def main() -> int:
     for b in batches:
         for d in DRAFTS:
             c = Case(vllm, rng, b, d, per_case_steps)
-            c.make_graphs()
             cases.append(c)
             print(f"  case b={b} d={d}: checked (every output of ferry's equals vLLM's), graphs captured", flush=True)
 
@@ -411,8 +444,8 @@ def main() -> int:
         target("host_speedup_min", worst["speedup"], ">=", 20, worst_twin, case=worst["case"]),
         target("python_us_per_step_b256", slow["ferry_us"], "<=", 10, slow["ferry_us_twin"], case=slow["case"]),
         target("extra_launches_per_step", extra, "<=", 0, extra,
-               note="ferry's launches per step beside the model graph's replay (torch.profiler's CUPTI records): "
-                    "its step kernel until step_batch's capture mode (SPEC 12.4) records it into the graph"),
+               note="ferry's launches per step beside the model graph's replay, VllmStepPrep(graph=True) "
+                    "(torch.profiler's CUPTI records)"),
         target("syncs_per_step", syncs, "<=", 0, syncs, note="of ferry's steps, every case"),
     ]
     print("targets:")
