@@ -281,24 +281,29 @@ SYNC = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"
 
 
 def api_calls(f, steps):
-    """The CUDA runtime and driver calls per step of f (torch.profiler: CUPTI's records), by name."""
+    """The CUDA runtime and driver calls per step of f (torch.profiler: CUPTI's records), by name: a
+    window of `steps` steps less an empty window (the synchronize that ends a window, and what the
+    profiler calls itself when it stops, are not the steps')."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    def window(fn, n):
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(n):
+                fn()
+            torch.cuda.synchronize()
+        counts = {}
+        for e in prof.events():
+            if e.name in LAUNCH or e.name in SYNC:
+                counts[e.name] = counts.get(e.name, 0) + 1
+        return counts
+
     for _ in range(3):
         f()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            f()
-        torch.cuda.synchronize()
-    counts = {}
-    for e in prof.events():
-        if e.name in LAUNCH or e.name in SYNC:
-            counts[e.name] = counts.get(e.name, 0) + 1
-    # the synchronize that ends the profiled window is not the steps'
-    counts["cudaDeviceSynchronize"] = counts.get("cudaDeviceSynchronize", 0) - 1
-    return {k: v / steps for k, v in counts.items() if v}
+    base = window(lambda: None, 0)
+    counts = window(f, steps)
+    return {k: (v - base.get(k, 0)) / steps for k, v in counts.items() if v != base.get(k, 0)}
 
 
 def device_us(f, steps):
