@@ -1008,10 +1008,11 @@ void add_engine_graph_rows(std::deque<row>& rows, const shape& sh, cudaStream_t 
     ferry_engine<ferry::launch::capture> e;
     cudaGraphExec_t exec = nullptr;
     captured(const shape& sh, std::size_t n, cudaStream_t cs, std::int64_t* out) : e(sh, n) {
+      const auto ref = ferry::stream_ref<B>::identified(cs);  // asks the device now: a capturing stream refuses
       BENCH_CUDA(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
       cudaGraph_t graph = nullptr;
       try {
-        e.record(ferry::stream_ref<B>::identified(cs));
+        e.record(ref);
         launch_model(cs, e.buf().positions.data(), out, nullptr, false);
       } catch (...) {
         cudaStreamEndCapture(cs, &graph);

@@ -77,10 +77,12 @@ def test_what_is_capture_safe():
     dst = torch.zeros(4, dtype=torch.int32, device="cuda")
     sb.add_upload(dst)
     pinned = torch.arange(8, dtype=torch.int32).pin_memory()
-    # A tensor's staging is made by its first stage_write (pinned memory: an allocation, which a
-    # capture refuses); once made, staging is host work alone.
-    staged.stage_write(0, 0, [1])
-    staged.apply_write()
+    # A tensor's staging slots (max_concurrency of them) are made by its first applies, one each
+    # (pinned memory: an allocation, which a capture refuses); once each was used and its apply has
+    # run, staging is host work alone.
+    for _ in range(staged.max_concurrency):
+        staged.stage_write(0, 0, [1])
+        staged.apply_write()
     eager = [
         lambda: staged.apply_write(),
         lambda: fv.FusedStagedWriter("cuda", 4).apply([staged]),

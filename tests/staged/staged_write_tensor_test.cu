@@ -178,6 +178,31 @@ TEMPLATE_TEST_CASE("stage_write checks bounds even for empty ranges and records 
   REQUIRE(got == ref.data);
 }
 
+TEMPLATE_TEST_CASE("once each staging slot has been used and its apply has run, staging allocates nothing",
+                   "[staged]", STAGED_BACKENDS) {
+  // What makes stage_write safe inside a stream capture (docs/python.md): the staging slots are made
+  // by the first applies, one per slot; after them a stage takes a free slot and allocates nothing.
+  FERRY_REQUIRE_BACKEND(TestType);
+  using T = std::int32_t;
+  ferry::stream<TestType> s;
+  const std::size_t slots = GENERATE(1, 2, 3);
+  ferry::staged_write_tensor<T, TestType> t(2, 8, s, slots);
+  for (std::size_t k = 0; k < slots; ++k) {
+    t.stage_write(0, k, {static_cast<T>(k + 1)});
+    t.apply_write(s);
+  }
+  s.synchronize();
+  const auto before = ferry::backend_stats_of<TestType>();
+  t.stage_write(1, 2, {5, 6});
+  CHECK(ferry::backend_stats_of<TestType>().pinned_allocations == before.pinned_allocations);
+  CHECK(ferry::backend_stats_of<TestType>().device_allocations == before.device_allocations);
+  t.apply_write(s);
+  std::vector<T> want(16, 0);
+  for (std::size_t k = 0; k < slots; ++k) want[k] = static_cast<T>(k + 1);
+  want[10] = 5, want[11] = 6;
+  REQUIRE(read_back<T, TestType>(t, s) == want);
+}
+
 TEMPLATE_TEST_CASE("clear drops staged writes and an empty apply does nothing", "[staged]",
                    STAGED_BACKENDS) {
   FERRY_REQUIRE_BACKEND(TestType);
