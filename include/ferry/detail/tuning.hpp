@@ -63,7 +63,7 @@ inline constexpr std::size_t slot_stamps_reserved = 4;
 /// `max_slots`): a ring whose readers fall behind grows without blocking up to here, no further.
 inline constexpr std::size_t ring_default_max_slots = 8;
 
-// ---- the write plan (staged/detail/layout.hpp, write_kernel.cuh; docs/performance.md,
+// ---- the write plan (write/chunk.hpp, write/kernel.cuh; docs/performance.md,
 //      "staged_write" and "decode_step") ------------------------------------------------------
 
 /// Bytes one descriptor covers at most (one thread block): 256 threads x 2 vectors of 16 bytes.

@@ -1,12 +1,12 @@
 // ferry/staged/detail/apply_kernel.cuh: the CUDA apply kernel of staged writes and its launcher.
 //
-// One thread block per chunk of the chunk table (staged/detail/layout.hpp): a write of many
+// One thread block per chunk of the chunk table (write/chunk.hpp): a write of many
 // elements is spread over many blocks, so that even one large write keeps enough reads in flight
 // over PCIe when its contents are read in place through UVA (a block per write cannot keep enough
 // in flight: docs/design.md, "Tuning constants"). Block b:
 //   1. lanes 0-2 of warp 0 read chunk b's 24 bytes (through UVA: one PCIe round trip), into
 //      shared memory;
-//   2. the block runs it with the write plan's kernel body (write_kernel.cuh): 16-byte vectors
+//   2. the block runs it with the write plan's kernel body (write/kernel.cuh): 16-byte vectors
 //      when source and destination are congruent mod 16 bytes (staging arranges this for every
 //      write of 64 bytes or more), else scalar copies.
 // The chunk table holds disjoint destinations (overlaps are resolved on the host before launch,
@@ -23,7 +23,7 @@
 #include <ferry/config.hpp>
 #include <ferry/error.hpp>
 #include <ferry/staged/detail/layout.hpp>
-#include <ferry/staged/detail/write_kernel.cuh>
+#include <ferry/write/kernel.cuh>
 
 #include <cuda_runtime.h>
 

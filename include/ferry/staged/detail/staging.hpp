@@ -1,5 +1,5 @@
 // ferry/staged/detail/staging.hpp: one batch of staged writes in a pinned slot (see layout.hpp),
-// recorded by the write plan's recorder (write_plan.hpp), and its capacity rules (the
+// recorded by the write plan's recorder (write/recorder.hpp), and its capacity rules (the
 // GrowthPolicy's).
 #pragma once
 
@@ -10,8 +10,8 @@
 #include <ferry/policies/growth.hpp>
 #include <ferry/staged/detail/layout.hpp>
 #include <ferry/staged/detail/slot_pool.hpp>
-#include <ferry/staged/detail/write_plan.hpp>
 #include <ferry/staged/staging_memory.hpp>
+#include <ferry/write/recorder.hpp>
 
 #include <algorithm>
 #include <bit>

@@ -4,7 +4,7 @@
 //
 // and its contents live in the slot's other pinned blocks, addressed absolutely (UVA), so that
 // contents never move while a step is being filled. The descriptors are the write plan's
-// (staged/detail/layout.hpp) over bytes at absolute addresses: block b of the step kernel runs
+// (write/chunk.hpp) over bytes at absolute addresses: block b of the step kernel runs
 // descriptor b, a copy of `count` bytes from `src` to `dst`, a fill of `count` bytes at `dst` with
 // the `fill`-byte value at `src`, or a piece of a record (`fill` has piece_flag; piece_record):
 // of a gather, `count` elements at `dst` from the record at `src` (the source's address, the host
@@ -23,7 +23,7 @@
 #include <ferry/backend/stream.hpp>
 #include <ferry/config.hpp>
 #include <ferry/detail/tuning.hpp>
-#include <ferry/staged/detail/layout.hpp>
+#include <ferry/write/chunk.hpp>
 #include <ferry/step/step_context.hpp>
 
 #include <atomic>

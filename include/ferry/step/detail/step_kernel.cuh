@@ -1,7 +1,7 @@
 // ferry/step/detail/step_kernel.cuh: the CUDA step kernel of step_batch, its launcher, the one
 // graph of a batch under launch::graph, and the device lanes. Block b runs descriptor b of the
 // step's table (plan.hpp), read through UVA: a copy or fill with the write plan's kernel body
-// (staged/detail/write_kernel.cuh), or a piece of a gather or scatter; the last block to arrive
+// (write/kernel.cuh), or a piece of a gather or scatter; the last block to arrive
 // runs the epilogue, advances the batch's step counter (launch::graph) and stores the kernel mark;
 // and step_ops<backend::cuda>, which step_batch submits through.
 #pragma once
@@ -12,9 +12,9 @@
 #include <ferry/config.hpp>
 #include <ferry/detail/tuning.hpp>
 #include <ferry/error.hpp>
-#include <ferry/staged/detail/write_kernel.cuh>
 #include <ferry/step/detail/plan.hpp>
 #include <ferry/step/step_context.hpp>
+#include <ferry/write/kernel.cuh>
 
 #include <cuda_runtime.h>
 

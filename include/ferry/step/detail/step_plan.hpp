@@ -1,7 +1,7 @@
 // ferry/step/detail/step_plan.hpp: a step_batch's plan and the open step's records: what was
 // declared (uploads, publishes, write targets, gathers, fills, the epilogue) and its checks, the
 // records its handles fill each step, their contents placed in the open slot (step_contents), the
-// writes recorded through the write plan's recorder (staged/detail/write_plan.hpp), and the
+// writes recorded through the write plan's recorder (write/recorder.hpp), and the
 // step's encoding into a table (plan.hpp's format). It holds no slot: step_core passes the open
 // step's contents down.
 #pragma once
@@ -13,10 +13,9 @@
 #include <ferry/detail/source_range.hpp>
 #include <ferry/error.hpp>
 #include <ferry/memory/pinned_arena.hpp>
-#include <ferry/staged/detail/layout.hpp>
-#include <ferry/staged/detail/write_plan.hpp>
 #include <ferry/step/detail/plan.hpp>
 #include <ferry/step/step_context.hpp>
+#include <ferry/write/recorder.hpp>
 
 #include <algorithm>
 #include <charconv>

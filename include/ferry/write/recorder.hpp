@@ -1,10 +1,10 @@
-// ferry/staged/detail/write_plan.hpp: the one recorder of row-segment writes into a rows x cols
+// ferry/write/recorder.hpp: the one recorder of row-segment writes into a rows x cols
 // target, shared by staged_write_tensor (staging.hpp), fused_staged_writer (which applies what
 // tensors recorded) and step_batch's write targets (step/detail/step_plan.hpp).
 //
 // It holds the rules every recorded write follows, written once:
 //  - bounds: row < rows, start <= cols, len <= cols - start, checked even for an empty write;
-//  - chunking: a write becomes one descriptor (layout.hpp's chunk_desc) per `per_chunk` elements,
+//  - chunking: a write becomes one descriptor (write/chunk.hpp's chunk_desc) per `per_chunk` elements,
 //    one thread block each;
 //  - placement: contents are placed congruent to their destination mod the kernels' vector width,
 //    so that the kernel body copies them with 16-byte vectors;
@@ -17,8 +17,8 @@
 #include <ferry/config.hpp>
 #include <ferry/detail/math.hpp>
 #include <ferry/error.hpp>
-#include <ferry/staged/detail/layout.hpp>
-#include <ferry/staged/detail/overlap.hpp>
+#include <ferry/write/chunk.hpp>
+#include <ferry/write/overlap.hpp>
 
 #include <algorithm>
 #include <cstddef>

@@ -1,4 +1,5 @@
-// ferry/staged/detail/overlap.hpp: the "later write wins" rule of staged writes.
+// ferry/write/overlap.hpp: the "later write wins" rule of recorded writes (staged writes and a
+// step's write targets).
 //
 // While staging, overlap_tracker keeps, per row, the hull [lo, hi) of the writes staged to it in
 // this batch (a direct-mapped table of at most overlap_tracker_rows (4096) rows, so exact for
@@ -17,7 +18,7 @@
 #pragma once
 
 #include <ferry/error.hpp>
-#include <ferry/staged/detail/layout.hpp>
+#include <ferry/write/chunk.hpp>
 
 #include <algorithm>
 #include <bit>

@@ -1,5 +1,5 @@
-// ferry/staged/detail/write_kernel.cuh: the one kernel body of the write plan: how a thread block
-// runs one descriptor (layout.hpp's chunk_desc), a copy or a fill, for the staged-write apply
+// ferry/write/kernel.cuh: the one kernel body of the write plan: how a thread block
+// runs one descriptor (write/chunk.hpp's chunk_desc), a copy or a fill, for the staged-write apply
 // kernel (apply_kernel.cuh, words of the element type) and the step kernel (step/detail/
 // step_kernel.cuh, bytes at absolute addresses) alike.
 //
@@ -14,7 +14,7 @@
 
 #include <ferry/config.hpp>
 #include <ferry/detail/tuning.hpp>
-#include <ferry/staged/detail/layout.hpp>
+#include <ferry/write/chunk.hpp>
 
 #include <cuda_runtime.h>
 
