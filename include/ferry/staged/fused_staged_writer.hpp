@@ -16,6 +16,7 @@
 #include <ferry/staged/detail/slot_pool.hpp>
 #include <ferry/staged/staged_write_tensor.hpp>
 #include <ferry/staged/staging_memory.hpp>
+#include <ferry/write/recorder.hpp>
 
 #include <algorithm>
 #include <array>
@@ -92,17 +93,12 @@ class fused_staged_writer {
   /// cannot be represented throws ferry::capacity_error with nothing changed.
   void reserve(std::size_t max_writes, std::size_t max_elements) {
     using detail::add_fits, detail::mul_fits;
-    constexpr std::size_t per = detail::elements_per_chunk<T>;
-    const std::size_t elem_chunks = max_elements / per + (max_elements % per != 0);
-    std::size_t write_chunks = 0, chunks = 0, table = 0;
-    std::size_t contents = 0, padding = 0, align = 0, sum = 0, scratch = 0;
-    if (!mul_fits(max_writes, 2, write_chunks) ||
-        !add_fits(3 * elem_chunks + 2, write_chunks, chunks) ||
-        !mul_fits(chunks, sizeof(detail::chunk_desc), table) ||
-        !mul_fits(max_elements, sizeof(T), contents) ||
-        !mul_fits(max_writes, detail::write_vector_bytes, padding) ||
-        !mul_fits(max_tensors_, detail::content_alignment, align) ||
-        !add_fits(contents, padding, sum) || !add_fits(sum, align, scratch))
+    // The write plan's capacity, and each tensor's contents copied from a 256-aligned offset.
+    detail::write_recorder::room need{};
+    std::size_t table = 0, align = 0, scratch = 0;
+    if (!detail::write_recorder::capacity(max_writes, max_elements, sizeof(T), need) ||
+        !mul_fits(need.descs, sizeof(detail::chunk_desc), table) ||
+        !mul_fits(max_tensors_, detail::content_alignment, align) || !add_fits(need.bytes, align, scratch))
       throw capacity_error("ferry: fused_staged_writer::reserve(" + std::to_string(max_writes) +
                            ", " + std::to_string(max_elements) + ") overflows size_t");
     pool_.reserve(std::max(table_bytes_, table), std::max(scratch_bytes_, scratch));

@@ -2,14 +2,15 @@
 // (staged_write_tensor, fused_staged_writer) and every step (step_batch): the one descriptor
 // (chunk_desc), the bounds rule of a write, and the host's kernel body (run_chunks_now).
 //
-// A descriptor moves `count` words of the kernel's word type from `src` to `dst` (word indices
-// from the bases the kernel is given; absolute addresses over bytes when the bases are 0), or,
-// when `fill` is non-zero, writes the `fill`-byte value at `src` over `count` words at `dst`.
-// staged_write_tensor's words are its elements and its indices are relative to its target and
-// contents; fused_staged_writer's are absolute element indices; a step's are bytes at absolute
-// addresses. The recorder that writes descriptors is write/recorder.hpp; the kernel body that
-// runs one is write/kernel.cuh. The write plan's tuning (chunk bytes, block threads, vector width,
-// congruence_min_bytes, overlap_tracker_rows) is in detail/tuning.hpp.
+// A descriptor has one meaning: `count` words of the kernel's word type from word `src` to word
+// `dst`, indices from the two bases its apply names, or, when `fill` is non-zero, the `fill`-byte
+// value at `src` written over `count` words at `dst`. What the recorder (write/recorder.hpp)
+// writes are element indices: staged_write_tensor's apply names its target and its slot's
+// contents as the bases; fused_staged_writer adds those bases to the indices and runs them from
+// bases 0; a step encodes its targets' writes, copies and fills as bytes from bases 0 (the step
+// table's step_desc, step/detail/plan.hpp). The kernel body that runs one is write/kernel.cuh.
+// The write plan's tuning (chunk bytes, block threads, vector width, congruence_min_bytes,
+// overlap_tracker_rows) is in detail/tuning.hpp.
 #pragma once
 
 #include <ferry/config.hpp>

@@ -6,8 +6,10 @@
 //  - bounds: row < rows, start <= cols, len <= cols - start, checked even for an empty write;
 //  - chunking: a write becomes one descriptor (write/chunk.hpp's chunk_desc) per `per_chunk` elements,
 //    one thread block each;
-//  - placement: contents are placed congruent to their destination mod the kernels' vector width,
-//    so that the kernel body copies them with 16-byte vectors;
+//  - placement: contents of a write of congruence_min_bytes or more are placed congruent to their
+//    destination mod the kernels' vector width, so that the kernel body copies them with 16-byte
+//    vectors (placement_pad);
+//  - capacity: what N writes of M elements take, descriptors and bytes (capacity);
 //  - later write wins: overlaps are noted while recording (overlap_tracker) and resolved into
 //    disjoint descriptors before a launch (overlap_resolver);
 //  - limits: growth::fixed's writes and elements per launch.
@@ -15,6 +17,7 @@
 #pragma once
 
 #include <ferry/config.hpp>
+#include <ferry/detail/checked.hpp>
 #include <ferry/detail/math.hpp>
 #include <ferry/error.hpp>
 #include <ferry/write/chunk.hpp>
@@ -58,11 +61,43 @@ class write_recorder {
     for (std::size_t c = 0, e = 0; e < len; ++c, e += per_chunk)
       d[c] = {dst + e, src + e, static_cast<std::uint32_t>(std::min(per_chunk, len - e)), 0};
   }
-  /// The padding that places contents at `at` (an address, or an offset with the same residue)
-  /// congruent to the destination byte address `dst` modulo the kernels' vector width.
+  /// The placement rule of every write's contents: contents of a write of `bytes` bytes, `elem`
+  /// bytes an element, that would start at `at` (an address, or an offset with the same residue)
+  /// are padded to start congruent to its destination byte address `dst` modulo the kernels'
+  /// vector width when the write has congruence_min_bytes or more (the kernel then copies its
+  /// body with 16-byte vectors), else only to the next element boundary. The padding is below
+  /// write_vector_bytes: capacity() counts that much per write.
+  static constexpr std::size_t placement_pad(std::uintptr_t at, std::uintptr_t dst, std::size_t bytes,
+                                             std::size_t elem) noexcept {
+    return bytes >= congruence_min_bytes ? congruence_pad(at, dst) : (elem - at % elem) % elem;
+  }
+  /// The padding that places contents at `at` congruent to `dst` modulo the kernels' vector width.
   static constexpr std::size_t congruence_pad(std::uintptr_t at, std::uintptr_t dst) noexcept {
     const std::size_t want = dst % write_vector_bytes;
     return (want + write_vector_bytes - at % write_vector_bytes) % write_vector_bytes;
+  }
+
+  /// What a batch of `writes` writes of `elements` elements of `elem` bytes in all can take: the
+  /// descriptors of its resolved table and the bytes of its contents with their padding.
+  struct room {
+    std::size_t descs, bytes;
+  };
+  /// The one capacity formula of the write plan, for a staging slot, a fused apply and a step's
+  /// write target alike: 2 * writes + ceil(elements / elements per chunk) descriptors, and
+  /// elements * elem + writes * write_vector_bytes bytes. The descriptors bound the resolved
+  /// table: painting later-wins leaves at most 2 * writes - 1 disjoint segments, of at most
+  /// `elements` elements in all, each split into chunks (at most one more than its length needs).
+  /// False, with `out` unchanged, when a count cannot be represented.
+  [[nodiscard]] static constexpr bool capacity(std::size_t writes, std::size_t elements, std::size_t elem,
+                                               room& out) noexcept {
+    const std::size_t per_chunk = write_chunk_bytes / elem;
+    const std::size_t chunks = elements / per_chunk + (elements % per_chunk != 0);
+    std::size_t twice = 0, descs = 0, contents = 0, padding = 0, bytes = 0;
+    if (!mul_fits(writes, 2, twice) || !add_fits(twice, chunks, descs) || !mul_fits(elements, elem, contents) ||
+        !mul_fits(writes, write_vector_bytes, padding) || !add_fits(contents, padding, bytes))
+      return false;
+    out = {descs, bytes};
+    return true;
   }
 
   /// Notes a write of `len` elements at [row][start] (before its contents are gathered: a gather

@@ -50,11 +50,9 @@ class staging_core {
     const std::uint64_t dst = recorder_.destination(row, start, len);
     if (len == 0) return;
     const std::size_t bytes = len * sizeof(T);  // within the target's bytes (constructor-checked)
-    std::size_t off = used_, pad = 0;
-    if (bytes >= congruence_min_bytes) {  // the slot's contents start 256-aligned: offsets suffice
-      pad = write_recorder::congruence_pad(off, dst * sizeof(T));
-      off += pad;
-    }
+    // The slot's contents start 256-aligned: offsets suffice.
+    const std::size_t pad = write_recorder::placement_pad(used_, dst * sizeof(T), bytes, sizeof(T));
+    const std::size_t off = used_ + pad;
     const std::size_t chunks = write_recorder::chunks_of(len, per_chunk);
     const std::size_t end = checked_add<capacity_error>(off, bytes, "staged contents");
     // One test in steady state: the caps are 0 while no slot is current.
@@ -80,7 +78,7 @@ class staging_core {
       write_recorder::split(d, dst, src, len, per_chunk);
       extra_chunks_ += chunks - 1;
     }
-    if (bytes >= congruence_min_bytes) padding_ += pad;
+    padding_ += pad;
     chunks_ += chunks;
     used_ = end;
     if constexpr (std::ranges::contiguous_range<R>)  // cannot throw
@@ -109,17 +107,12 @@ class staging_core {
       max_writes = std::max(max_writes_, max_writes);
       max_elements = std::max(max_elements_, max_elements);
     }
-    const std::size_t chunks = max_elements / per_chunk + (max_elements % per_chunk != 0);
-    std::size_t write_descs = 0, descs_needed = 0, contents = 0, padding = 0, bytes_needed = 0;
-    if (!mul_fits(max_writes, 2, write_descs) ||
-        !add_fits(3 * chunks + 2, write_descs, descs_needed) ||
-        !mul_fits(max_elements, sizeof(T), contents) ||
-        !mul_fits(max_writes, write_vector_bytes, padding) ||
-        !add_fits(contents, padding, bytes_needed))
+    write_recorder::room need{};
+    if (!write_recorder::capacity(max_writes, max_elements, sizeof(T), need))
       throw capacity_error("ferry: staged_write_tensor::reserve(" + std::to_string(max_writes) +
                            ", " + std::to_string(max_elements) + ") overflows size_t");
-    std::size_t wd = std::max(want_descs_, descs_needed);
-    std::size_t wb = std::max(want_bytes_, bytes_needed);
+    std::size_t wd = std::max(want_descs_, need.descs);
+    std::size_t wb = std::max(want_bytes_, need.bytes);
     if constexpr (!fixed) {
       wd = grown_capacity<Growth>(wd, want_descs_);
       wb = grown_contents(wd, wb);

@@ -1,12 +1,13 @@
 // ferry/step/detail/plan.hpp: what a step_batch hands to its kernel. A step's table is
 //
-//   [ step_header (64 bytes) | chunk_desc[capacity] | step_view_entry[views] | epilogue ]
+//   [ step_header (64 bytes) | step_desc[capacity] | step_view_entry[views] | epilogue ]
 //
 // and its contents live in the slot's other pinned blocks, addressed absolutely (UVA), so that
-// contents never move while a step is being filled. The descriptors are the write plan's
-// (write/chunk.hpp) over bytes at absolute addresses: block b of the step kernel runs
-// descriptor b, a copy of `count` bytes from `src` to `dst`, a fill of `count` bytes at `dst` with
-// the `fill`-byte value at `src`, or a piece of a record (`fill` has piece_flag; piece_record):
+// contents never move while a step is being filled. Block b of the step kernel runs step_desc b,
+// over bytes at absolute addresses: a copy of `count` bytes from `src` to `dst` or a fill of
+// `count` bytes at `dst` with the `kind`-byte value at `src` (both run by the write plan's kernel
+// body, write/kernel.cuh, as a chunk_desc over bytes from bases 0), or a piece of a record (`kind`
+// has piece_flag; piece_record):
 // of a gather, `count` elements at `dst` from the record at `src` (the source's address, the host
 // values' address, then the int32 indices); of a scatter (scatter_flag too), `count` one-element
 // writes into the target at `dst` (the values' address, then the uint32 element indices; the
@@ -48,11 +49,26 @@ struct alignas(64) step_header {
 };
 static_assert(sizeof(step_header) == 64, "the descriptors start 64 bytes into the table block");
 
-inline chunk_desc* step_descs(void* table) noexcept {
-  return reinterpret_cast<chunk_desc*>(static_cast<std::byte*>(table) + sizeof(step_header));
+/// One descriptor of a step's table, one thread block's work, over bytes at absolute addresses:
+/// `kind` 0, a copy of `count` bytes from `src` to `dst`; `kind` 1, 2, 4 or 8, a fill of `count`
+/// bytes at `dst` with the `kind`-byte value at `src`; `kind` with piece_flag, a piece of a
+/// gather's or scatter's record at `src` (below). The first two are the write plan's descriptor
+/// (write/chunk.hpp's chunk_desc, words of one byte from bases 0), with the same layout, so that
+/// its kernel body runs them as they are.
+struct step_desc {
+  std::uint64_t dst;
+  std::uint64_t src;
+  std::uint32_t count;
+  std::uint32_t kind;
+};
+static_assert(sizeof(step_desc) == sizeof(chunk_desc) && offsetof(step_desc, kind) == offsetof(chunk_desc, fill),
+              "a step's copies and fills are run as the write plan's descriptors");
+
+inline step_desc* step_descs(void* table) noexcept {
+  return reinterpret_cast<step_desc*>(static_cast<std::byte*>(table) + sizeof(step_header));
 }
 
-/// A piece of a record (a gather's or a scatter's) has piece_flag in `fill` (a scatter's also
+/// A piece of a record (a gather's or a scatter's) has piece_flag in `kind` (a scatter's also
 /// scatter_flag), the piece's number in bits 4-29, and the element size's log2 in bits 0-3;
 /// `count` is the piece's elements, the ones from element piece * piece_elements of the record.
 inline constexpr std::uint32_t piece_flag = 0x80000000u;
@@ -63,9 +79,9 @@ constexpr std::uint32_t piece_fill(std::uint32_t kind, std::size_t piece, std::s
   const std::uint32_t log2 = elem == 1 ? 0 : elem == 2 ? 1 : elem == 4 ? 2 : 3;
   return piece_flag | kind | static_cast<std::uint32_t>(piece << 4) | log2;
 }
-/// The first element of the record that the piece with `fill` moves.
-FERRY_HOST_DEVICE constexpr std::size_t piece_first(std::uint32_t fill) noexcept {
-  return static_cast<std::size_t>((fill & ~(piece_flag | scatter_flag)) >> 4) * piece_elements;
+/// The first element of the record that the piece of `kind` moves.
+FERRY_HOST_DEVICE constexpr std::size_t piece_first(std::uint32_t kind) noexcept {
+  return static_cast<std::size_t>((kind & ~(piece_flag | scatter_flag)) >> 4) * piece_elements;
 }
 /// The head of a record in the slot: for a gather the device source's address and the host
 /// values' (mapped; 0 when none this step), followed by the step's int32 indices; for a scatter
@@ -78,13 +94,13 @@ static_assert(sizeof(piece_record) == 16, "the indices follow 16 bytes into a re
 
 /// The host's piece of a record: a gather's `d.count` elements from the record at d.src into
 /// d.dst, or a scatter's `d.count` elements into the target at d.dst.
-inline void run_piece_now(const chunk_desc& d) noexcept {
+inline void run_piece_now(const step_desc& d) noexcept {
   const auto* rec = reinterpret_cast<const piece_record*>(d.src);
-  const std::size_t elem = std::size_t{1} << (d.fill & 0xfu);
-  const std::size_t first = piece_first(d.fill);
+  const std::size_t elem = std::size_t{1} << (d.kind & 0xfu);
+  const std::size_t first = piece_first(d.kind);
   auto* dst = reinterpret_cast<std::byte*>(d.dst);
   const auto* values = reinterpret_cast<const std::byte*>(rec->values) + first * elem;
-  if (d.fill & scatter_flag) {
+  if (d.kind & scatter_flag) {
     const auto* idx = reinterpret_cast<const std::uint32_t*>(rec + 1) + first;
     for (std::size_t i = 0; i < d.count; ++i) std::memcpy(dst + std::size_t{idx[i]} * elem, values + i * elem, elem);
     return;
@@ -103,12 +119,14 @@ inline void run_piece_now(const chunk_desc& d) noexcept {
 /// next synchronizing call (SPEC §2), as it keeps an enqueue_host task's.
 inline void run_step_now(const void* table, void (*epilogue)(const void* table)) {
   const auto* h = static_cast<const step_header*>(table);
-  const chunk_desc* d = step_descs(const_cast<void*>(table));
+  const step_desc* d = step_descs(const_cast<void*>(table));
   for (std::uint64_t i = 0; i < h->work; ++i) {
-    if (d[i].fill & piece_flag)
+    if (d[i].kind & piece_flag) {
       run_piece_now(d[i]);
-    else
-      run_chunks_now(d + i, 1, 0, 0, 1);
+    } else {
+      const chunk_desc c{d[i].dst, d[i].src, d[i].count, d[i].kind};
+      run_chunks_now(&c, 1, 0, 0, 1);
+    }
   }
   if (epilogue) epilogue(table);
 }

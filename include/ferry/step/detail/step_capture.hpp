@@ -8,7 +8,7 @@
 //
 // Under launch::capture the batch's slots are launch::graph's: a ring of tables found through the
 // batch lane's step counter (step_slots, `Graphs`), on the host backend too (its counter is the
-// status's `ran` word there). The step's work is the core's (step_core::publish).
+// status's `ran` word there). The step's work is the core's (step_core::enqueue_step).
 #pragma once
 
 #include <ferry/backend/detail/backend_ops.hpp>
@@ -105,7 +105,7 @@ class step_capture {
   /// store): from there the engine's next replay runs it. No CUDA call.
   void commit(core& k) {
     check(k, "commit");
-    k.publish("commit", stream_ref<B>(line_), [&](const void* table, std::size_t) { publish(table); });
+    k.enqueue_step("commit", stream_ref<B>(line_), [&](const void* table, std::size_t) { publish(table); });
   }
 
 #if FERRY_HAS_CUDA

@@ -92,7 +92,7 @@ class step_core {
   /// launch of the step kernel, or under launch::graph one replay of the batch's graph.
   FERRY_KERNEL_VISIBILITY void submit(stream_ref<B> s) {
     [[maybe_unused]] const auto on_device = ops::enter(s, slots_.device());
-    publish("submit", s, [&](const void* table, std::size_t blocks) {
+    enqueue_step("submit", s, [&](const void* table, std::size_t blocks) {
       if constexpr (Graphs)
         step_ops<B>::replay(s, slots_.graph());
       else
@@ -104,7 +104,7 @@ class step_core {
   template <class Launch>
   FERRY_KERNEL_VISIBILITY void submit_with(stream_ref<B> s, Launch&& launch) {
     [[maybe_unused]] const auto on_device = ops::enter(s, slots_.device());
-    publish("submit", s, [&](const void*, std::size_t) { launch(slots_.graph()); });
+    enqueue_step("submit", s, [&](const void*, std::size_t) { launch(slots_.graph()); });
   }
 
   /// submit()'s work around `enqueue(table, blocks)`, which enqueues the step (the step kernel over
@@ -116,7 +116,7 @@ class step_core {
   /// leaves the step open; after it nothing throws, except the marking itself, which then
   /// abandons what the step reads (step_slots::abandon). `what` names the call for its errors.
   template <class Enqueue>
-  FERRY_KERNEL_VISIBILITY void publish(const char* what, stream_ref<B> s, Enqueue&& enqueue) {
+  FERRY_KERNEL_VISIBILITY void enqueue_step(const char* what, stream_ref<B> s, Enqueue&& enqueue) {
     check_open(what);
     plan_.check_step();
     const auto z = plan_.resolve_and_measure(contents_);

@@ -100,13 +100,13 @@ FERRY_KERNEL_VISIBILITY __global__ void __launch_bounds__(detail::write_block_th
   __syncthreads();
   if (threadIdx.x == 0) ours = !graph || w[4] == counted;
   if ((!graph || w[4] == counted) && blockIdx.x < w[0]) {
-    const auto fill = static_cast<unsigned>(d[2] >> 32);
-    if (fill & detail::piece_flag) {
+    const auto kind = static_cast<unsigned>(d[2] >> 32);
+    if (kind & detail::piece_flag) {
       const auto n = static_cast<unsigned>(d[2] & 0xffffffffu);
-      const std::size_t first = detail::piece_first(fill);
+      const std::size_t first = detail::piece_first(kind);
       const auto* rec = reinterpret_cast<const detail::piece_record*>(d[1]);
-      const bool scatter = (fill & detail::scatter_flag) != 0;
-      switch (fill & 0xfu) {
+      const bool scatter = (kind & detail::scatter_flag) != 0;
+      switch (kind & 0xfu) {
         case 0: run_piece(reinterpret_cast<unsigned char*>(d[0]), rec, first, n, scatter); break;
         case 1: run_piece(reinterpret_cast<unsigned short*>(d[0]), rec, first, n, scatter); break;
         case 2: run_piece(reinterpret_cast<unsigned*>(d[0]), rec, first, n, scatter); break;

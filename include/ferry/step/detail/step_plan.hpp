@@ -34,9 +34,9 @@ namespace ferry::detail {
 /// A step_plan's epilogue state when it has none.
 struct empty_epilogue {};
 
-/// The open step's contents in its slot: bump-allocated in the slot's content block, each
-/// placement congruent to its destination mod 16, so that the kernel copies bodies with 16-byte
-/// vectors. A step that outgrows the block (not growth::fixed) takes another, at least twice as
+/// The open step's contents in its slot: bump-allocated in the slot's content block, a write's
+/// contents by the write plan's placement rule, every other placement congruent to its
+/// destination mod 16, so that the kernel copies bodies with 16-byte vectors. A step that outgrows the block (not growth::fixed) takes another, at least twice as
 /// large, for the rest of the step (the slot's `extra` blocks), so nothing handed out moves; the
 /// slot's next use consolidates into one block of the largest step's size (step_slots).
 template <class B, bool Fixed>
@@ -49,12 +49,35 @@ class step_contents {
                 std::uint64_t& grows) noexcept
       : arena_(&arena), extra_(&extra), grows_(&grows), base_(block.data), room_(block.capacity) {}
 
-  /// `bytes` of contents for a destination at `dst` (0: none), placed congruent to it mod 16.
-  /// Throws ferry::capacity_error (growth::fixed, arena cap) with nothing changed.
+  /// `bytes` of contents of a record (an upload's, a publish's, a gather's or scatter's) for a
+  /// destination at `dst` (0: none), placed congruent to it mod 16. Throws
+  /// ferry::capacity_error (growth::fixed, arena cap) with nothing changed.
   std::byte* place(std::size_t bytes, std::uintptr_t dst) {
-    auto offset = [&](std::size_t used) {
-      return used + write_recorder::congruence_pad(reinterpret_cast<std::uintptr_t>(base_) + used, dst);
-    };
+    return place_by(bytes, [=](std::uintptr_t at) { return write_recorder::congruence_pad(at, dst); });
+  }
+  /// `bytes` of a write's contents, elements of `elem` bytes for the destination address `dst`,
+  /// placed by the write plan's rule (write_recorder::placement_pad).
+  std::byte* place_write(std::size_t bytes, std::uintptr_t dst, std::size_t elem) {
+    return place_by(bytes, [=](std::uintptr_t at) { return write_recorder::placement_pad(at, dst, bytes, elem); });
+  }
+
+  /// Room for `bytes` of a record's contents this step, at `at` holding `room` bytes (null: none
+  /// yet): kept when it holds them, else placed again (place_again) at `bytes`, or at the record's
+  /// whole `fixed_bytes` under growth::fixed; `at` and `room` follow. Throws with nothing changed.
+  std::byte* room_for(std::byte*& at, std::size_t& room, std::size_t bytes, std::size_t fixed_bytes, std::uintptr_t dst) {
+    if (at == nullptr || bytes > room) {
+      const std::size_t want = Fixed ? fixed_bytes : bytes;
+      at = place_again(at, room, want, dst);
+      room = want;
+    }
+    return at;
+  }
+
+ private:
+  // `bytes` at the next offset that `pad_at(address)` pads to.
+  template <class Pad>
+  std::byte* place_by(std::size_t bytes, Pad pad_at) {
+    auto offset = [&](std::size_t used) { return used + pad_at(reinterpret_cast<std::uintptr_t>(base_) + used); };
     std::size_t off = offset(used_);
     if (off > room_ || bytes > room_ - off) {
       if constexpr (Fixed) {
@@ -76,18 +99,6 @@ class step_contents {
     return base_ + off;
   }
 
-  /// Room for `bytes` of a record's contents this step, at `at` holding `room` bytes (null: none
-  /// yet): kept when it holds them, else placed again (place_again) at `bytes`, or at the record's
-  /// whole `fixed_bytes` under growth::fixed; `at` and `room` follow. Throws with nothing changed.
-  std::byte* room_for(std::byte*& at, std::size_t& room, std::size_t bytes, std::size_t fixed_bytes, std::uintptr_t dst) {
-    if (at == nullptr || bytes > room) {
-      const std::size_t want = Fixed ? fixed_bytes : bytes;
-      at = place_again(at, room, want, dst);
-      room = want;
-    }
-    return at;
-  }
- private:
   /// `bytes` of contents for a record that holds `room` bytes at `at` this step (null: none yet),
   /// too few: grown in place when it is the step's last placement and the block holds it, else
   /// placed anew. (growth::fixed places a record's whole max_n at its first span(), so that a
@@ -142,7 +153,7 @@ class step_plan {
     std::uintptr_t base;
     std::size_t elem, max_writes, max_elements;
     write_recorder rec;              // the target's rows x cols, and the write plan's rules
-    std::vector<chunk_desc> chunks;  // dst: element of the target; src: absolute element index
+    std::vector<chunk_desc> chunks;  // the recorder's: elements from bases the target and 0
     std::size_t writes = 0, elements = 0;
     // One-element writes while none of the step's writes may overlap (`scatters`: element sizes
     // 1, 2, 4 or 8, targets of up to 2^32 elements), placed in the slot as one scatter record at
@@ -311,14 +322,15 @@ class step_plan {
   /// The bytes of a table of `descs` descriptors: header, descriptors, the view entries, the
   /// epilogue's bytes (ferry::capacity_error on overflow).
   [[nodiscard]] std::size_t table_bytes(std::size_t descs) const {
-    const std::size_t d = checked_bytes<capacity_error>(descs, sizeof(chunk_desc), "a step table");
+    const std::size_t d = checked_bytes<capacity_error>(descs, sizeof(step_desc), "a step table");
     return checked_add<capacity_error>(d, sizeof(step_header) + views_ * sizeof(step_view_entry) + 16 + epilogue_room,
                                        "a step table");
   }
 
   /// The declared maxima as a table (descriptors) and content (bytes) capacity, before the
-  /// GrowthPolicy: every placement may pad by up to 15 bytes, and resolved overlaps make at most
-  /// 2 segments per write, each split into chunks. ferry::capacity_error when a sum overflows.
+  /// GrowthPolicy: every placement may pad by up to 15 bytes; a write target takes the write
+  /// plan's capacity (write_recorder::capacity) and its scatter record's head. ferry::capacity_error
+  /// when a sum overflows.
   [[nodiscard]] std::pair<std::size_t, std::size_t> declared_capacity() const {
     std::size_t descs = 0, bytes = 0;
     auto add = [](std::size_t& to, std::size_t n) { to = checked_add<capacity_error>(to, n, "a step plan"); };
@@ -333,10 +345,12 @@ class step_plan {
       add(bytes, write_vector_bytes);
     }
     for (const auto& w : writes_) {
-      add(descs, times(2, w.max_writes));
-      add(descs, chunks_of(times(w.max_elements, w.elem)));
-      add(bytes, times(w.max_elements, w.elem));
-      add(bytes, times(w.max_writes, write_vector_bytes));
+      write_recorder::room r{};
+      if (!write_recorder::capacity(w.max_writes, w.max_elements, w.elem, r))
+        throw capacity_error("ferry: a step plan's write target of " + std::to_string(w.max_writes) + " writes of " +
+                             std::to_string(w.max_elements) + " elements overflows size_t");
+      add(descs, r.descs);
+      add(bytes, r.bytes);
       add(bytes, sizeof(piece_record) + 8 + write_vector_bytes);  // a scatter record's head and padding
     }
     for (const auto& g : gathers_) {
@@ -460,7 +474,7 @@ class step_plan {
         return;
       }
     }
-    T* const out = reinterpret_cast<T*>(c.place(len * sizeof(T), r.base + dst * sizeof(T)));
+    T* const out = reinterpret_cast<T*>(c.place_write(len * sizeof(T), r.base + dst * sizeof(T), sizeof(T)));
     fill(src, out, len);  // a gather may throw: the placed bytes are only unused
     constexpr std::size_t per_chunk = elements_per_chunk<T>;
     const std::uint64_t from = reinterpret_cast<std::uintptr_t>(ops::mapped(out)) / sizeof(T);
@@ -525,7 +539,7 @@ class step_plan {
     try {
       for (std::size_t i = 0; i < n; ++i) {
         const single_write& one = w.singles[i];
-        std::byte* const out = c.place(w.elem, w.base + one.dst * w.elem);
+        std::byte* const out = c.place_write(w.elem, w.base + one.dst * w.elem, w.elem);
         std::memcpy(out, one.value, w.elem);
         w.chunks[i] = {one.dst, reinterpret_cast<std::uintptr_t>(ops::mapped(out)) / w.elem, 1, 0};
       }
@@ -555,7 +569,7 @@ class step_plan {
   /// resolve_and_measure's): every upload, write, gather and fill as descriptors over bytes at
   /// absolute addresses, and the view entries.
   void encode(std::byte* table, std::size_t cap, std::uint64_t step, std::uint64_t number) {
-    chunk_desc* d = step_descs(table);
+    step_desc* d = step_descs(table);
     std::size_t n = 0;
     auto put = [&](std::uintptr_t dst, std::uintptr_t src, std::size_t bytes, std::uint32_t fill) {
       for (std::size_t at = 0; at < bytes; at += write_chunk_bytes) {
@@ -604,7 +618,7 @@ class step_plan {
   /// The descriptors d[n...] of a record at `record` (mapped) of `count` elements of `elem` bytes:
   /// a gather's into `dst` (`kind` 0; each piece at its own first element) or a scatter's into the
   /// target at `dst` (`kind` scatter_flag).
-  static void put_pieces(chunk_desc* d, std::size_t& n, std::uintptr_t dst, std::uintptr_t record, std::size_t count,
+  static void put_pieces(step_desc* d, std::size_t& n, std::uintptr_t dst, std::uintptr_t record, std::size_t count,
                          std::uint32_t kind, std::size_t elem) noexcept {
     for (std::size_t p = 0, first = 0; first < count; ++p, first += piece_elements)
       d[n++] = {kind ? dst : dst + first * elem, record, static_cast<std::uint32_t>(std::min(piece_elements, count - first)),
@@ -664,7 +678,7 @@ class step_plan {
   static constexpr std::size_t epilogue_room =
       std::is_void_v<Epilogue> ? 0 : round_up(sizeof(std::conditional_t<std::is_void_v<Epilogue>, char, Epilogue>), 16);
   [[nodiscard]] std::size_t views_at(std::size_t descs) const noexcept {
-    return sizeof(step_header) + descs * sizeof(chunk_desc);
+    return sizeof(step_header) + descs * sizeof(step_desc);
   }
   [[nodiscard]] std::size_t epilogue_at(std::size_t descs) const noexcept {
     return round_up(views_at(descs) + views_ * sizeof(step_view_entry), 16);

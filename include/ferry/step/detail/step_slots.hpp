@@ -48,7 +48,7 @@ class step_slots {
   using contents = step_contents<B, fixed>;
 
   struct slot {
-    pinned_block table;                // step_header + chunk_desc[table_cap]
+    pinned_block table;                // step_header + step_desc[table_cap]
     std::size_t table_cap = 0;         // descriptors
     pinned_block content;              // bump-allocated contents (step_contents)
     std::vector<pinned_block> extra;   // blocks taken by a step that outgrew `content`
