@@ -121,8 +121,7 @@ class step_core {
     plan_.check_step();
     const auto z = plan_.resolve_and_measure(contents_);
     slots_.fit_table(slot_, z.descs, plan_);
-    const std::size_t want_content = slots_.content_for(z.bytes);
-    slots_.reserve_commit();
+    const std::size_t want_content = slots_.prepare_commit(z.bytes);
     plan_.place_scatters(contents_);
     const auto [at, step] = slots_.table_of(slot_, steps_);
     plan_.encode(at, slots_.table_capacity(slot_), step, steps_);
@@ -146,8 +145,7 @@ class step_core {
       }
       throw;
     }
-    slots_.commit(done, z.published);
-    slots_.grow_content(want_content);
+    slots_.commit(done, z.published, want_content);
     last_descs_ = z.descs;
     open_ = false;
     ++steps_;

@@ -162,20 +162,22 @@ class step_slots {
       want_table_ = want;
     }
   }
-  /// The content capacity every slot is wanted at once a step of `bytes` (in slot `at`) was
-  /// submitted: growth::pow2 and user policies answer when the step outgrew the capacity; the
-  /// answer is proven by taking a block of that size from the arena (given back at once, unused:
-  /// the next slot that grows takes it), so that an answer no block can hold throws here
-  /// (ferry::capacity_error, or ferry::out_of_memory), before anything is enqueued, instead of at
-  /// every later acquire(). Kept by grow_content().
-  [[nodiscard]] std::size_t content_for(std::size_t bytes) const {
+  /// Before the enqueue of a step of `bytes` of contents, what its commit() needs that may throw:
+  /// room for the stamps, and the content capacity every slot is wanted at once it is submitted
+  /// (returned, kept by commit()): growth::pow2 and user policies answer when the step outgrew the
+  /// capacity; the answer is proven by taking a block of that size from the arena (given back at
+  /// once, unused: the next slot that grows takes it), so that an answer no block can hold throws
+  /// here (ferry::capacity_error, or ferry::out_of_memory), before anything is enqueued, instead of
+  /// at every later acquire().
+  [[nodiscard]] std::size_t prepare_commit(std::size_t bytes) {
+    std::size_t want = want_content_;
     if constexpr (!fixed) {
       if (bytes > want_content_) [[unlikely]]
-        return grown_content(bytes);
+        want = grown_content(bytes);
     }
-    return want_content_;
+    ring_.reserve_commit();
+    return want;
   }
-  void grow_content(std::size_t want) noexcept { want_content_ = want; }
 
   /// The table of the `steps`th step of the batch, in slot `at`, and the value of the device step
   /// counter it runs at: launch::graph: the ring's table for that value (the lane's count before
@@ -201,15 +203,15 @@ class step_slots {
   /// The batch lane's step counter where the batch began (launch::graph, launch::capture).
   [[nodiscard]] std::uint64_t first_step() const noexcept { return lane_.step; }
 
-  /// Room for submit's stamps (before the enqueue, so that nothing after it allocates).
-  void reserve_commit() { ring_.reserve_commit(); }
   /// The step in the acquired slot enqueued, its kernel's mark `done`: it stamps the slot, and the
   /// previous step's slot when that published (the readers of its publishes are work enqueued on
   /// the stream before this step's kernel); a step that `published` nothing has no readers, and
   /// its slot is free once its own kernel has run, so the host may prepare a step while the one
-  /// before runs. Room reserved: no allocation, no throw.
-  void commit(const stamp& done, bool published) noexcept {
+  /// before runs. Every slot is wanted at `want_content` bytes of contents from now on
+  /// (prepare_commit's answer). Room reserved: no allocation, no throw.
+  void commit(const stamp& done, bool published, std::size_t want_content) noexcept {
     ring_.commit(done, published ? after_use::view : after_use::open);
+    want_content_ = want_content;
   }
   /// Work enqueued on `s` so far reads the last submitted step's publishes: its slot is stamped
   /// as the ReusePolicy asks.
