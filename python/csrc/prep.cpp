@@ -19,6 +19,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -367,10 +368,10 @@ class PrepT final : public Prep {
   void step(const char* api, py::handle idx_arg, py::handle q_arg, py::handle drafts_arg, py::handle new_blocks,
             py::handle reqs_padded, py::handle tokens_padded, Run&& run) {
     const host_values<std::int32_t> rows(idx_arg, api), q(q_arg, api);
-    std::unique_ptr<host_values<std::int32_t>> d;
-    if (!drafts_arg.is_none()) d = std::make_unique<host_values<std::int32_t>>(drafts_arg, api);
+    std::optional<host_values<std::int32_t>> d;  // in place: nothing allocated
+    if (!drafts_arg.is_none()) d.emplace(drafts_arg, api);
     const prep_state::sizes s = fill(api, rows.span(), q.span(), d ? d->span() : std::span<const std::int32_t>(),
-                                     d != nullptr, new_blocks, reqs_padded, tokens_padded);
+                                     d.has_value(), new_blocks, reqs_padded, tokens_padded);
     try {
       run();
     } catch (...) {
