@@ -15,6 +15,10 @@
 // engine's graph by record(), run by each of its replays.
 #include "torch_glue.hpp"
 
+#ifdef __GLIBCXX__
+#include <cxxabi.h>
+#endif
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -681,6 +685,105 @@ std::shared_ptr<Prep> make_prep(const py::dict& a, bool cuda, std::int64_t slots
   });
 }
 
+// ---- prepare() and commit(): the per-step calls -------------------------------------------------
+// Bound as METH_FASTCALL | METH_KEYWORDS methods rather than through pybind11's dispatcher, which
+// for each call has the interpreter build a tuple and a dict of the arguments, copies the dict and
+// looks every keyword parameter up by a string made from its name (about 1.3 us a call with the
+// three keywords of a step). Here the arguments are read where the interpreter left them, the
+// keywords matched by their interned names. The same parameters, defaults and exceptions (C++
+// exceptions go through pybind11's translators, as its methods' do); a call that does not match
+// the signature is TypeError.
+
+/// The parameters of prepare() and commit(): three positional-or-keyword (the first two required),
+/// then three keyword-only, every optional one None by default.
+constexpr std::array<const char*, 6> step_params = {"idx_mapping", "num_scheduled_tokens", "num_draft_tokens",
+                                                    "new_block_ids", "num_reqs_padded", "num_tokens_padded"};
+constexpr Py_ssize_t step_positional = 3, step_required = 2;
+
+/// The parameters' names, interned (the names at call sites are interned too: compared by address).
+const std::array<PyObject*, step_params.size()>& step_param_names() {
+  static const std::array<PyObject*, step_params.size()> names = [] {
+    std::array<PyObject*, step_params.size()> n{};
+    for (std::size_t i = 0; i < n.size(); ++i) {
+      n[i] = PyUnicode_InternFromString(step_params[i]);  // kept for the process
+      if (n[i] == nullptr) throw py::error_already_set();
+    }
+    return n;
+  }();
+  return names;
+}
+
+/// The arguments of a call as one handle per parameter (None where not given).
+std::array<py::handle, step_params.size()> step_arguments(const char* api, PyObject* const* args, Py_ssize_t nargs,
+                                                          PyObject* kwnames) {
+  std::array<py::handle, step_params.size()> a;
+  a.fill(Py_None);
+  std::array<bool, step_params.size()> given{};
+  if (nargs > step_positional)
+    throw py::type_error(prefix(api) + "takes at most " + str(step_positional) + " positional arguments (" + str(nargs) +
+                         " given)");
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    a[static_cast<std::size_t>(i)] = args[i];
+    given[static_cast<std::size_t>(i)] = true;
+  }
+  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  const auto& names = step_param_names();
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    PyObject* const key = PyTuple_GET_ITEM(kwnames, k);
+    std::size_t i = 0;
+    while (i < names.size() && key != names[i]) ++i;
+    if (i == names.size())  // not the interned name: compared as text
+      for (i = 0; i < names.size(); ++i)
+        if (PyUnicode_Check(key) && PyUnicode_CompareWithASCIIString(key, step_params[i]) == 0) break;
+    if (i == names.size()) {
+      const py::str name = py::reinterpret_borrow<py::object>(key);
+      throw py::type_error(prefix(api) + "got an unexpected keyword argument '" + std::string(name) + "'");
+    }
+    if (given[i]) throw py::type_error(prefix(api) + "got multiple values for argument '" + step_params[i] + "'");
+    a[i] = args[nargs + k];
+    given[i] = true;
+  }
+  for (Py_ssize_t i = 0; i < step_required; ++i)
+    if (!given[static_cast<std::size_t>(i)])
+      throw py::type_error(prefix(api) + "missing required argument '" + step_params[static_cast<std::size_t>(i)] + "'");
+  return a;
+}
+
+/// prepare() (Commit false) or commit() (true) of the Prep `self`.
+template <bool Commit>
+PyObject* step_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  try {
+    // as a pybind11 method's `self` (an object made without __init__ is RuntimeError, not a crash)
+    const auto p = py::handle(self).cast<std::shared_ptr<Prep>>();
+    const auto a = step_arguments(Commit ? "VllmStepPrep.commit" : "VllmStepPrep.prepare", args, nargs, kwnames);
+    if constexpr (Commit) p->commit(a[0], a[1], a[2], a[3], a[4], a[5]);
+    else p->prepare(a[0], a[1], a[2], a[3], a[4], a[5]);
+    Py_RETURN_NONE;
+  } catch (py::error_already_set& e) {  // as pybind11's dispatcher
+    e.restore();
+    return nullptr;
+#ifdef __GLIBCXX__
+  } catch (abi::__forced_unwind&) {
+    throw;
+#endif
+  } catch (...) {
+    py::detail::try_translate_exceptions();
+    return nullptr;
+  }
+}
+
+#define FERRY_STEP_SIGNATURE                                                                              \
+  "($self, idx_mapping, num_scheduled_tokens, num_draft_tokens=None, *, new_block_ids=None, "            \
+  "num_reqs_padded=None, num_tokens_padded=None)\n--\n\n"
+PyMethodDef prepare_def{"prepare", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&step_call<false>)),
+                        METH_FASTCALL | METH_KEYWORDS,
+                        "prepare" FERRY_STEP_SIGNATURE "Checks and writes one step, then launches it."};
+PyMethodDef commit_def{"commit", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&step_call<true>)),
+                       METH_FASTCALL | METH_KEYWORDS,
+                       "commit" FERRY_STEP_SIGNATURE
+                       "graph=True: checks and writes one step for the graph's next replay (no CUDA call)."};
+#undef FERRY_STEP_SIGNATURE
+
 }  // namespace
 
 void register_prep(py::module_& m) {
@@ -695,20 +798,6 @@ void register_prep(py::module_& m) {
           py::arg("req_index"), py::arg("prefill_token_ids"), py::arg("block_ids"), py::arg("num_computed_tokens") = 0)
       .def(
           "remove_request", [](held p, py::handle req) { p->remove_request(req); }, py::arg("req_index"))
-      .def(
-          "prepare",
-          [](held p, py::handle idx, py::handle q, py::handle drafts, py::handle blocks, py::handle reqs_padded,
-             py::handle tokens_padded) { p->prepare(idx, q, drafts, blocks, reqs_padded, tokens_padded); },
-          py::arg("idx_mapping"), py::arg("num_scheduled_tokens"), py::arg("num_draft_tokens") = py::none(),
-          py::kw_only(), py::arg("new_block_ids") = py::none(), py::arg("num_reqs_padded") = py::none(),
-          py::arg("num_tokens_padded") = py::none())
-      .def(
-          "commit",
-          [](held p, py::handle idx, py::handle q, py::handle drafts, py::handle blocks, py::handle reqs_padded,
-             py::handle tokens_padded) { p->commit(idx, q, drafts, blocks, reqs_padded, tokens_padded); },
-          py::arg("idx_mapping"), py::arg("num_scheduled_tokens"), py::arg("num_draft_tokens") = py::none(),
-          py::kw_only(), py::arg("new_block_ids") = py::none(), py::arg("num_reqs_padded") = py::none(),
-          py::arg("num_tokens_padded") = py::none())
       .def("record", [](held p) { p->record(); })
       .def("replay_recorded", [](held p) { p->replay_recorded(); })
       .def("check_replayed", [](held p) { p->check_replayed(); })
@@ -736,6 +825,14 @@ void register_prep(py::module_& m) {
             return s.prefill_left(s.request_index(req, "VllmStepPrep.is_prefilling")) > 0;
           },
           py::arg("req_index"));
+  // prepare() and commit(): METH_FASTCALL methods of the class (step_call)
+  const py::object cls = m.attr("Prep");
+  for (PyMethodDef* def : {&prepare_def, &commit_def}) {
+    PyObject* const d = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), def);
+    if (d == nullptr) throw py::error_already_set();
+    cls.attr(def->ml_name) = py::reinterpret_steal<py::object>(d);
+  }
+  (void)step_param_names();  // interned now rather than in the first step
 }
 
 }  // namespace ferry_vllm
