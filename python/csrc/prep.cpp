@@ -99,6 +99,57 @@ struct block_write {
   std::int64_t start, at, n;
 };
 
+/// Prefetches the Python objects of a nested structure level by level. new_block_ids (a list of
+/// (req_index, (ids, ...)) tuples, made by the scheduler before the call) is read per entry as a
+/// chain of dependent loads: the entry, its tuple of groups, each group's list, the list's item
+/// array, the ids; each may miss the caches, and entry after entry the misses add up (most of
+/// the time of a step's appends). Here every object of one level, for all entries, is prefetched
+/// before the next level is read from it, so that the misses of a level overlap. It follows
+/// exact tuples and lists only, reads an object only after prefetching it, and changes nothing;
+/// its scratch holds at most `most` objects a level (reserved: it allocates nothing), the rest
+/// is read as before.
+class object_prefetch {
+ public:
+  explicit object_prefetch(std::size_t most) {
+    level_.reserve(most);
+    next_.reserve(most);
+  }
+  /// The objects `roots`[0, n) and up to `levels` - 1 levels below them.
+  void run(PyObject* const* roots, std::size_t n, int levels) noexcept {
+    next_.clear();
+    for (std::size_t i = 0; i < n; ++i) add(roots[i], -1);
+    for (int l = 1; l < levels && !next_.empty(); ++l) {
+      level_.swap(next_);
+      next_.clear();
+      for (const node& x : level_) {
+        if (x.n >= 0) {  // a list's item array: its items
+          PyObject* const* items = static_cast<PyObject* const*>(x.at);
+          for (Py_ssize_t i = 0; i < x.n; ++i) add(items[i], -1);
+          continue;
+        }
+        PyObject* const o = static_cast<PyObject*>(const_cast<void*>(x.at));
+        if (PyTuple_CheckExact(o)) {
+          for (Py_ssize_t i = 0, m = PyTuple_GET_SIZE(o); i < m; ++i) add(PyTuple_GET_ITEM(o, i), -1);
+        } else if (PyList_CheckExact(o) && PyList_GET_SIZE(o) > 0) {
+          add(reinterpret_cast<PyListObject*>(o)->ob_item, PyList_GET_SIZE(o));  // a level of its own
+        }
+      }
+    }
+  }
+
+ private:
+  struct node {
+    const void* at;  ///< an object (n < 0), or a list's item array of n items
+    Py_ssize_t n;
+  };
+  void add(const void* at, Py_ssize_t n) noexcept {
+    if (next_.size() == next_.capacity()) return;
+    __builtin_prefetch(at);
+    next_.push_back({at, n});
+  }
+  std::vector<node> level_, next_;
+};
+
 /// What the host knows of the requests (vLLM: RequestState's host arrays and BlockTables'
 /// num_blocks), and the last step's sizes. Backend independent.
 struct prep_state {
@@ -110,7 +161,14 @@ struct prep_state {
         num_blocks(c.groups * static_cast<std::size_t>(c.max_reqs), 0),
         seen(static_cast<std::size_t>(c.max_reqs), 0),
         step_blocks(num_blocks.size(), 0),
-        step_blocks_seen(num_blocks.size(), 0) {}
+        step_blocks_seen(num_blocks.size(), 0),
+        prefetch(std::min<std::size_t>(4 * static_cast<std::size_t>(c.max_reqs) * (c.groups + 1), 1 << 16)) {
+    // the step's scratch at its most: no allocation in a step
+    touched.reserve(num_blocks.size());
+    std::size_t row = 0;
+    for (std::size_t g = 0; g < c.groups; ++g) row += static_cast<std::size_t>(c.cols[g]);
+    ids.reserve(row);
+  }
 
   std::int64_t request_index(std::int64_t r, const char* api) const {
     if (r < 0 || r >= cfg.max_reqs)
@@ -195,6 +253,7 @@ struct prep_state {
   std::vector<std::uint64_t> step_blocks_seen;
   std::vector<std::size_t> touched;
   std::vector<std::int32_t> ids;
+  object_prefetch prefetch;  ///< new_block_ids' objects
   std::uint64_t stamp = 0;
 };
 
@@ -524,7 +583,10 @@ class PrepT final : public Prep {
         new_blocks.ptr(), "ferry: VllmStepPrep: new_block_ids must be a sequence of (req_index, block ids per "
                           "KV-cache group)"));
     if (!seq) throw py::error_already_set();
-    for (Py_ssize_t k = 0, m = PySequence_Fast_GET_SIZE(seq.ptr()); k < m; ++k) {
+    const Py_ssize_t m = PySequence_Fast_GET_SIZE(seq.ptr());
+    // entry, (req_index, groups), each group's ids, a list's item array, the ids: 5 levels (7 for lists)
+    if (m > 1) st.prefetch.run(PySequence_Fast_ITEMS(seq.ptr()), static_cast<std::size_t>(m), 7);
+    for (Py_ssize_t k = 0; k < m; ++k) {
       PyObject* entry = PySequence_Fast_GET_ITEM(seq.ptr(), k);
       if (!PyTuple_Check(entry) && !PyList_Check(entry))
         throw py::type_error(prefix(api) + "new_block_ids[" + str(k) + "] must be a tuple (req_index, block ids), got " +

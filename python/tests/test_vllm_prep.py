@@ -5,6 +5,7 @@
 # and as graph=True: the step recorded into a torch.cuda.graph with a stand-in model after it,
 # committed each step and run by the graph's replay (on device="cpu", the stand-in replay
 # replay_recorded(): the same commit protocol, without a GPU).
+import dataclasses
 import inspect
 
 import numpy as np
@@ -161,6 +162,26 @@ def test_random_trace_matches_reference(device, config, mode):
     want = {"prefill", "decode", "joined", "left", "padded"} | ({"drafts"} if rig.drafts is not None else set())
     assert want <= kinds, f"the trace never had {want - kinds}"
     assert rig.prep.steps == 300
+
+
+# new_block_ids in other forms than the trace's list of (slot, (list of ids, ...)) tuples
+BLOCK_ID_FORMS = {
+    "lists": lambda nb: [[slot, [list(ids) for ids in groups]] for slot, groups in nb],
+    "NumPy values": lambda nb: [(np.int64(slot), tuple(np.array(ids, np.int32) for ids in groups)) for slot, groups in nb],
+    "tuples and ranges": lambda nb: tuple(
+        (slot, tuple(range(ids[0], ids[0] + 1) if len(ids) == 1 else tuple(ids) for ids in groups)) for slot, groups in nb),
+}
+
+
+@pytest.mark.parametrize("form", list(BLOCK_ID_FORMS))
+def test_block_ids_in_other_forms(form):
+    """new_block_ids as lists, NumPy values, or tuples and ranges: the same steps as the trace's."""
+    rig = Rig("cpu", 31, block_sizes=(16, 32), num_spec=2)
+    for k in range(60):
+        s = rig.next()
+        prepare(rig.prep, dataclasses.replace(s, new_block_ids=BLOCK_ID_FORMS[form](s.new_block_ids)))
+        rig.after(s)
+        rig.check(s, f"step {k}: ")
 
 
 def test_large_batches_grow_the_slots(device):
