@@ -617,10 +617,11 @@ class PrepT final : public Prep {
 
   /// After the step was submitted (or committed): the host state advances.
   void advance(const prep_state::sizes& s, std::span<const std::int32_t> rows, std::span<const std::int32_t> q) {
-    for (std::int64_t i = 0; i < s.n; ++i) {
-      auto& left = st.left[static_cast<std::size_t>(rows[i])];
-      if (left > 0) left -= q[i];
-    }
+    if (s.prefill_tokens > 0)  // else no row was prefilling (fill() counts their tokens): nothing left to count down
+      for (std::int64_t i = 0; i < s.n; ++i) {
+        auto& left = st.left[static_cast<std::size_t>(rows[i])];
+        if (left > 0) left -= q[i];
+      }
     for (const std::size_t key : st.touched) st.num_blocks[key] = st.step_blocks[key];
     st.pending.clear();
     st.pending_ids.clear();
