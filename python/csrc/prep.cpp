@@ -15,10 +15,15 @@
 // engine's graph by record(), run by each of its replays.
 #include "torch_glue.hpp"
 
+#ifdef __GLIBCXX__
+#include <cxxabi.h>
+#endif
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -94,6 +99,57 @@ struct block_write {
   std::int64_t start, at, n;
 };
 
+/// Prefetches the Python objects of a nested structure level by level. new_block_ids (a list of
+/// (req_index, (ids, ...)) tuples, made by the scheduler before the call) is read per entry as a
+/// chain of dependent loads: the entry, its tuple of groups, each group's list, the list's item
+/// array, the ids; each may miss the caches, and entry after entry the misses add up (most of
+/// the time of a step's appends). Here every object of one level, for all entries, is prefetched
+/// before the next level is read from it, so that the misses of a level overlap. It follows
+/// exact tuples and lists only, reads an object only after prefetching it, and changes nothing;
+/// its scratch holds at most `most` objects a level (reserved: it allocates nothing), the rest
+/// is read as before.
+class object_prefetch {
+ public:
+  explicit object_prefetch(std::size_t most) {
+    level_.reserve(most);
+    next_.reserve(most);
+  }
+  /// The objects `roots`[0, n) and up to `levels` - 1 levels below them.
+  void run(PyObject* const* roots, std::size_t n, int levels) noexcept {
+    next_.clear();
+    for (std::size_t i = 0; i < n; ++i) add(roots[i], -1);
+    for (int l = 1; l < levels && !next_.empty(); ++l) {
+      level_.swap(next_);
+      next_.clear();
+      for (const node& x : level_) {
+        if (x.n >= 0) {  // a list's item array: its items
+          PyObject* const* items = static_cast<PyObject* const*>(x.at);
+          for (Py_ssize_t i = 0; i < x.n; ++i) add(items[i], -1);
+          continue;
+        }
+        PyObject* const o = static_cast<PyObject*>(const_cast<void*>(x.at));
+        if (PyTuple_CheckExact(o)) {
+          for (Py_ssize_t i = 0, m = PyTuple_GET_SIZE(o); i < m; ++i) add(PyTuple_GET_ITEM(o, i), -1);
+        } else if (PyList_CheckExact(o) && PyList_GET_SIZE(o) > 0) {
+          add(reinterpret_cast<PyListObject*>(o)->ob_item, PyList_GET_SIZE(o));  // a level of its own
+        }
+      }
+    }
+  }
+
+ private:
+  struct node {
+    const void* at;  ///< an object (n < 0), or a list's item array of n items
+    Py_ssize_t n;
+  };
+  void add(const void* at, Py_ssize_t n) noexcept {
+    if (next_.size() == next_.capacity()) return;
+    __builtin_prefetch(at);
+    next_.push_back({at, n});
+  }
+  std::vector<node> level_, next_;
+};
+
 /// What the host knows of the requests (vLLM: RequestState's host arrays and BlockTables'
 /// num_blocks), and the last step's sizes. Backend independent.
 struct prep_state {
@@ -105,7 +161,14 @@ struct prep_state {
         num_blocks(c.groups * static_cast<std::size_t>(c.max_reqs), 0),
         seen(static_cast<std::size_t>(c.max_reqs), 0),
         step_blocks(num_blocks.size(), 0),
-        step_blocks_seen(num_blocks.size(), 0) {}
+        step_blocks_seen(num_blocks.size(), 0),
+        prefetch(std::min<std::size_t>(4 * static_cast<std::size_t>(c.max_reqs) * (c.groups + 1), 1 << 16)) {
+    // the step's scratch at its most: no allocation in a step
+    touched.reserve(num_blocks.size());
+    std::size_t row = 0;
+    for (std::size_t g = 0; g < c.groups; ++g) row += static_cast<std::size_t>(c.cols[g]);
+    ids.reserve(row);
+  }
 
   std::int64_t request_index(std::int64_t r, const char* api) const {
     if (r < 0 || r >= cfg.max_reqs)
@@ -190,6 +253,7 @@ struct prep_state {
   std::vector<std::uint64_t> step_blocks_seen;
   std::vector<std::size_t> touched;
   std::vector<std::int32_t> ids;
+  object_prefetch prefetch;  ///< new_block_ids' objects
   std::uint64_t stamp = 0;
 };
 
@@ -367,10 +431,10 @@ class PrepT final : public Prep {
   void step(const char* api, py::handle idx_arg, py::handle q_arg, py::handle drafts_arg, py::handle new_blocks,
             py::handle reqs_padded, py::handle tokens_padded, Run&& run) {
     const host_values<std::int32_t> rows(idx_arg, api), q(q_arg, api);
-    std::unique_ptr<host_values<std::int32_t>> d;
-    if (!drafts_arg.is_none()) d = std::make_unique<host_values<std::int32_t>>(drafts_arg, api);
+    std::optional<host_values<std::int32_t>> d;  // in place: nothing allocated
+    if (!drafts_arg.is_none()) d.emplace(drafts_arg, api);
     const prep_state::sizes s = fill(api, rows.span(), q.span(), d ? d->span() : std::span<const std::int32_t>(),
-                                     d != nullptr, new_blocks, reqs_padded, tokens_padded);
+                                     d.has_value(), new_blocks, reqs_padded, tokens_padded);
     try {
       run();
     } catch (...) {
@@ -519,7 +583,10 @@ class PrepT final : public Prep {
         new_blocks.ptr(), "ferry: VllmStepPrep: new_block_ids must be a sequence of (req_index, block ids per "
                           "KV-cache group)"));
     if (!seq) throw py::error_already_set();
-    for (Py_ssize_t k = 0, m = PySequence_Fast_GET_SIZE(seq.ptr()); k < m; ++k) {
+    const Py_ssize_t m = PySequence_Fast_GET_SIZE(seq.ptr());
+    // entry, (req_index, groups), each group's ids, a list's item array, the ids: 5 levels (7 for lists)
+    if (m > 1) st.prefetch.run(PySequence_Fast_ITEMS(seq.ptr()), static_cast<std::size_t>(m), 7);
+    for (Py_ssize_t k = 0; k < m; ++k) {
       PyObject* entry = PySequence_Fast_GET_ITEM(seq.ptr(), k);
       if (!PyTuple_Check(entry) && !PyList_Check(entry))
         throw py::type_error(prefix(api) + "new_block_ids[" + str(k) + "] must be a tuple (req_index, block ids), got " +
@@ -550,10 +617,11 @@ class PrepT final : public Prep {
 
   /// After the step was submitted (or committed): the host state advances.
   void advance(const prep_state::sizes& s, std::span<const std::int32_t> rows, std::span<const std::int32_t> q) {
-    for (std::int64_t i = 0; i < s.n; ++i) {
-      auto& left = st.left[static_cast<std::size_t>(rows[i])];
-      if (left > 0) left -= q[i];
-    }
+    if (s.prefill_tokens > 0)  // else no row was prefilling (fill() counts their tokens): nothing left to count down
+      for (std::int64_t i = 0; i < s.n; ++i) {
+        auto& left = st.left[static_cast<std::size_t>(rows[i])];
+        if (left > 0) left -= q[i];
+      }
     for (const std::size_t key : st.touched) st.num_blocks[key] = st.step_blocks[key];
     st.pending.clear();
     st.pending_ids.clear();
@@ -680,6 +748,105 @@ std::shared_ptr<Prep> make_prep(const py::dict& a, bool cuda, std::int64_t slots
   });
 }
 
+// ---- prepare() and commit(): the per-step calls -------------------------------------------------
+// Bound as METH_FASTCALL | METH_KEYWORDS methods rather than through pybind11's dispatcher, which
+// for each call has the interpreter build a tuple and a dict of the arguments, copies the dict and
+// looks every keyword parameter up by a string made from its name (about 1.3 us a call with the
+// three keywords of a step). Here the arguments are read where the interpreter left them, the
+// keywords matched by their interned names. The same parameters, defaults and exceptions (C++
+// exceptions go through pybind11's translators, as its methods' do); a call that does not match
+// the signature is TypeError.
+
+/// The parameters of prepare() and commit(): three positional-or-keyword (the first two required),
+/// then three keyword-only, every optional one None by default.
+constexpr std::array<const char*, 6> step_params = {"idx_mapping", "num_scheduled_tokens", "num_draft_tokens",
+                                                    "new_block_ids", "num_reqs_padded", "num_tokens_padded"};
+constexpr Py_ssize_t step_positional = 3, step_required = 2;
+
+/// The parameters' names, interned (the names at call sites are interned too: compared by address).
+const std::array<PyObject*, step_params.size()>& step_param_names() {
+  static const std::array<PyObject*, step_params.size()> names = [] {
+    std::array<PyObject*, step_params.size()> n{};
+    for (std::size_t i = 0; i < n.size(); ++i) {
+      n[i] = PyUnicode_InternFromString(step_params[i]);  // kept for the process
+      if (n[i] == nullptr) throw py::error_already_set();
+    }
+    return n;
+  }();
+  return names;
+}
+
+/// The arguments of a call as one handle per parameter (None where not given).
+std::array<py::handle, step_params.size()> step_arguments(const char* api, PyObject* const* args, Py_ssize_t nargs,
+                                                          PyObject* kwnames) {
+  std::array<py::handle, step_params.size()> a;
+  a.fill(Py_None);
+  std::array<bool, step_params.size()> given{};
+  if (nargs > step_positional)
+    throw py::type_error(prefix(api) + "takes at most " + str(step_positional) + " positional arguments (" + str(nargs) +
+                         " given)");
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    a[static_cast<std::size_t>(i)] = args[i];
+    given[static_cast<std::size_t>(i)] = true;
+  }
+  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  const auto& names = step_param_names();
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    PyObject* const key = PyTuple_GET_ITEM(kwnames, k);
+    std::size_t i = 0;
+    while (i < names.size() && key != names[i]) ++i;
+    if (i == names.size())  // not the interned name: compared as text
+      for (i = 0; i < names.size(); ++i)
+        if (PyUnicode_Check(key) && PyUnicode_CompareWithASCIIString(key, step_params[i]) == 0) break;
+    if (i == names.size()) {
+      const py::str name = py::reinterpret_borrow<py::object>(key);
+      throw py::type_error(prefix(api) + "got an unexpected keyword argument '" + std::string(name) + "'");
+    }
+    if (given[i]) throw py::type_error(prefix(api) + "got multiple values for argument '" + step_params[i] + "'");
+    a[i] = args[nargs + k];
+    given[i] = true;
+  }
+  for (Py_ssize_t i = 0; i < step_required; ++i)
+    if (!given[static_cast<std::size_t>(i)])
+      throw py::type_error(prefix(api) + "missing required argument '" + step_params[static_cast<std::size_t>(i)] + "'");
+  return a;
+}
+
+/// prepare() (Commit false) or commit() (true) of the Prep `self`.
+template <bool Commit>
+PyObject* step_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  try {
+    // as a pybind11 method's `self` (an object made without __init__ is RuntimeError, not a crash)
+    const auto p = py::handle(self).cast<std::shared_ptr<Prep>>();
+    const auto a = step_arguments(Commit ? "VllmStepPrep.commit" : "VllmStepPrep.prepare", args, nargs, kwnames);
+    if constexpr (Commit) p->commit(a[0], a[1], a[2], a[3], a[4], a[5]);
+    else p->prepare(a[0], a[1], a[2], a[3], a[4], a[5]);
+    Py_RETURN_NONE;
+  } catch (py::error_already_set& e) {  // as pybind11's dispatcher
+    e.restore();
+    return nullptr;
+#ifdef __GLIBCXX__
+  } catch (abi::__forced_unwind&) {
+    throw;
+#endif
+  } catch (...) {
+    py::detail::try_translate_exceptions();
+    return nullptr;
+  }
+}
+
+#define FERRY_STEP_SIGNATURE                                                                              \
+  "($self, idx_mapping, num_scheduled_tokens, num_draft_tokens=None, *, new_block_ids=None, "            \
+  "num_reqs_padded=None, num_tokens_padded=None)\n--\n\n"
+PyMethodDef prepare_def{"prepare", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&step_call<false>)),
+                        METH_FASTCALL | METH_KEYWORDS,
+                        "prepare" FERRY_STEP_SIGNATURE "Checks and writes one step, then launches it."};
+PyMethodDef commit_def{"commit", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&step_call<true>)),
+                       METH_FASTCALL | METH_KEYWORDS,
+                       "commit" FERRY_STEP_SIGNATURE
+                       "graph=True: checks and writes one step for the graph's next replay (no CUDA call)."};
+#undef FERRY_STEP_SIGNATURE
+
 }  // namespace
 
 void register_prep(py::module_& m) {
@@ -694,20 +861,6 @@ void register_prep(py::module_& m) {
           py::arg("req_index"), py::arg("prefill_token_ids"), py::arg("block_ids"), py::arg("num_computed_tokens") = 0)
       .def(
           "remove_request", [](held p, py::handle req) { p->remove_request(req); }, py::arg("req_index"))
-      .def(
-          "prepare",
-          [](held p, py::handle idx, py::handle q, py::handle drafts, py::handle blocks, py::handle reqs_padded,
-             py::handle tokens_padded) { p->prepare(idx, q, drafts, blocks, reqs_padded, tokens_padded); },
-          py::arg("idx_mapping"), py::arg("num_scheduled_tokens"), py::arg("num_draft_tokens") = py::none(),
-          py::kw_only(), py::arg("new_block_ids") = py::none(), py::arg("num_reqs_padded") = py::none(),
-          py::arg("num_tokens_padded") = py::none())
-      .def(
-          "commit",
-          [](held p, py::handle idx, py::handle q, py::handle drafts, py::handle blocks, py::handle reqs_padded,
-             py::handle tokens_padded) { p->commit(idx, q, drafts, blocks, reqs_padded, tokens_padded); },
-          py::arg("idx_mapping"), py::arg("num_scheduled_tokens"), py::arg("num_draft_tokens") = py::none(),
-          py::kw_only(), py::arg("new_block_ids") = py::none(), py::arg("num_reqs_padded") = py::none(),
-          py::arg("num_tokens_padded") = py::none())
       .def("record", [](held p) { p->record(); })
       .def("replay_recorded", [](held p) { p->replay_recorded(); })
       .def("check_replayed", [](held p) { p->check_replayed(); })
@@ -735,6 +888,14 @@ void register_prep(py::module_& m) {
             return s.prefill_left(s.request_index(req, "VllmStepPrep.is_prefilling")) > 0;
           },
           py::arg("req_index"));
+  // prepare() and commit(): METH_FASTCALL methods of the class (step_call)
+  const py::object cls = m.attr("Prep");
+  for (PyMethodDef* def : {&prepare_def, &commit_def}) {
+    PyObject* const d = PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), def);
+    if (d == nullptr) throw py::error_already_set();
+    cls.attr(def->ml_name) = py::reinterpret_steal<py::object>(d);
+  }
+  (void)step_param_names();  // interned now rather than in the first step
 }
 
 }  // namespace ferry_vllm

@@ -30,6 +30,17 @@ std::string repr(PyObject* o) {
 
 std::string prefix(const char* api) { return std::string("ferry: ") + api + ": "; }
 
+/// Whether `o` is a torch.Tensor (THPVariable_Check). THPVariable_Check is isinstance(), which
+/// for any object not of the exact type torch.Tensor calls the metaclass's __instancecheck__
+/// (about 0.1 us): skipped for lists, tuples and NumPy arrays of the exact type, which it would
+/// answer false (their types are no subclass of torch.Tensor and their __class__ is their type).
+bool is_tensor(PyObject* o) {
+  const PyTypeObject* t = Py_TYPE(o);
+  if (t == &PyList_Type || t == &PyTuple_Type) return false;
+  if ((t->tp_flags & Py_TPFLAGS_HEAPTYPE) == 0 && std::strcmp(t->tp_name, "numpy.ndarray") == 0) return false;
+  return THPVariable_Check(o);
+}
+
 /// The encoding of a torch dtype exact.hpp decodes directly (nothing: see readable()).
 std::optional<exact::format> format_of(at::ScalarType st) {
   using exact::kind;
@@ -173,13 +184,13 @@ T* host_values<T>::storage(std::size_t n) {
 
 template <class T>
 host_values<T>::~host_values() {
-  if (view_) PyBuffer_Release(view_.get());
+  if (has_view_) PyBuffer_Release(&view_);
 }
 
 template <class T>
 host_values<T>::host_values(py::handle source, const char* api) {
   PyObject* obj = source.ptr();
-  if (THPVariable_Check(obj)) {
+  if (is_tensor(obj)) {
     const at::Tensor t = readable(THPVariable_Unpack(obj), api, "the values");
     if (t.dim() == 0)
       throw py::type_error(prefix(api) + "the values must be a sequence, got a 0-d tensor (" + repr(obj) + ")");
@@ -203,15 +214,15 @@ host_values<T>::host_values(py::handle source, const char* api) {
     return;
   }
   if (PyObject_CheckBuffer(obj) && !PyUnicode_Check(obj)) {
-    auto view = std::make_unique<Py_buffer>();
-    if (PyObject_GetBuffer(obj, view.get(), PyBUF_RECORDS_RO) == 0) {
+    Py_buffer* const view = &view_;
+    if (PyObject_GetBuffer(obj, view, PyBUF_RECORDS_RO) == 0) {
       struct release {
         Py_buffer* v;
         bool keep = false;
         ~release() {
           if (!keep) PyBuffer_Release(v);
         }
-      } guard{view.get()};
+      } guard{view};
       const char* fmt = view->format ? view->format : "B";
       const auto f = exact::parse_format(fmt, static_cast<std::size_t>(view->itemsize));
       if (view->ndim == 0)
@@ -232,11 +243,11 @@ host_values<T>::host_values(py::handle source, const char* api) {
         throw std::invalid_argument(prefix(api) + "the values have " + std::to_string(view->ndim) +
                                     " dimensions, more than " + std::to_string(exact::max_dims));
       const auto n = static_cast<std::size_t>(view->len / view->itemsize);
-      if (is_element<T>(*f) && PyBuffer_IsContiguous(view.get(), 'C') &&
+      if (is_element<T>(*f) && PyBuffer_IsContiguous(view, 'C') &&
           reinterpret_cast<std::uintptr_t>(view->buf) % alignof(T) == 0) {
         span_ = {static_cast<const T*>(view->buf), n};
         guard.keep = true;
-        view_ = std::move(view);
+        has_view_ = true;
         return;
       }
       const std::span<const std::int64_t> shape(reinterpret_cast<const std::int64_t*>(view->shape),
@@ -283,6 +294,11 @@ T host_scalar(py::handle value, const char* api) {
 
 std::int64_t int_argument(py::handle value, const char* api, const char* what) {
   PyObject* o = value.ptr();
+  if (PyLong_CheckExact(o)) {  // a Python int, read as it is (PyNumber_Index would return it)
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow == 0) return v;
+  }
   if (!PyLong_Check(o) && (!PyIndex_Check(o) || PyFloat_Check(o)))
     throw py::type_error(prefix(api) + what + " must be an int, got " + repr(o) + " (" + type_name(o) + ")");
   PyObject* i = PyNumber_Index(o);

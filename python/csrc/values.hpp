@@ -11,7 +11,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <vector>
 
@@ -44,8 +43,9 @@ class host_values {
   static constexpr std::size_t small = 64;
   T small_[small];
   std::vector<T> large_;
-  at::Tensor tensor_;                // an in-place tensor, kept alive
-  std::unique_ptr<Py_buffer> view_;  // an in-place buffer, released by the destructor
+  at::Tensor tensor_;      // an in-place tensor, kept alive
+  Py_buffer view_;         // an in-place buffer, held when has_view_, released by the destructor
+  bool has_view_ = false;
 };
 
 /// One number (a Python int, bool or float, a NumPy scalar, a one-element CPU tensor) as T, by

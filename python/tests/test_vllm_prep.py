@@ -5,6 +5,9 @@
 # and as graph=True: the step recorded into a torch.cuda.graph with a stand-in model after it,
 # committed each step and run by the graph's replay (on device="cpu", the stand-in replay
 # replay_recorded(): the same commit protocol, without a GPU).
+import dataclasses
+import inspect
+
 import numpy as np
 import pytest
 import torch
@@ -161,6 +164,26 @@ def test_random_trace_matches_reference(device, config, mode):
     assert rig.prep.steps == 300
 
 
+# new_block_ids in other forms than the trace's list of (slot, (list of ids, ...)) tuples
+BLOCK_ID_FORMS = {
+    "lists": lambda nb: [[slot, [list(ids) for ids in groups]] for slot, groups in nb],
+    "NumPy values": lambda nb: [(np.int64(slot), tuple(np.array(ids, np.int32) for ids in groups)) for slot, groups in nb],
+    "tuples and ranges": lambda nb: tuple(
+        (slot, tuple(range(ids[0], ids[0] + 1) if len(ids) == 1 else tuple(ids) for ids in groups)) for slot, groups in nb),
+}
+
+
+@pytest.mark.parametrize("form", list(BLOCK_ID_FORMS))
+def test_block_ids_in_other_forms(form):
+    """new_block_ids as lists, NumPy values, or tuples and ranges: the same steps as the trace's."""
+    rig = Rig("cpu", 31, block_sizes=(16, 32), num_spec=2)
+    for k in range(60):
+        s = rig.next()
+        prepare(rig.prep, dataclasses.replace(s, new_block_ids=BLOCK_ID_FORMS[form](s.new_block_ids)))
+        rig.after(s)
+        rig.check(s, f"step {k}: ")
+
+
 def test_large_batches_grow_the_slots(device):
     """Steps of 1 request, then of hundreds with prefill chunks, then of 1 again: the slots grow
     to the largest step (growth::pow2) and every step is right."""
@@ -208,13 +231,13 @@ def bad_cases(rig, s):
     d = np.zeros(n, np.int32) if s.num_draft_tokens is None else s.num_draft_tokens
     R, T = p.max_num_reqs, p.max_num_tokens
     free = next(x for x in range(R) if x not in rig.trace.reqs)  # a slot no request holds
+    call = p.commit if p.graph else p.prepare
 
     def step(**kw):
         args = dict(idx_mapping=idx, num_scheduled_tokens=q, num_draft_tokens=s.num_draft_tokens,
                     new_block_ids=s.new_block_ids, num_reqs_padded=s.num_reqs_padded,
                     num_tokens_padded=s.num_tokens_padded)
         args.update(kw)
-        call = p.commit if p.graph else p.prepare
         return lambda: call(args.pop("idx_mapping"), args.pop("num_scheduled_tokens"), args.pop("num_draft_tokens"),
                             **args)
 
@@ -263,6 +286,11 @@ def bad_cases(rig, s):
         ("idx_mapping of strings", step(idx_mapping=["a"] * n), TypeError),
         ("idx_mapping on the wrong device", step(idx_mapping=torch.zeros(n, dtype=torch.int32, device="meta")),
          ValueError),
+        # the call's own signature: (idx_mapping, num_scheduled_tokens, num_draft_tokens=None, *, ...)
+        ("a keyword the call does not take", step(num_reqs=n), TypeError),
+        ("new_block_ids given positionally", lambda: call(idx, q, s.num_draft_tokens, s.new_block_ids), TypeError),
+        ("idx_mapping given twice", lambda: call(idx, q, idx_mapping=idx), TypeError),
+        ("no num_scheduled_tokens", lambda: call(idx, num_draft_tokens=s.num_draft_tokens), TypeError),
         ("add_request past the state", lambda: p.add_request(R, [1, 2], ([1],) * p.num_kv_cache_groups), IndexError),
         ("add_request of an active request", lambda: p.add_request(int(idx[0]), [1], ([1],) * p.num_kv_cache_groups),
          ValueError),
@@ -310,7 +338,24 @@ def test_bad_input_changes_nothing(device, num_spec, mode):
         rig.replay()
         rig.after(s)
         rig.check(s, f"after {name}: ")
-    assert len(names) == 29
+    assert len(names) == 33
+
+
+def test_prepare_and_commit_signatures():
+    """prepare() and commit() take the scheduler's arrays by position or by name, the rest by name
+    only; every optional argument is None by default. On an object made without __init__ they
+    raise, as every member of it does."""
+    P, K = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
+    for f in (fv.VllmStepPrep.prepare, fv.VllmStepPrep.commit):
+        params = list(inspect.signature(f).parameters.values())[1:]
+        assert [(x.name, x.kind, x.default) for x in params] == [
+            ("idx_mapping", P, inspect.Parameter.empty), ("num_scheduled_tokens", P, inspect.Parameter.empty),
+            ("num_draft_tokens", P, None), ("new_block_ids", K, None), ("num_reqs_padded", K, None),
+            ("num_tokens_padded", K, None)]
+    bare = fv.VllmStepPrep.__new__(fv.VllmStepPrep)  # no C++ object: an error, as any member's
+    for f in (bare.prepare, bare.commit):
+        with pytest.raises(RuntimeError, match="non-held"):
+            f(np.zeros(1, np.int32), np.ones(1, np.int32))
 
 
 def test_bad_state_tensors(device):
