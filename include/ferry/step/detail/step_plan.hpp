@@ -36,9 +36,10 @@ struct empty_epilogue {};
 
 /// The open step's contents in its slot: bump-allocated in the slot's content block, a write's
 /// contents by the write plan's placement rule, every other placement congruent to its
-/// destination mod 16, so that the kernel copies bodies with 16-byte vectors. A step that outgrows the block (not growth::fixed) takes another, at least twice as
-/// large, for the rest of the step (the slot's `extra` blocks), so nothing handed out moves; the
-/// slot's next use consolidates into one block of the largest step's size (step_slots).
+/// destination mod 16, so that the kernel copies bodies with 16-byte vectors. A step that
+/// outgrows the block (not growth::fixed) takes another, at least twice as large, for the rest
+/// of the step (the slot's `extra` blocks), so nothing handed out moves; the slot's next use
+/// consolidates into one block of the largest step's size (step_slots).
 template <class B, bool Fixed>
 class step_contents {
  public:
