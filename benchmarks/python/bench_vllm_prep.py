@@ -182,7 +182,9 @@ class Case:
             self.prep_g.replay_recorded()
 
     def check(self):
-        """One step of each: every output of ferry's equals vLLM's."""
+        """One step of each, the first after reset(): every output of ferry's equals vLLM's. Where
+        one differs, the message names every output that does (where, and each side's values) and
+        whose gathered block tables hold the blocks the requests were added with."""
         import torch
 
         self.vllm_step()
@@ -192,14 +194,28 @@ class Case:
         sync(self.device)
         self.prep_g.check_replayed()
         ib, bt, n = self.runner.input_buffers, self.runner.block_tables, self.b
+        names = ("input_ids", "positions", "seq_lens", "query_start_loc", "slot_mappings", "input_block_tables[0]",
+                 "block_tables[0]")
+        sides = {"vLLM": bt.input_block_tables[0][:n]}
+        wrong = []
         for who, p in (("ferry", self.prep), ("ferry graph=True", self.prep_g)):
             pairs = [(ib.input_ids, p.input_ids), (ib.positions, p.positions), (ib.seq_lens, p.seq_lens),
                      (ib.query_start_loc, p.query_start_loc), (bt.slot_mappings, p.slot_mappings),
                      (bt.input_block_tables[0][:n], p.input_block_tables[0][:n]),
                      (bt.block_tables[0].gpu, p.block_tables[0])]
-            for i, (a, b) in enumerate(pairs):
+            sides[who] = p.input_block_tables[0][:n]
+            for name, (a, b) in zip(names, pairs):
                 if not torch.equal(a, b):
-                    sys.exit(f"bench_vllm_prep: b={self.b} d={self.d}: output {i} of {who} differs from vLLM's")
+                    at = (a != b).nonzero()[:4].tolist()
+                    wrong.append(f"{name} of {who} differs in {int((a != b).sum())} elements, the first at {at}: "
+                                 f"vLLM {[a[tuple(x)].item() for x in at]}, ferry {[b[tuple(x)].item() for x in at]}")
+        if wrong:
+            added = [self.data.initial_blocks(int(i)) for i in self.data.order]
+            holds = {who: all(t[i, : len(blk)].tolist() == blk for i, blk in enumerate(added))
+                     for who, t in ((w, t.cpu()) for w, t in sides.items())}
+            sys.exit(f"bench_vllm_prep: b={self.b} d={self.d}, the step after a reset: "
+                     + "; ".join(wrong) + ". The gathered rows hold the blocks the requests were added with: "
+                     + ", ".join(f"{who} {'yes' if ok else 'NO'}" for who, ok in holds.items()))
 
     def make_graphs(self):
         """A stand-in model graph per side: a few kernels reading its input buffers; graph=True's with
