@@ -211,8 +211,9 @@ class Case:
                                  f"vLLM {[a[tuple(x)].item() for x in at]}, ferry {[b[tuple(x)].item() for x in at]}")
         if wrong:
             added = [self.data.initial_blocks(int(i)) for i in self.data.order]
+            rows = {who: t.cpu() for who, t in sides.items()}
             holds = {who: all(t[i, : len(blk)].tolist() == blk for i, blk in enumerate(added))
-                     for who, t in ((w, t.cpu()) for w, t in sides.items())}
+                     for who, t in rows.items()}
             sys.exit(f"bench_vllm_prep: b={self.b} d={self.d}, the step after a reset: "
                      + "; ".join(wrong) + ". The gathered rows hold the blocks the requests were added with: "
                      + ", ".join(f"{who} {'yes' if ok else 'NO'}" for who, ok in holds.items()))
