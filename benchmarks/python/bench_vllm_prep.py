@@ -224,8 +224,11 @@ class Case:
         import torch
 
         T = self.data.tokens
+        # the graphs read and write these at every replay: kept as long as the graphs (freed, their
+        # memory would go to later tensors, which the replays would then overwrite)
         weight = torch.randn(150_000, 64, device="cuda")
         cache = torch.zeros(1 << 18, 64, device="cuda")
+        self.model_tensors = weight, cache
         ib, bt, p = self.runner.input_buffers, self.runner.block_tables, self.prep_g
         for who, (ids, pos, slots, lens) in {
             "vllm": (ib.input_ids, ib.positions, bt.slot_mappings, ib.seq_lens),
