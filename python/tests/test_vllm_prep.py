@@ -32,7 +32,8 @@ class Rig:
     into `out`), replayed after each commit; on the CPU, replay_recorded() after each commit."""
 
     def __init__(self, device, seed, *, max_num_reqs=64, max_num_tokens=256, block_sizes=(16,),
-                 kernel_block_sizes=None, max_num_blocks=None, num_spec=0, graph=False, record=True, **trace):
+                 kernel_block_sizes=None, max_num_blocks=None, num_spec=0, graph=False, record=True,
+                 max_concurrency=None, **trace):
         self.device = device
         self.rng = np.random.default_rng(seed)
         max_num_blocks = list(max_num_blocks or [64 * 16 // b for b in block_sizes])
@@ -41,11 +42,8 @@ class Rig:
         self.draft_tokens = torch.zeros(max_num_reqs, num_spec, dtype=torch.int64, device=device) if num_spec else None
         sizes = dict(max_num_reqs=max_num_reqs, max_num_tokens=max_num_tokens, block_sizes=list(block_sizes),
                      max_num_blocks=max_num_blocks)
-        self.prep = fv.VllmStepPrep(**sizes, kernel_block_sizes=kernel_block_sizes,
-                                    num_computed_tokens=self.num_computed, last_sampled_tokens=self.last_sampled,
-                                    draft_tokens=self.draft_tokens,
-                                    next_prefill_tokens=torch.zeros(max_num_reqs, dtype=torch.int32, device=device),
-                                    graph=graph)
+        self.sizes = dict(sizes, kernel_block_sizes=kernel_block_sizes)
+        self.prep = self.object_over_state(graph, max_concurrency=max_concurrency, **self.sizes)
         self.ref = Reference(**sizes, kernel_block_sizes=kernel_block_sizes)
         self.trace = Trace(self.rng, **sizes, num_spec=num_spec, **trace)
         # the device state on the host, written to the device before each step
@@ -53,6 +51,13 @@ class Rig:
         self.last = np.zeros(max_num_reqs, np.int64)
         self.drafts = np.zeros((max_num_reqs, num_spec), np.int64) if num_spec else None
         self.g = self.capture() if graph and device == "cuda" and record else None
+
+    def object_over_state(self, graph, **sizes):
+        """A VllmStepPrep over this rig's device state (its own next_prefill_tokens)."""
+        return fv.VllmStepPrep(**sizes, num_computed_tokens=self.num_computed, last_sampled_tokens=self.last_sampled,
+                               draft_tokens=self.draft_tokens, graph=graph,
+                               next_prefill_tokens=torch.zeros(sizes["max_num_reqs"], dtype=torch.int32,
+                                                               device=self.device))
 
     def model(self):
         """The stand-in model: a few kernels reading the step's outputs whole into `out`."""
@@ -457,6 +462,38 @@ def test_prepare_while_capturing_raises_and_changes_nothing():
                      num_reqs_padded=s.num_reqs_padded, num_tokens_padded=s.num_tokens_padded)
     rig.ref.step(s, rig.nc, rig.last, rig.drafts)
     rig.check(s, "after the capture: ")
+
+
+def test_an_eager_and_a_graph_object_over_one_state(device):
+    """Two objects over one device state, 16 slots each, as an engine with both paths has them
+    (and bench.vllm_prep): every step prepared by the eager one (its launch) and committed to the
+    graph=True one, whose graph (on the CPU, replay_recorded()) runs before anything synchronizes;
+    each equals the reference after every step, requests leaving and others joining at the index
+    just freed included."""
+    rig = Rig(device, 71, num_spec=2, max_concurrency=16, join=(0, 3))
+    sib = rig.object_over_state(True, max_concurrency=16, **rig.sizes)
+    g = None
+    if device == "cuda":
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            sib.record()
+    reused = 0
+    for k in range(200):
+        s = rig.next()
+        reused += bool(set(s.removed) & {slot for slot, *_ in s.added})
+        prepare(rig.prep, s)
+        prepare(sib, s)
+        if g is not None:
+            g.replay()
+        else:
+            sib.replay_recorded()
+        rig.after(s)
+        rig.check(s, f"step {k}, the eager object: ")
+        got, want = ferry_outputs(sib), rig.ref.outputs()
+        bad = [name for name, w in want.items() if not np.array_equal(got[name], w)]
+        assert not bad, f"step {k}, the graph=True object: {bad} differ from the reference"
+        sib.check_replayed()
+    assert reused, "no step gave a request the index another left in it"
 
 
 # ---- graph=True: the commit protocol (both devices), then CUDA's capture -----------------------------
