@@ -196,14 +196,14 @@ class Case:
         ib, bt, n = self.runner.input_buffers, self.runner.block_tables, self.b
         names = ("input_ids", "positions", "seq_lens", "query_start_loc", "slot_mappings", "input_block_tables[0]",
                  "block_tables[0]")
-        sides = {"vLLM": bt.input_block_tables[0][:n]}
+        gathered = {"vLLM": bt.input_block_tables[0][:n]}
         wrong = []
         for who, p in (("ferry", self.prep), ("ferry graph=True", self.prep_g)):
             pairs = [(ib.input_ids, p.input_ids), (ib.positions, p.positions), (ib.seq_lens, p.seq_lens),
                      (ib.query_start_loc, p.query_start_loc), (bt.slot_mappings, p.slot_mappings),
                      (bt.input_block_tables[0][:n], p.input_block_tables[0][:n]),
                      (bt.block_tables[0].gpu, p.block_tables[0])]
-            sides[who] = p.input_block_tables[0][:n]
+            gathered[who] = pairs[5][1]
             for name, (a, b) in zip(names, pairs):
                 if not torch.equal(a, b):
                     at = (a != b).nonzero()[:4].tolist()
@@ -211,7 +211,7 @@ class Case:
                                  f"vLLM {[a[tuple(x)].item() for x in at]}, ferry {[b[tuple(x)].item() for x in at]}")
         if wrong:
             added = [self.data.initial_blocks(int(i)) for i in self.data.order]
-            rows = {who: t.cpu() for who, t in sides.items()}
+            rows = {who: t.cpu() for who, t in gathered.items()}
             holds = {who: all(t[i, : len(blk)].tolist() == blk for i, blk in enumerate(added))
                      for who, t in rows.items()}
             sys.exit(f"bench_vllm_prep: b={self.b} d={self.d}, the step after a reset: "
