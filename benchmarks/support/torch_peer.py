@@ -170,7 +170,7 @@ def check_decode_graph(graph, eager):
     """decode_graph and decode_eager, 40 steps each from the start, hold the same device state."""
     for _ in range(40):
         graph()
-        eager()
+        eager.run()
     torch.cuda.synchronize()
     d = graph.d
     pairs = [("block table", graph.table, eager.table.gpu), ("positions", d["positions"], eager.positions.gpu),
