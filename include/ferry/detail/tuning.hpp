@@ -92,8 +92,12 @@ inline constexpr std::size_t step_lane_count = 4096;
 inline constexpr std::size_t congruence_min_bytes = 64;
 /// How far ahead of its write pointers staging prefetches a slot's lines (8 cache lines).
 inline constexpr std::size_t staging_prefetch_bytes = 512;
-/// Rows the overlap tracker tells apart exactly (a direct-mapped table that stays in L1).
+/// Entries of the overlap tracker's table (it stays in L1): a batch's rows are told apart exactly
+/// while each finds an entry within overlap_tracker_probes of its home.
 inline constexpr std::size_t overlap_tracker_rows = 4096;
+/// Entries the overlap tracker tries for a row (its home, then the next ones) before it suspects
+/// the batch of an overlap.
+inline constexpr std::size_t overlap_tracker_probes = 8;
 /// The inline apply's small parameter block: a cheaper launch for the smallest applies.
 inline constexpr std::size_t inline_apply_small_bytes = 512;
 /// The inline apply's largest parameter block: what every CUDA 12 toolkit accepts (kernel

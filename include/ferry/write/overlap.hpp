@@ -2,11 +2,12 @@
 // step's write targets).
 //
 // While staging, overlap_tracker keeps, per row, the hull [lo, hi) of the writes staged to it in
-// this batch (a direct-mapped table of at most overlap_tracker_rows (4096) rows, so exact for
-// tensors of up to that many rows and conservative above: two rows sharing an entry count as a
-// possible overlap). A write that falls outside its row's hull cannot overlap anything staged
-// before it; that check is one table entry per stage_write, so batches without overlaps pay
-// nothing else.
+// this batch (a table of at most overlap_tracker_rows (4096) entries: a target of up to that many
+// rows gives each row its own entry; above, a row's entry is its home, a hash of the row, or the
+// next free one within overlap_tracker_probes, and only a row that finds none counts as a
+// possible overlap: a batch of a few hundred rows of a large table is told apart). A write
+// that falls outside its row's hull cannot overlap anything staged before it; that check is one
+// table entry per stage_write in the common case, so batches without overlaps pay nothing else.
 //
 // Only when the tracker suspects an overlap does the apply run overlap_resolver: sort the chunks
 // by destination and test neighbours (exact; a false alarm ends here), and when chunks really
@@ -33,34 +34,43 @@ namespace ferry::detail {
 
 class overlap_tracker {
  public:
-  /// A tracker for a rows x cols target. Entries are 16 bytes (32-bit row tag and column bounds),
-  /// so that the table stays in the L1 cache; a target with more than 2^32 columns, or rows beyond
-  /// what a 32-bit tag tells apart, is always suspected (the resolver's exact check decides).
+  /// A tracker for a rows x cols target. Entries are 16 bytes (32-bit row and column bounds), so
+  /// that the table stays in the L1 cache; a target with more than 2^32 rows or columns is always
+  /// suspected (the resolver's exact check decides).
   overlap_tracker(std::size_t rows, std::size_t cols)
       : table_(std::bit_ceil(std::clamp<std::size_t>(rows, 1, overlap_tracker_rows))),
         mask_(table_.size() - 1),
-        shift_(static_cast<unsigned>(std::countr_zero(table_.size()))),
-        exact_(cols <= std::numeric_limits<std::uint32_t>::max() &&
-               (rows >> shift_) <= std::numeric_limits<std::uint32_t>::max()),
+        shift_(64 - static_cast<unsigned>(std::countr_zero(table_.size()))),
+        hashed_(rows > table_.size()),
+        exact_(cols <= std::numeric_limits<std::uint32_t>::max() && rows <= std::numeric_limits<std::uint32_t>::max()),
         suspect_(!exact_) {}
 
   /// Notes a write to [lo, hi) of `row`.
   void note(std::uint64_t row, std::uint64_t lo, std::uint64_t hi) noexcept {
     if (suspect_) return;
-    entry& e = table_[row & mask_];
-    const auto tag = static_cast<std::uint32_t>(row >> shift_);
+    const auto r = static_cast<std::uint32_t>(row);
     const auto l = static_cast<std::uint32_t>(lo), h = static_cast<std::uint32_t>(hi);
-    if (e.epoch != epoch_) {
-      e = {tag, epoch_, l, h};
-    } else if (e.tag != tag) {
-      suspect_ = true;
-    } else if (l >= e.hi) {
-      e.hi = h;
-    } else if (h <= e.lo) {
-      e.lo = l;
-    } else {
-      suspect_ = true;
+    // Entries are only taken within a batch, never freed: a row noted before is met on its probe
+    // sequence before any free entry. Rows of a larger target are hashed (Fibonacci), so that
+    // neighbouring rows, and rows a table's size apart, do not crowd one stretch of the table.
+    const std::uint64_t home = hashed_ ? (row * 0x9E3779B97F4A7C15ull) >> shift_ : row;
+    for (std::size_t i = 0; i < overlap_tracker_probes; ++i) {
+      entry& e = table_[(home + i) & mask_];
+      if (e.epoch != epoch_) {
+        e = {r, epoch_, l, h};
+        return;
+      }
+      if (e.row != r) continue;
+      if (l >= e.hi) {
+        e.hi = h;
+      } else if (h <= e.lo) {
+        e.lo = l;
+      } else {
+        suspect_ = true;
+      }
+      return;
     }
+    suspect_ = true;  // no entry within reach: tell nothing apart
   }
   /// True when two writes of this batch may overlap.
   [[nodiscard]] bool suspect() const noexcept { return suspect_; }
@@ -77,11 +87,12 @@ class overlap_tracker {
 
  private:
   struct entry {
-    std::uint32_t tag = 0, epoch = 0, lo = 0, hi = 0;
+    std::uint32_t row = 0, epoch = 0, lo = 0, hi = 0;
   };
   std::vector<entry> table_;
   std::size_t mask_;
-  unsigned shift_;
+  unsigned shift_;  // 64 - log2(table size): the hash's top bits index the table
+  bool hashed_;     // more rows than entries
   bool exact_;
   std::uint32_t epoch_ = 1;
   bool suspect_;
