@@ -56,10 +56,10 @@ TEST_CASE("overlap_tracker: every batch with an overlap is suspected, on targets
   }
 }
 
-TEST_CASE("overlap_tracker: distinct rows of a target larger than its table, many sharing a home, are not suspected") {
+TEST_CASE("overlap_tracker: distinct rows of a target larger than its table, rows a table's size apart among them, are not suspected") {
   const std::size_t rows = 2 * overlap_tracker_rows;  // an engine's block table of 8,192 rows
   overlap_tracker t(rows, 512);
-  // row r and r + 4096 share a home: each pair is told apart
+  // rows r and r + 4096, one entry under row mod 4096 (this tracker's table before): told apart
   for (std::uint64_t r = 0; r < 64; ++r) {
     t.note(r, 0, 64);
     t.note(r + overlap_tracker_rows, 0, 64);
