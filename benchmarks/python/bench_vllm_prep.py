@@ -126,6 +126,7 @@ class Case:
         rs.last_sampled_tokens.copy_(torch.randint(0, 150_000, rs.last_sampled_tokens.shape))
         if d:
             rs.draft_tokens.copy_(torch.randint(0, 150_000, rs.draft_tokens.shape))
+        self.live = self.live_cells()
         self.graph = {}
         if device == "cuda":
             self.make_graphs()
@@ -190,16 +191,14 @@ class Case:
         and are read by nobody. tools/vllm-prep-oracle compares whole tables over equal histories."""
         import torch
 
-        if not hasattr(self, "_live"):
-            bt, n = self.runner.block_tables, self.b
-            gathered = torch.zeros(bt.input_block_tables[0][:n].shape, dtype=torch.bool)
-            table = torch.zeros(bt.block_tables[0].gpu.shape, dtype=torch.bool)
-            for row, (i, slot) in enumerate(zip(self.data.order, self.data.slots)):
-                blocks = len(self.data.initial_blocks(int(i)))
-                gathered[row, :blocks] = True
-                table[int(slot), :blocks] = True
-            self._live = gathered.to(self.device), table.to(self.device)
-        return self._live
+        bt, n = self.runner.block_tables, self.b
+        gathered = torch.zeros(bt.input_block_tables[0][:n].shape, dtype=torch.bool)
+        table = torch.zeros(bt.block_tables[0].gpu.shape, dtype=torch.bool)
+        for row, (i, slot) in enumerate(zip(self.data.order, self.data.slots)):
+            blocks = len(self.data.initial_blocks(int(i)))
+            gathered[row, :blocks] = True
+            table[int(slot), :blocks] = True
+        return gathered.to(self.device), table.to(self.device)
 
     def check(self):
         """One step of each, the first after reset(): every output of ferry's equals vLLM's (the
@@ -218,7 +217,7 @@ class Case:
         names = ("input_ids", "positions", "seq_lens", "query_start_loc", "slot_mappings", "input_block_tables[0]",
                  "block_tables[0]")
         gathered = {"vLLM": bt.input_block_tables[0][:n]}
-        live = (None,) * 5 + self.live_cells()
+        live = (None,) * 5 + self.live
         wrong = []
         for who, p in (("ferry", self.prep), ("ferry graph=True", self.prep_g)):
             pairs = [(ib.input_ids, p.input_ids), (ib.positions, p.positions), (ib.seq_lens, p.seq_lens),

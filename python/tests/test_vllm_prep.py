@@ -124,7 +124,7 @@ class Rig:
         self.trace.sample(s, self.nc, self.last, self.drafts)
 
     def compare(self, prep, s, where=""):
-        """Every buffer of `prep` equals the reference's after step s, whole; the reference's."""
+        """Every buffer of `prep` equals the reference's after step s, whole; returns the reference's outputs."""
         if self.device == "cuda":
             torch.cuda.synchronize()
         got, want = ferry_outputs(prep), self.ref.outputs()
